@@ -1,0 +1,62 @@
+"""The one token-bitmask format: int32 [rows, ceil(V/32)], bit ``t % 32`` of word ``t // 32`` set
+means token ``t`` is allowed. The same layout xgrammar and llguidance use, so their masks can be
+applied with these functions and ours with theirs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+_BIT = torch.tensor([1 << i for i in range(31)] + [-(1 << 31)], dtype=torch.int32)  # [32]
+
+
+def bitmask_width(vocab_size: int) -> int:
+    return (vocab_size + 31) // 32
+
+
+def allocate_bitmask(rows: int, vocab_size: int) -> Tensor:
+    """A fresh all-allowed int32 bitmask [rows, ceil(V/32)]."""
+    return torch.full((rows, bitmask_width(vocab_size)), -1, dtype=torch.int32)
+
+
+def bitmask_to_bool(bitmask: Tensor, vocab_size: int) -> Tensor:
+    """[rows, W] int32 -> [rows, V] bool (True = allowed)."""
+    b = bitmask.to(torch.int32).unsqueeze(-1) & _BIT.to(bitmask.device)  # [rows, W, 32]
+    return (b != 0).reshape(bitmask.shape[0], -1)[:, :vocab_size]
+
+
+def bool_to_bitmask(allowed: Tensor | np.ndarray) -> Tensor:
+    """[rows, V] (or [V]) bool -> int32 bitmask [rows, ceil(V/32)]."""
+    a = torch.as_tensor(allowed, dtype=torch.bool)
+    if a.ndim == 1:
+        a = a.unsqueeze(0)
+    rows, v = a.shape
+    pad = bitmask_width(v) * 32 - v
+    if pad:
+        a = torch.nn.functional.pad(a, (0, pad))
+    bits = np.packbits(a.numpy().reshape(rows, -1, 32), axis=-1, bitorder="little")  # [rows, W, 4] uint8
+    return torch.from_numpy(np.ascontiguousarray(bits).view(np.int32).reshape(rows, -1).copy())
+
+
+def apply_bitmask_(logits: Tensor, bitmask: Tensor, indices: Tensor | None = None) -> Tensor:
+    """Set disallowed logits to -inf, in place; returns ``logits``.
+
+    ``logits`` is [rows, V'] (V' may exceed the mask's vocabulary: extra columns are disallowed);
+    ``bitmask`` is [rows, W] int32, or [R, W] with ``indices`` [rows] picking a mask row per logit row.
+    """
+    if indices is not None:
+        bitmask = bitmask[indices]
+    if logits.ndim == 1:
+        return apply_bitmask_(logits.unsqueeze(0), bitmask.reshape(1, -1)).squeeze(0)
+    v = logits.shape[-1]
+    allowed = bitmask_to_bool(bitmask.to(logits.device), min(v, bitmask.shape[-1] * 32))  # [rows, V]
+    if allowed.shape[-1] < v:
+        allowed = torch.nn.functional.pad(allowed, (0, v - allowed.shape[-1]))
+    logits.masked_fill_(~allowed, float("-inf"))
+    return logits
+
+
+def allowed_ids(bitmask_row: Tensor, vocab_size: int) -> list[int]:
+    """Token ids allowed by one bitmask row (for tests and debugging)."""
+    return torch.nonzero(bitmask_to_bool(bitmask_row.reshape(1, -1), vocab_size)[0]).flatten().tolist()
