@@ -1,0 +1,62 @@
+"""Tiny language models for logic tests: random-weight HF models built from configs (no downloads)
+and a pure-torch fake LM whose logits are a deterministic function of the prefix."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from trellis.tokens import TokenTree
+
+
+def tiny_llama(vocab_size: int = 97, seed: int = 0, layers: int = 2):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=0, attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_gemma3(vocab_size: int = 101, seed: int = 0, sliding_window: int = 6, attn: str = "sdpa"):
+    """A 6-layer Gemma 3 (5 sliding : 1 full, like the real one) with a tiny window so tests cross it."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                           sliding_window=sliding_window, max_position_embeddings=512,
+                           bos_token_id=2, eos_token_id=1, pad_token_id=0, attn_implementation=attn)
+    return Gemma3ForCausalLM(cfg).eval()
+
+
+class HashLM:
+    """A fake LanguageModel: logits are a fixed pseudo-random function of the whole prefix.
+
+    ``peaked`` > 0 sharpens the distributions so greedy paths are well defined.
+    """
+
+    def __init__(self, vocab_size: int, *, seed: int = 0, scale: float = 3.0) -> None:
+        self.vocab_size, self.seed, self.scale = vocab_size, seed, scale
+        self.calls = 0
+
+    def _row(self, prefix: Sequence[int]) -> Tensor:
+        h = hashlib.blake2b(repr((self.seed, tuple(int(t) for t in prefix))).encode(), digest_size=8).digest()
+        g = torch.Generator().manual_seed(int.from_bytes(h, "little") & ((1 << 62) - 1))
+        return torch.randn(self.vocab_size, generator=g) * self.scale
+
+    def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        self.calls += 1
+        return torch.stack([self._row(p) for p in prefixes])
+
+    def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
+        self.calls += 1
+        toks = tree.tokens.tolist()
+        rows = [self._row(prefix)]
+        for i in range(len(tree)):
+            rows.append(self._row(list(prefix) + [toks[j] for j in tree.path_to(i)]))
+        return torch.stack(rows)

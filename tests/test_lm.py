@@ -1,0 +1,153 @@
+"""HFLanguageModel: prefix KV reuse and one-pass tree logits equal plain recomputation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from fakes import tiny_gemma3, tiny_llama
+from trellis.lm import HFLanguageModel
+from trellis.tokens import TokenTree
+
+TOL = 1e-4  # fp32
+
+
+def reference(model, seq):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([list(seq)])).logits[0, -1].float()
+
+
+def random_tree(rng: random.Random, n: int, vocab: int) -> TokenTree:
+    parents = [-1] + [rng.randrange(-1, i) for i in range(1, n)]
+    tokens = [rng.randrange(3, vocab) for _ in range(n)]
+    return TokenTree(torch.tensor(tokens), torch.tensor(parents))
+
+
+def check_tree(model, lm, prefix, tree, tol=TOL):
+    out = lm.tree_logits(prefix, tree)
+    assert out.shape == (len(tree) + 1, lm.vocab_size)
+    worst = (out[0] - reference(model, prefix)).abs().max().item()
+    toks = tree.tokens.tolist()
+    for i in range(len(tree)):
+        path = [toks[j] for j in tree.path_to(i)]
+        worst = max(worst, (out[i + 1] - reference(model, list(prefix) + path)).abs().max().item())
+    assert worst < tol, worst
+    return out
+
+
+@pytest.fixture(params=["llama", "gemma3"])
+def tiny(request):
+    return tiny_llama() if request.param == "llama" else tiny_gemma3(sliding_window=6)
+
+
+def test_tree_logits_equal_token_by_token_on_random_trees(tiny):
+    lm = HFLanguageModel(tiny)
+    rng = random.Random(0)
+    for trial in range(12):
+        n = rng.choice([1, 2, 5, 17, 40, 64])
+        prefix = [rng.randrange(3, 90) for _ in range(rng.randrange(1, 30))]
+        check_tree(tiny, lm, prefix, random_tree(rng, n, 90))
+
+
+def test_commit_keeps_only_the_accepted_path(tiny):
+    lm = HFLanguageModel(tiny)
+    rng = random.Random(1)
+    prefix = [rng.randrange(3, 90) for _ in range(12)]
+    for _ in range(6):
+        tree = random_tree(rng, rng.randrange(1, 30), 90)
+        lm.tree_logits(prefix, tree)
+        leaf = rng.randrange(len(tree))
+        path = tree.path_to(leaf)
+        lm.commit(path)
+        prefix = prefix + [int(tree.tokens[j]) for j in path]
+        assert lm.cached_rows == [tuple(prefix)]
+        before = lm.stats.forward_calls
+        nxt = lm.logits([prefix])  # served from the stored logits of the committed node
+        assert lm.stats.forward_calls == before
+        assert (nxt[0] - reference(tiny, prefix)).abs().max().item() < TOL
+        prefix = prefix + [rng.randrange(3, 90)]  # a "bonus" token: one forward on top of the cache
+        assert (lm.logits([prefix])[0] - reference(tiny, prefix)).abs().max().item() < TOL
+
+
+def test_uncommitted_tree_is_dropped_by_the_next_call(tiny):
+    lm = HFLanguageModel(tiny)
+    prefix = list(range(3, 20))
+    lm.tree_logits(prefix, TokenTree.chain([5, 6, 7]))
+    out = lm.logits([prefix + [9]])
+    assert (out[0] - reference(tiny, prefix + [9])).abs().max().item() < TOL
+    with pytest.raises(RuntimeError):
+        lm.commit([0])
+
+
+def test_commit_rejects_a_non_chain():
+    lm = HFLanguageModel(tiny_llama())
+    tree = TokenTree(torch.tensor([5, 6, 7]), torch.tensor([-1, -1, 0]))
+    lm.tree_logits([3, 4], tree)
+    with pytest.raises(ValueError):
+        lm.commit([1, 2])
+
+
+def test_prefix_reuse_extends_crops_and_selects_rows(tiny):
+    lm = HFLanguageModel(tiny)
+    base = list(range(3, 23))  # 20 tokens
+    lm.logits([base])
+    assert lm.stats.tokens_forwarded == 20
+    lm.logits([base + [30]])  # extend: one new token
+    assert lm.stats.tokens_forwarded == 21
+    beams = [base + [30, 40], base + [30, 41], base + [30, 42]]
+    lm.logits(beams)  # one row -> three rows, each forwards one token
+    assert lm.stats.tokens_forwarded == 24
+    reordered = [beams[2] + [7], beams[2] + [8], beams[0] + [9]]  # beam search reorder: select rows
+    out = lm.logits(reordered)
+    assert lm.stats.tokens_forwarded == 27 and lm.stats.cache_resets == 1
+    for row, seq in zip(out, reordered):
+        assert (row - reference(tiny, seq)).abs().max().item() < TOL
+    crop = base[:5] + [50, 51]  # shares 5 tokens: crop, then forward 2
+    assert (lm.logits([crop])[0] - reference(tiny, crop)).abs().max().item() < TOL
+    assert lm.stats.tokens_forwarded == 29
+    hits = lm.stats.cache_hits
+    lm.logits([crop])
+    assert lm.stats.cache_hits == hits + 1
+
+
+def test_mixed_lengths_are_exact(tiny):
+    lm = HFLanguageModel(tiny)
+    seqs = [[3, 4, 5], [3, 4, 5, 6, 7], [9], [3, 4, 8]]
+    out = lm.logits(seqs)
+    for row, seq in zip(out, seqs):
+        assert (row - reference(tiny, seq)).abs().max().item() < TOL
+
+
+def test_sliding_window_is_respected_past_the_window():
+    model = tiny_gemma3(sliding_window=4)
+    lm = HFLanguageModel(model)
+    seq = [3 + (i * 7) % 80 for i in range(30)]
+    for k in range(10, 30, 3):  # incremental decoding across the window boundary
+        assert (lm.logits([seq[:k]])[0] - reference(model, seq[:k])).abs().max().item() < TOL
+
+
+def test_eager_attention_is_supported():
+    model = tiny_gemma3(attn="eager")
+    lm = HFLanguageModel(model)
+    rng = random.Random(3)
+    check_tree(model, lm, [5, 6, 7, 8], random_tree(rng, 20, 90))
+
+
+@pytest.mark.model
+def test_gemma_tree_logits_and_commit(gemma):
+    model = gemma.model
+    lm = HFLanguageModel(model)
+    rng = random.Random(7)
+    prefix = gemma.tokenizer("The history of the printing press begins").input_ids
+    for n in (8, 64):
+        tree = random_tree(rng, n, 20000)
+        out = check_tree(model, lm, prefix, tree)
+        leaf = max(range(n), key=lambda i: len(tree.path_to(i)))
+        lm.commit(tree.path_to(leaf))
+        prefix = prefix + [int(tree.tokens[j]) for j in tree.path_to(leaf)]
+        assert (out[leaf + 1] - reference(model, prefix)).abs().max().item() < TOL
+        nxt = prefix + [int(out[leaf + 1].argmax())]
+        assert (lm.logits([nxt])[0] - reference(model, nxt)).abs().max().item() < TOL
+        prefix = nxt

@@ -1,0 +1,73 @@
+"""Warpers match transformers' logits processors; sampling matches its distribution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trellis.sampling import entropy, log_softmax, repetition_penalty, sample, warp
+
+
+@pytest.fixture
+def logits():
+    torch.manual_seed(0)
+    return torch.randn(4, 50) * 2
+
+
+def test_warpers_match_transformers(logits):
+    from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
+                                                        TemperatureLogitsWarper, TopKLogitsWarper,
+                                                        TopPLogitsWarper)
+
+    ids = torch.randint(0, 50, (4, 7))
+    assert torch.allclose(repetition_penalty(logits, ids.tolist(), 1.3),
+                          RepetitionPenaltyLogitsProcessor(1.3)(ids, logits.clone()))
+    assert torch.allclose(warp(logits, temperature=0.7), TemperatureLogitsWarper(0.7)(ids, logits.clone()))
+    assert torch.equal(warp(logits, top_k=5), TopKLogitsWarper(5)(ids, logits.clone()))
+    for p in (0.1, 0.5, 0.9):
+        ours = torch.isfinite(warp(logits, top_p=p))
+        theirs = torch.isfinite(TopPLogitsWarper(p)(ids, logits.clone()))
+        assert torch.equal(ours, theirs), p
+    for p in (0.05, 0.3):
+        assert torch.equal(torch.isfinite(warp(logits, min_p=p)),
+                           torch.isfinite(MinPLogitsWarper(p)(ids, logits.clone())))
+
+
+def test_warp_keeps_the_argmax_and_masked_entries(logits):
+    masked = logits.clone()
+    masked[:, ::2] = float("-inf")
+    out = warp(masked, temperature=0.5, top_k=3, top_p=0.5, min_p=0.2)
+    assert torch.equal(out.argmax(-1), masked.argmax(-1))
+    assert torch.isinf(out[:, ::2]).all()
+
+
+def test_invalid_parameters_raise(logits):
+    for kw in ({"temperature": -1.0}, {"top_p": 0.0}, {"min_p": 1.0}):
+        with pytest.raises(ValueError):
+            warp(logits, **kw)
+
+
+def test_log_softmax_of_all_masked_row_is_not_nan():
+    row = torch.full((1, 5), float("-inf"))
+    assert torch.isneginf(log_softmax(row)).all()
+
+
+def test_sampling_distribution_chi_square():
+    from scipy.stats import chisquare
+
+    lp = log_softmax(torch.tensor([[0.0, 1.0, 2.0, -1.0, 0.5, float("-inf")]]))
+    g = torch.Generator().manual_seed(1)
+    n = 20000
+    draws = sample(lp.expand(n, -1), g)
+    counts = torch.bincount(draws, minlength=6).double()
+    assert counts[5] == 0
+    p = lp[0, :5].exp().double()
+    expected = p / p.sum() * counts[:5].sum()
+    assert chisquare(counts[:5].numpy(), expected.numpy()).pvalue > 1e-3
+
+
+def test_entropy():
+    uniform = torch.log(torch.full((1, 8), 1 / 8))
+    assert torch.allclose(entropy(uniform), torch.tensor([torch.log(torch.tensor(8.0))]))
+    onehot = log_softmax(torch.tensor([[0.0, float("-inf")]]))
+    assert entropy(onehot).item() == 0.0

@@ -1,0 +1,3 @@
+from trellis.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,291 @@
+"""Language models behind one small protocol: token prefixes in, next-token logits out.
+
+``HFLanguageModel`` is the only place in trellis that touches transformers' KV-cache API. It keeps
+one batched cache whose rows are known token sequences and serves each request by reusing the
+longest shared prefix (select rows, crop, extend), and it evaluates a whole draft ``TokenTree`` in
+ONE forward pass with a 4D ancestor mask and depth-based position ids.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from trellis.tokens import TokenTree
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """Tokens in, logits out; how (and whether) a KV cache is reused is the implementation's business."""
+
+    vocab_size: int
+
+    def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        """[B, V] next-token logits after each prefix."""
+        ...
+
+    def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
+        """[N+1, V]: row 0 after ``prefix``, row i+1 after ``prefix`` + the path to node i."""
+        ...
+
+
+@dataclass
+class LMStats:
+    """Counters tests and benchmarks read; reset with ``HFLanguageModel.reset_stats()``."""
+
+    forward_calls: int = 0
+    tokens_forwarded: int = 0  # tokens fed through the network (the compute actually spent)
+    cache_hits: int = 0  # rows answered with no forward at all
+    tokens_reused: int = 0  # prefix tokens served from the KV cache instead of recomputed
+    cache_resets: int = 0  # requests that shared nothing with the cache
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class _PendingTree:
+    prefix: tuple[int, ...]
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    logits: Tensor  # [N+1, V]
+
+
+_SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
+
+
+class HFLanguageModel:
+    """A transformers causal LM with prefix KV reuse and one-pass tree evaluation.
+
+    Works with decoder-only attention models whose forward accepts a custom 4D attention mask
+    (eager or sdpa attention). Sliding-window layers are kept in a full cache and windowed through
+    the mask, so any prefix can be cropped exactly. Not thread-safe: one cache per instance.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model.eval()
+        cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        emb = model.get_output_embeddings()
+        self.vocab_size: int = int(emb.weight.shape[0]) if emb is not None else int(cfg.vocab_size)
+        attn = getattr(model.config, "_attn_implementation", "eager") or "eager"
+        if attn not in ("eager", "sdpa"):
+            raise ValueError(
+                f"HFLanguageModel needs eager or sdpa attention for its 4D tree masks, got {attn!r}; "
+                "load the model with attn_implementation='sdpa'"
+            )
+        layer_types = list(getattr(cfg, "layer_types", None) or [])
+        unknown = set(layer_types) - _SUPPORTED_LAYER_TYPES
+        if unknown:
+            raise ValueError(f"HFLanguageModel: unsupported attention layer types {sorted(unknown)}")
+        self._per_type_masks = "sliding_attention" in layer_types
+        self._window: int | None = getattr(cfg, "sliding_window", None) if self._per_type_masks else None
+        params = next(model.parameters())
+        self.device, self.dtype = params.device, params.dtype
+        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.stats = LMStats()
+        self.reset()
+
+    # ----------------------------------------------------------------------------- public API
+    def reset(self) -> None:
+        """Forget the KV cache (counters are kept)."""
+        self._cache: Any = None
+        self._rows: list[tuple[int, ...]] = []
+        self._row_tensor: Tensor | None = None  # [R, n] int64, the tokens held by each cache row
+        self._last: Tensor | None = None  # [R, V] logits after each row
+        self._pending: _PendingTree | None = None
+
+    def reset_stats(self) -> None:
+        self.stats = LMStats()
+
+    @property
+    def cached_rows(self) -> list[tuple[int, ...]]:
+        """Token sequences currently held in the KV cache (one per batch row)."""
+        self._settle()
+        return list(self._rows)
+
+    @torch.inference_mode()
+    def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        """[B, V] float32 next-token logits, one forward per distinct prefix length.
+
+        Rows are served from the cache when a prefix equals a cached row; otherwise the cache is
+        reduced to the longest prefix shared with cached rows (rows selected, then cropped) and
+        only the remaining tokens are forwarded.
+        """
+        self._settle()
+        prefs = [tuple(int(t) for t in p) for p in prefixes]
+        if not prefs or any(len(p) == 0 for p in prefs):
+            raise ValueError("logits() needs at least one non-empty prefix")
+        by_len: dict[int, list[int]] = {}
+        for i, p in enumerate(prefs):
+            by_len.setdefault(len(p), []).append(i)
+        if len(by_len) == 1:
+            return self._logits_same_length(prefs)
+        out = torch.empty(len(prefs), self.vocab_size, dtype=torch.float32)
+        # Different lengths cannot share one batched forward without padding holes in the cache;
+        # each length group is one forward (the last group stays cached).
+        for idxs in by_len.values():
+            out[idxs] = self._logits_same_length([prefs[i] for i in idxs]).to(out.device)
+        return out
+
+    @torch.inference_mode()
+    def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
+        """[N+1, V] float32 logits for a whole draft tree in ONE forward pass.
+
+        Row 0 is the distribution after ``prefix``; row i+1 the one after prefix + path to node i.
+        The tree stays in the cache until ``commit(path)`` keeps the accepted chain (any other
+        call first drops the tree, keeping ``prefix``).
+        """
+        self._settle()
+        pre = tuple(int(t) for t in prefix)
+        if not pre:
+            raise ValueError("tree_logits() needs a non-empty prefix")
+        n = len(tree)
+        c = self._prepare([pre], max_reuse=len(pre) - 1)
+        q_pre = len(pre) - c
+        tree_tokens = tree.tokens.to(torch.long)
+        ids = torch.cat([torch.tensor(pre[c:], dtype=torch.long), tree_tokens]).unsqueeze(0)  # [1, q]
+        positions = torch.cat([torch.arange(c, len(pre)), len(pre) + tree.depths()])  # [q]
+        q = q_pre + n
+        vis = torch.zeros(q, q, dtype=torch.bool)
+        vis[:, :q_pre] = torch.tril(torch.ones(q, q_pre, dtype=torch.bool))  # tree rows see all the prefix
+        vis[q_pre:, q_pre:] = tree.ancestor_mask()
+        logits = self._forward(ids, positions, vis, past=c, keep=n + 1)[0]  # [N+1, V]
+        self._rows, self._row_tensor, self._last = [], None, None  # cache holds prefix + tree now
+        self._pending = _PendingTree(pre, tuple(tree_tokens.tolist()), tuple(tree.parents.tolist()), logits)
+        return logits
+
+    def commit(self, path: Sequence[int]) -> None:
+        """Keep the accepted chain of tree nodes ``path`` (root child first) in the cache after
+        ``tree_logits``; every other node is dropped. ``[]`` keeps just the prefix."""
+        pend = self._pending
+        if pend is None:
+            raise RuntimeError("commit() without a preceding tree_logits()")
+        path = [int(i) for i in path]
+        expected_parent = -1
+        for i in path:
+            if not 0 <= i < len(pend.tokens) or pend.parents[i] != expected_parent:
+                raise ValueError(f"commit(): {path} is not a root-to-node chain of the tree")
+            expected_parent = i
+        p = len(pend.prefix)
+        keep = torch.tensor(list(range(p)) + [p + i for i in path], dtype=torch.long, device=self.device)
+        self._gather_positions(keep)
+        row = pend.prefix + tuple(pend.tokens[i] for i in path)
+        self._rows = [row]
+        self._row_tensor = torch.tensor([row], dtype=torch.long)
+        self._last = pend.logits[(path[-1] + 1) if path else 0].unsqueeze(0)
+        self._pending = None
+
+    # ----------------------------------------------------------------------------- internals
+    def _settle(self) -> None:
+        if self._pending is not None:
+            self.commit([])
+
+    def _logits_same_length(self, prefs: list[tuple[int, ...]]) -> Tensor:
+        if self._last is not None:
+            row_of = {row: r for r, row in enumerate(self._rows)}
+            hits = [row_of.get(p) for p in prefs]
+            if all(h is not None for h in hits):
+                self.stats.cache_hits += len(prefs)
+                return self._last[torch.tensor(hits)].float()
+        m = len(prefs[0])
+        c = self._prepare(prefs, max_reuse=m - 1)
+        ids = torch.tensor([p[c:] for p in prefs], dtype=torch.long)  # [B, m-c]
+        q = m - c
+        vis = torch.tril(torch.ones(q, q, dtype=torch.bool))
+        logits = self._forward(ids, torch.arange(c, m), vis, past=c, keep=1)[:, -1]  # [B, V]
+        self._rows = prefs
+        self._row_tensor = torch.tensor(prefs, dtype=torch.long)
+        self._last = logits
+        return logits
+
+    def _prepare(self, prefs: list[tuple[int, ...]], *, max_reuse: int) -> int:
+        """Shape the cache into one row per prefix holding its first ``c`` tokens; returns ``c``."""
+        c, src = 0, None
+        if self._row_tensor is not None and self._cache is not None:
+            n = self._row_tensor.shape[1]
+            width = min(n, max_reuse)
+            if width > 0:
+                want = torch.tensor([p[:width] for p in prefs], dtype=torch.long)  # [B, w]
+                eq = want[:, None, :] == self._row_tensor[None, :, :width]  # [B, R, w]
+                lcp = eq.to(torch.int32).cumprod(-1).sum(-1)  # [B, R]
+                best, src = lcp.max(-1)  # [B], [B]
+                c = int(best.min())
+        if c == 0:
+            self._cache = self._new_cache()
+            self.stats.cache_resets += 1
+            return 0
+        r = self._row_tensor.shape[0]  # type: ignore[union-attr]
+        if src is not None and not (len(prefs) == r and torch.equal(src, torch.arange(r))):
+            self._select_rows(src.to(self.device))
+        self._crop(c)
+        self.stats.tokens_reused += c * len(prefs)
+        return c
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        # No config on purpose: every layer is a plain full DynamicLayer, croppable at any length;
+        # sliding windows are applied through the attention mask instead of by eviction.
+        return DynamicCache()
+
+    def _layers(self) -> list[Any]:
+        from transformers.cache_utils import DynamicLayer
+
+        layers = list(self._cache.layers)
+        for layer in layers:
+            if type(layer) is not DynamicLayer:
+                raise TypeError(f"HFLanguageModel cannot crop cache layer {type(layer).__name__}")
+        return layers
+
+    def _select_rows(self, idx: Tensor) -> None:
+        for layer in self._layers():
+            if layer.is_initialized and layer.keys is not None and layer.keys.numel():
+                layer.keys, layer.values = layer.keys[idx], layer.values[idx]
+
+    def _crop(self, length: int) -> None:
+        for layer in self._layers():
+            if layer.is_initialized and layer.keys is not None and layer.keys.numel():
+                layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
+
+    def _gather_positions(self, keep: Tensor) -> None:
+        for layer in self._layers():
+            if layer.is_initialized and layer.keys is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, keep)
+                layer.values = layer.values.index_select(-2, keep)
+
+    def _forward(self, ids: Tensor, positions: Tensor, vis: Tensor, *, past: int, keep: int) -> Tensor:
+        """Run the network on ``ids`` [B, q] after ``past`` cached tokens; ``vis`` [q, q] says which
+        new tokens each new token attends to. Returns float32 logits of the last ``keep`` inputs."""
+        b, q = ids.shape
+        kv_pos = torch.cat([torch.arange(past), positions])  # [past + q]
+        allowed = torch.cat([torch.ones(q, past, dtype=torch.bool), vis], dim=1)  # [q, past + q]
+        mask: Any = self._float_mask(allowed, b)
+        if self._per_type_masks:
+            windowed = allowed
+            if self._window is not None:
+                windowed = allowed & ((positions[:, None] - kv_pos[None, :]) < self._window)
+            mask = {"full_attention": mask, "sliding_attention": self._float_mask(windowed, b)}
+        kwargs: dict[str, Any] = dict(
+            input_ids=ids.to(self.device),
+            position_ids=positions.to(self.device).unsqueeze(0).expand(b, q),
+            attention_mask=mask,
+            past_key_values=self._cache,
+            use_cache=True,
+        )
+        if self._keep_arg:
+            kwargs["logits_to_keep"] = keep
+        out = self.model(**kwargs)
+        self._cache = out.past_key_values
+        self.stats.forward_calls += 1
+        self.stats.tokens_forwarded += b * q
+        return out.logits[:, -keep:, :].float()
+
+    def _float_mask(self, allowed: Tensor, batch: int) -> Tensor:
+        # Additive float mask: works for both eager (adds it) and sdpa attention.
+        m = torch.zeros(allowed.shape, dtype=self.dtype)
+        m.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return m.to(self.device)[None, None].expand(batch, 1, *allowed.shape)

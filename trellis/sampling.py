@@ -1,0 +1,76 @@
+"""Pure functions over logits: warping (temperature, top-k, top-p, min-p, repetition penalty),
+sampling with an explicit generator, and entropy. None of them modify their inputs."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+NEG_INF = float("-inf")
+
+
+def repetition_penalty(logits: Tensor, previous: Sequence[Sequence[int]], penalty: float) -> Tensor:
+    """CTRL-style penalty (Keskar et al. 2019) as transformers applies it: logits of tokens already in
+    row b's sequence are divided by ``penalty`` when positive, multiplied when negative. [B, V] -> [B, V]."""
+    if penalty == 1.0:
+        return logits
+    out = logits.clone()
+    for b, seq in enumerate(previous):
+        if not seq:
+            continue
+        idx = torch.tensor(sorted(set(seq)), dtype=torch.long, device=logits.device)
+        idx = idx[idx < logits.shape[-1]]
+        vals = out[b, idx]
+        out[b, idx] = torch.where(vals < 0, vals * penalty, vals / penalty)
+    return out
+
+
+def warp(logits: Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+         min_p: float = 0.0) -> Tensor:
+    """Temperature, then top-k, top-p (nucleus) and min-p filtering; removed entries become -inf.
+
+    ``logits`` is [B, V] (already masked: -inf entries stay -inf). ``temperature == 0`` leaves the
+    scale alone (greedy takes the argmax, which no filter removes).
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if not 0.0 <= min_p < 1.0:
+        raise ValueError(f"min_p must be in [0, 1), got {min_p}")
+    out = logits / temperature if temperature not in (0.0, 1.0) else logits
+    if top_k and top_k < out.shape[-1]:
+        kth = torch.topk(out, top_k, dim=-1).values[..., -1:]  # [B, 1]
+        out = out.masked_fill(out < kth, NEG_INF)
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(out, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # keep the smallest prefix whose mass reaches top_p: drop a token when the mass before it does
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        out = out.masked_fill(drop, NEG_INF)
+    if min_p > 0.0:
+        probs = out.softmax(-1)
+        thresh = probs.max(-1, keepdim=True).values * min_p
+        out = out.masked_fill(probs < thresh, NEG_INF)
+    return out
+
+
+def log_softmax(scores: Tensor) -> Tensor:
+    """log-probabilities in float32 ([B, V] -> [B, V]); all -inf rows stay all -inf instead of NaN."""
+    lp = torch.log_softmax(scores.float(), dim=-1)
+    return torch.nan_to_num(lp, nan=NEG_INF)
+
+
+def sample(log_probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One token per row from [B, V] log-probabilities -> [B] int64."""
+    probs = log_probs.float().exp()
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def entropy(log_probs: Tensor) -> Tensor:
+    """Shannon entropy in nats of each row of [B, V] log-probabilities -> [B]."""
+    p = log_probs.exp()
+    return -(p * log_probs.masked_fill(p == 0, 0.0)).sum(-1)

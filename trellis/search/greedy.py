@@ -1,0 +1,32 @@
+"""Greedy decoding: the argmax of the masked, warped distribution at every step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from trellis.decoder import Decoder, Hypothesis
+from trellis.sampling import log_softmax
+from trellis.search.base import run_steps
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """Take the most likely allowed token until EOS (in an accepting state), a stop string or the
+    budget. ``logprob`` accumulates the masked, renormalised log-probs of the chosen tokens."""
+
+    def steps(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> Iterator[Hypothesis]:
+        hyp = root
+        for _ in range(max_new_tokens):
+            if hyp.finished:
+                return
+            scores = decoder.scores([hyp])[0]  # [V]
+            token = int(scores.argmax())
+            if scores[token] == float("-inf"):
+                return  # nothing allowed: the constraint is exhausted (dead end cannot happen with exact masks)
+            lp = float(log_softmax(scores.unsqueeze(0))[0, token])
+            hyp = decoder.extend(hyp, token, lp)
+            yield hyp
+
+    def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
+        return run_steps(self, decoder, root, max_new_tokens)
