@@ -131,3 +131,21 @@ def test_sample_first_token_distribution_chi_square():
     keep = p > 0
     assert counts[~keep].sum() == 0
     assert chisquare(counts[keep].numpy(), (p[keep] / p[keep].sum() * n).numpy()).pvalue > 1e-3
+
+
+GEMMA_PROMPTS = [
+    "The three most important inventions of the nineteenth century were",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Ingredients for a simple pancake recipe:\n1.",
+]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("prompt", GEMMA_PROMPTS)
+def test_gemma_greedy_equals_transformers_greedy(gemma, prompt):
+    ids = gemma.tokenizer(prompt).input_ids
+    dec = Decoder(HFLanguageModel(gemma.model), vocab=gemma.vocab)
+    ours = Greedy()(dec, dec.start(ids), max_new_tokens=64)[0].new_tokens
+    with torch.inference_mode():
+        ref = gemma.model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False)[0, len(ids):].tolist()
+    assert list(ours) == ref[: len(ours)] and len(ours) == len(ref)

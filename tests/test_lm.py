@@ -11,12 +11,16 @@ from fakes import tiny_gemma3, tiny_llama
 from trellis.lm import HFLanguageModel
 from trellis.tokens import TokenTree
 
-TOL = 1e-4  # fp32
+TOL = 1e-4  # fp32, tiny models (measured ~1e-7)
+# Gemma's logits reach |x| ~ 127, where one fp32 ulp is 1.5e-5. Measured against a float64 copy of
+# the model (2026-11-21): full recomputation is off by 1.4e-4, token-by-token by 8e-5 and the
+# one-pass tree by 2.6e-4, so 1e-4 absolute is below the fp32 noise floor there.
+GEMMA_TOL = 5e-4
 
 
 def reference(model, seq):
     with torch.inference_mode():
-        return model(input_ids=torch.tensor([list(seq)])).logits[0, -1].float()
+        return model(input_ids=torch.tensor([list(seq)]), logits_to_keep=1).logits[0, -1].float()
 
 
 def random_tree(rng: random.Random, n: int, vocab: int) -> TokenTree:
@@ -143,11 +147,14 @@ def test_gemma_tree_logits_and_commit(gemma):
     prefix = gemma.tokenizer("The history of the printing press begins").input_ids
     for n in (8, 64):
         tree = random_tree(rng, n, 20000)
-        out = check_tree(model, lm, prefix, tree)
+        out = check_tree(model, lm, prefix, tree, tol=GEMMA_TOL)
         leaf = max(range(n), key=lambda i: len(tree.path_to(i)))
         lm.commit(tree.path_to(leaf))
         prefix = prefix + [int(tree.tokens[j]) for j in tree.path_to(leaf)]
-        assert (out[leaf + 1] - reference(model, prefix)).abs().max().item() < TOL
+        ref = reference(model, prefix)
+        assert (out[leaf + 1] - ref).abs().max().item() < GEMMA_TOL and out[leaf + 1].argmax() == ref.argmax()
         nxt = prefix + [int(out[leaf + 1].argmax())]
-        assert (lm.logits([nxt])[0] - reference(model, nxt)).abs().max().item() < TOL
+        after = lm.logits([nxt])[0]
+        ref = reference(model, nxt)
+        assert (after - ref).abs().max().item() < GEMMA_TOL and after.argmax() == ref.argmax()
         prefix = nxt
