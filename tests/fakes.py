@@ -60,3 +60,25 @@ class HashLM:
         for i in range(len(tree)):
             rows.append(self._row(list(prefix) + [toks[j] for j in tree.path_to(i)]))
         return torch.stack(rows)
+
+
+class ScriptedLM:
+    """A fake LanguageModel that puts the highest logit on ``script[i]`` at generation step ``i``
+    (counted from ``prompt_len``), for exact control over what greedy decoding emits."""
+
+    def __init__(self, vocab_size: int, script: Sequence[int], prompt_len: int) -> None:
+        self.vocab_size, self.script, self.prompt_len = vocab_size, list(script), prompt_len
+
+    def _row(self, prefix: Sequence[int]) -> Tensor:
+        row = torch.zeros(self.vocab_size)
+        step = len(prefix) - self.prompt_len
+        row[self.script[min(step, len(self.script) - 1)]] = 10.0
+        return row
+
+    def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        return torch.stack([self._row(p) for p in prefixes])
+
+    def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
+        toks = tree.tokens.tolist()
+        return torch.stack([self._row(prefix)] + [self._row(list(prefix) + [toks[j] for j in tree.path_to(i)])
+                                                  for i in range(len(tree))])
