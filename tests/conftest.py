@@ -1,4 +1,4 @@
-"""Shared fixtures. The Gemma model loads once per session (first run converts it: ~70 s)."""
+"""Shared fixtures. The Gemma model loads once per session (first run converts it: ~1-2 min)."""
 
 from __future__ import annotations
 

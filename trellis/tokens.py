@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,11 +54,15 @@ class Vocabulary:
         return b"".join(self.tokens[int(i)] for i in ids)
 
     @classmethod
-    def from_hf(cls, tokenizer: Any, vocab_size: int | None = None) -> "Vocabulary":
-        """Build from a transformers tokenizer; ``vocab_size`` is the model's logits width."""
+    def from_hf(cls, tokenizer: Any, vocab_size: int | None = None, *,
+                extra_eos: Iterable[int] = ()) -> "Vocabulary":
+        """Build from a transformers tokenizer; ``vocab_size`` is the model's logits width.
+
+        ``extra_eos``: EOS ids besides ``tokenizer.eos_token_id`` (a generation config's).
+        """
         from trellis._hf_vocab import vocabulary_from_hf
 
-        return vocabulary_from_hf(cls, tokenizer, vocab_size)
+        return vocabulary_from_hf(cls, tokenizer, vocab_size, extra_eos=extra_eos)
 
 
 @dataclass(frozen=True)
