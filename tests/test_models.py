@@ -270,6 +270,8 @@ def test_cached_copy_is_whole_and_the_gguf_is_gone(gemma: ModelHandle) -> None:
 def test_second_load_uses_the_cache(gemma: ModelHandle, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("_convert_default", "_assemble_gguf", "_load_gguf_model", "_load_gguf_tokenizer"):
         monkeypatch.setattr(models, name, _must_not_run)
+    assert load() is gemma  # the same process reuses its handle
+    monkeypatch.setattr(models, "_DEFAULT_HANDLES", {})  # a new process: loads the converted copy from disk
     again = load()
     assert again.model is not gemma.model and gemma.vocab is not None
     assert again.vocab is not None and again.vocab.fingerprint() == gemma.vocab.fingerprint()

