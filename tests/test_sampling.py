@@ -47,9 +47,11 @@ def test_invalid_parameters_raise(logits):
             warp(logits, **kw)
 
 
-def test_log_softmax_of_all_masked_row_is_not_nan():
+def test_log_softmax_keeps_masked_entries_at_minus_infinity():
     row = torch.full((1, 5), float("-inf"))
-    assert torch.isneginf(log_softmax(row)).all()
+    assert torch.isneginf(log_softmax(row)).all()  # all masked: -inf, not NaN
+    part = torch.tensor([[0.0, float("-inf"), 1.0]])
+    assert torch.isneginf(log_softmax(part)[0, 1]) and torch.isfinite(log_softmax(part)[0, [0, 2]]).all()
 
 
 def test_sampling_distribution_chi_square():

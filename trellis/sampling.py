@@ -61,7 +61,7 @@ def warp(logits: Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: flo
 def log_softmax(scores: Tensor) -> Tensor:
     """log-probabilities in float32 ([B, V] -> [B, V]); all -inf rows stay all -inf instead of NaN."""
     lp = torch.log_softmax(scores.float(), dim=-1)
-    return torch.nan_to_num(lp, nan=NEG_INF)
+    return torch.nan_to_num(lp, nan=NEG_INF, neginf=NEG_INF)  # neginf: the default would make -inf finite
 
 
 def sample(log_probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
