@@ -6,7 +6,8 @@ import argparse
 import os
 import platform
 import sys
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 
 def _threads(n: int | None) -> None:
@@ -25,11 +26,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     stream = generate(args.model, prompt, grammar=args.grammar, max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                       repetition_penalty=args.repetition_penalty, stop=args.stop or (), seed=args.seed,
-                      stream=True)
+                      strategy=_search_strategy(args), stream=True)
     for piece in stream:  # type: ignore[union-attr]
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    _write_search_tree(args)
     res = stream.result  # type: ignore[union-attr]
     if res is not None and not args.quiet:
         st = res.stats
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch threads (default: CPU cores)")
     g.add_argument("-q", "--quiet", action="store_true", help="no statistics line on stderr")
+    _add_search_args(g)
     g.set_defaults(func=cmd_generate)
     i = sub.add_parser("info", help="versions, model and cache paths")
     i.set_defaults(func=cmd_info)
@@ -98,6 +101,146 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"trellis: error: {e}", file=sys.stderr)
         return 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Search strategies on the command line (issue 5): `--strategy`, its parameters, `--tree-out`, and
+# a tqdm progress bar (shown once a search has run for a second) for the non-streaming searches.
+# ---------------------------------------------------------------------------------------------
+
+STRATEGIES = ("greedy", "sample", "beam", "diverse-beam", "lookahead", "mcts", "best-of-n", "entropy-gate")
+
+
+def _add_search_args(g: argparse.ArgumentParser) -> None:
+    s = g.add_argument_group("search strategy")
+    s.add_argument("--strategy", choices=STRATEGIES, default=None,
+                   help="default: greedy at temperature 0, else sample")
+    s.add_argument("--width", type=int, default=4, help="beam width (beam, diverse-beam, lookahead)")
+    s.add_argument("--n-best", type=int, default=1, help="hypotheses to return (beam, lookahead)")
+    s.add_argument("--length-penalty", type=float, default=1.0, help="beam: score = logprob / len ** this")
+    s.add_argument("--early-stopping", choices=("true", "false", "never"), default="false")
+    s.add_argument("--groups", type=int, default=2, help="diverse-beam groups")
+    s.add_argument("--diversity-penalty", type=float, default=1.0, help="diverse-beam lambda")
+    s.add_argument("--depth", type=int, default=4, help="lookahead / entropy-gate lookahead tokens")
+    s.add_argument("--rollouts", type=int, default=1, help="lookahead continuations per candidate")
+    s.add_argument("--include", action="append", default=None,
+                   help="lookahead: a phrase that must appear (repeatable); mcts: reward = share present")
+    s.add_argument("--lam", type=float, default=1.0, help="lookahead: weight of satisfied --include clauses")
+    s.add_argument("--num-samples", type=int, default=8, help="best-of-n: n")
+    s.add_argument("--scorer", choices=("logprob", "mean_logprob", "mbr"), default="logprob", help="best-of-n")
+    s.add_argument("--k", type=int, default=3, help="mcts children per expansion / entropy-gate candidates")
+    s.add_argument("--max-rollouts", type=int, default=32, help="mcts iterations")
+    s.add_argument("--budget-tokens", type=int, default=None, help="mcts: forward-token budget")
+    s.add_argument("--max-seconds", type=float, default=None, help="mcts: wall-time budget")
+    s.add_argument("--threshold", type=float, default=1.0, help="entropy-gate: pause above this entropy (nats)")
+    s.add_argument("--tree-out", default=None, help="write the explored tree (.dot, .svg, .png, .pdf)")
+
+
+def _search_strategy(args: argparse.Namespace):  # -> Strategy | None
+    """The strategy the arguments ask for, wrapped for the progress bar and --tree-out."""
+    import torch
+
+    from trellis.search import (MCTS, Beam, BestOfN, DiverseBeam, EntropyGate, Greedy, Lookahead, Sample,
+                                must_include)
+
+    name = getattr(args, "strategy", None)
+    if name is None and not getattr(args, "tree_out", None):
+        return None  # generate() picks greedy or sample and streams token by token
+    name = name or ("greedy" if args.temperature == 0 else "sample")
+    gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
+    phrases = tuple(args.include or ())
+    if name == "greedy":
+        strategy = Greedy()
+    elif name == "sample":
+        strategy = Sample(generator=gen)
+    elif name == "beam":
+        strategy = Beam(width=args.width, n_best=args.n_best, length_penalty=args.length_penalty, early_stopping=early)
+    elif name == "diverse-beam":
+        strategy = DiverseBeam(width=args.width, groups=args.groups, diversity_penalty=args.diversity_penalty,
+                               length_penalty=args.length_penalty, early_stopping=early)
+    elif name == "lookahead":
+        strategy = Lookahead(width=args.width, depth=args.depth, rollouts=args.rollouts, lam=args.lam,
+                             clauses=must_include(*phrases), n_best=args.n_best, generator=gen)
+    elif name == "mcts":
+        strategy = MCTS(reward=_cli_reward(phrases), k=args.k, max_rollouts=args.max_rollouts,
+                        budget_tokens=args.budget_tokens, max_seconds=args.max_seconds)
+    elif name == "best-of-n":
+        strategy = BestOfN(n=args.num_samples, scorer=args.scorer, generator=gen)
+    else:
+        strategy = EntropyGate(threshold=args.threshold, k=args.k, depth=args.depth)
+    if name in ("greedy", "sample") and not args.tree_out:
+        return strategy
+    return _Observed(strategy, _TREE_HOLDER)
+
+
+def _cli_reward(phrases: tuple[str, ...]):
+    """MCTS reward from the command line: the share of --include phrases in the text, else the
+    rollout's mean log-prob per token."""
+    from trellis.decoder import Hypothesis
+
+    def reward(h: Hypothesis) -> float:
+        if phrases and _TREE_HOLDER.get("vocab") is not None:
+            text = _TREE_HOLDER["vocab"].decode(h.new_tokens)
+            return sum(p.encode() in text for p in phrases) / len(phrases)
+        return h.logprob / max(1, h.num_new)
+
+    return reward
+
+
+_TREE_HOLDER: dict = {}
+
+
+class _ProgressLM:
+    """A LanguageModel proxy that ticks a tqdm bar once per LM call (bar appears after 1 s)."""
+
+    def __init__(self, lm, bar) -> None:
+        self.lm, self.bar, self.vocab_size = lm, bar, lm.vocab_size
+
+    def logits(self, prefixes):
+        self.bar.update(1)
+        return self.lm.logits(prefixes)
+
+    def tree_logits(self, prefix, tree):
+        self.bar.update(1)
+        return self.lm.tree_logits(prefix, tree)
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """Runs a strategy with a progress bar and keeps its explored tree (in ``holder``) for --tree-out."""
+
+    strategy: Any
+    holder: dict
+
+    def __call__(self, decoder, root, *, max_new_tokens: int):
+        from dataclasses import replace
+
+        from tqdm import tqdm
+
+        from trellis.search.tree import path_tree
+
+        self.holder["vocab"] = decoder.vocab
+        with tqdm(desc=type(self.strategy).__name__, unit=" LM calls", delay=1.0, file=sys.stderr,
+                  leave=False) as bar:
+            dec = replace(decoder, lm=_ProgressLM(decoder.lm, bar))
+            if hasattr(self.strategy, "search"):
+                res = self.strategy.search(dec, root, max_new_tokens=max_new_tokens)
+                hyps, tree = list(res.hypotheses), res.tree
+            else:
+                hyps = self.strategy(dec, root, max_new_tokens=max_new_tokens)
+                tree = path_tree(decoder, root, hyps)
+        self.holder["tree"] = tree
+        return hyps
+
+
+def _write_search_tree(args: argparse.Namespace) -> None:
+    if getattr(args, "tree_out", None) and "tree" in _TREE_HOLDER:
+        from trellis.viz import write_tree
+
+        path = write_tree(_TREE_HOLDER["tree"], args.tree_out)
+        if not args.quiet:
+            print(f"[tree: {_TREE_HOLDER['tree'].number_of_nodes()} nodes -> {path}]", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,20 @@
-"""Search strategies over token trees; each is a frozen dataclass implementing ``Strategy``."""
+"""Search strategies over token trees; each is a frozen dataclass implementing ``Strategy``.
+
+Beyond ``Greedy``/``Sample`` each strategy has ``search(...) -> SearchResult`` returning the
+hypotheses with their ranking scores and the explored tree (``networkx.DiGraph``; see ``tree``).
+"""
 
 from trellis.search.base import StepwiseStrategy, Strategy
+from trellis.search.beam import Beam, DiverseBeam
+from trellis.search.best_of_n import BestOfN, ngram_f1
+from trellis.search.entropy import EntropyGate
 from trellis.search.greedy import Greedy
+from trellis.search.lookahead import Lookahead, must_include
+from trellis.search.mcts import MCTS
 from trellis.search.sample import Sample
+from trellis.search.tree import SearchResult, TreeRecorder, path_tree
 
-__all__ = ["Greedy", "Sample", "Strategy", "StepwiseStrategy"]
+__all__ = [
+    "MCTS", "Beam", "BestOfN", "DiverseBeam", "EntropyGate", "Greedy", "Lookahead", "Sample", "SearchResult",
+    "StepwiseStrategy", "Strategy", "TreeRecorder", "must_include", "ngram_f1", "path_tree",
+]

@@ -1,0 +1,220 @@
+"""Monte Carlo tree search over tokens, as in Planning-Guided Transformer Decoding (PG-TD; Zhang et
+al. 2023, "Planning with Large Language Models for Code Generation").
+
+Each iteration: *select* from the root by P-UCB
+
+    P-UCB(s, a) = Q(s, a) + beta(s) * P(a | s) * sqrt(log N(s)) / (1 + N(s')),
+    beta(s) = log((N(s) + c_base + 1) / c_base) + c,
+
+where P(a | s) is the masked next-token probability, N visit counts and s' the child; *expand* the
+selected node with the top-k tokens of P(. | s); *evaluate* it by a rollout (any ``Strategy``,
+``Greedy`` by default) to a complete hypothesis and the user ``reward``; *back up* Q along the path
+(the max of the rewards seen below, as PG-TD does, or their mean). Returns every distinct rollout
+result, highest reward first.
+
+Caches, so no rollout is recomputed: a *tree cache* (next-token logits per prefix, so expanding a
+node on an earlier rollout's path costs no forward) and a *sequence cache* (with a greedy rollout
+the rollout from any prefix of an earlier rollout result is that result). Both live in a wrapper
+around the LM for one search; strategies still never touch the KV cache.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from typing import Callable, Literal, Sequence
+
+import torch
+from torch import Tensor
+
+from trellis.decoder import Decoder, Hypothesis
+from trellis.lm import LanguageModel
+from trellis.search.base import Strategy
+from trellis.search.greedy import Greedy
+from trellis.search.sample import Sample
+from trellis.search.tree import SearchResult, TreeRecorder
+from trellis.tokens import TokenTree
+
+
+class _MemoLM:
+    """The tree cache: a LanguageModel that remembers the logits row of every prefix it served
+    (least recently used rows dropped beyond ``max_bytes``), and meters the compute it passed on."""
+
+    def __init__(self, lm: LanguageModel, max_bytes: int) -> None:
+        self.lm, self.max_bytes = lm, max_bytes
+        self.vocab_size = lm.vocab_size
+        self.rows: OrderedDict[tuple[int, ...], Tensor] = OrderedDict()
+        self.rows_forwarded = 0  # prefixes actually sent to the LM
+        stats = getattr(lm, "stats", None)
+        self._tokens0 = stats.tokens_forwarded if stats is not None else None
+
+    def spent(self) -> int:
+        """Forward tokens spent so far: the LM's ``stats.tokens_forwarded`` when it has counters,
+        else the number of prefixes sent to it."""
+        stats = getattr(self.lm, "stats", None)
+        if stats is not None and self._tokens0 is not None:
+            return stats.tokens_forwarded - self._tokens0
+        return self.rows_forwarded
+
+    def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        keys = [tuple(int(t) for t in p) for p in prefixes]
+        missing = list(dict.fromkeys(k for k in keys if k not in self.rows))
+        if missing:
+            out = self.lm.logits(missing)  # [M, V]
+            self.rows_forwarded += len(missing)
+            limit = max(1, self.max_bytes // max(1, out.shape[-1] * out.element_size()))
+            for k, row in zip(missing, out):
+                self.rows[k] = row.clone()
+                while len(self.rows) > limit:
+                    self.rows.popitem(last=False)
+            got = {k: out[i] for i, k in enumerate(missing)}
+        else:
+            got = {}
+        rows = []
+        for k in keys:
+            if k in got:
+                rows.append(got[k])
+            else:
+                self.rows.move_to_end(k)
+                rows.append(self.rows[k])
+        return torch.stack(rows)  # [B, V]
+
+    def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
+        self.rows_forwarded += len(tree) + 1
+        return self.lm.tree_logits(prefix, tree)
+
+
+class _Node:
+    """A search-tree node (mutable bookkeeping, private to one search)."""
+
+    __slots__ = ("hyp", "prior", "children", "visits", "q", "total", "exhausted")
+
+    def __init__(self, hyp: Hypothesis, prior: float) -> None:
+        self.hyp, self.prior = hyp, prior
+        self.children: list[_Node] | None = None  # None = not expanded yet
+        self.visits, self.q, self.total = 0, 0.0, 0.0
+        self.exhausted = False  # every leaf below has been evaluated exactly: nothing left to learn
+
+
+@dataclass(frozen=True)
+class MCTS:
+    """PG-TD Monte Carlo tree search (see the module docstring) with a user ``reward``.
+
+    ``reward`` is called on each rollout's final hypothesis (``finished`` is False when the token
+    budget cut it). Budgets: at most ``max_rollouts`` iterations, ``budget_tokens`` forward tokens
+    (``lm.stats.tokens_forwarded`` when the LM has counters, else prefixes evaluated) and
+    ``max_seconds`` of wall time — whichever ends first (checked between iterations). ``k``:
+    children per expansion; ``c``, ``c_base``: P-UCB constants (PG-TD's defaults). ``backup``:
+    "max" (PG-TD) or "mean". ``sequence_cache``: reuse rollouts along earlier results (None = on
+    for greedy rollouts, for which it is exact). ``memo_bytes``: size of the logits tree cache.
+    ``SearchResult.scores`` are the rewards.
+    """
+
+    reward: Callable[[Hypothesis], float]
+    rollout: Strategy = field(default_factory=Greedy)
+    k: int = 3
+    c: float = 4.0
+    c_base: float = 10.0
+    max_rollouts: int = 64
+    budget_tokens: int | None = None
+    max_seconds: float | None = None
+    backup: Literal["max", "mean"] = "max"
+    sequence_cache: bool | None = None
+    memo_bytes: int = 256 << 20
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.max_rollouts < 1:
+            raise ValueError("k and max_rollouts must be >= 1")
+        if self.backup not in ("max", "mean"):
+            raise ValueError(f"backup must be 'max' or 'mean', got {self.backup!r}")
+
+    def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
+        return list(self.search(decoder, root, max_new_tokens=max_new_tokens,
+                                recorder=TreeRecorder.off(decoder, root)).hypotheses)
+
+    def _greedy_rollout(self, decoder: Decoder) -> bool:
+        if self.sequence_cache is not None:
+            return self.sequence_cache
+        return isinstance(self.rollout, Greedy) or (isinstance(self.rollout, Sample) and decoder.temperature == 0)
+
+    def _p_ucb(self, parent: _Node, child: _Node) -> float:
+        beta = math.log((parent.visits + self.c_base + 1) / self.c_base) + self.c
+        return child.q + beta * child.prior * math.sqrt(math.log(max(parent.visits, 1))) / (1 + child.visits)
+
+    def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
+               recorder: TreeRecorder | None = None) -> SearchResult:
+        rec = recorder if recorder is not None else TreeRecorder(decoder, root)
+        memo = _MemoLM(decoder.lm, self.memo_bytes)
+        dec = replace(decoder, lm=memo)
+        base = len(root.tokens)
+        greedy_cache = self._greedy_rollout(decoder)
+        seq_cache: dict[tuple[int, ...], Hypothesis] = {}
+        rewards: dict[tuple[int, ...], tuple[float, Hypothesis]] = {}
+        t0 = time.monotonic()
+
+        def terminal(h: Hypothesis) -> bool:
+            return h.finished or len(h.tokens) - base >= max_new_tokens
+
+        def evaluate(h: Hypothesis) -> float:
+            if terminal(h):
+                y = h
+            else:
+                y = seq_cache.get(h.tokens)
+                if y is None:
+                    y = self.rollout(dec, h, max_new_tokens=max_new_tokens - (len(h.tokens) - base))[0]
+                    if greedy_cache:
+                        for n in range(len(h.tokens), len(y.tokens)):
+                            seq_cache.setdefault(y.tokens[:n], y)
+                    else:
+                        seq_cache[h.tokens] = y
+                    rec.mark(y, rollout=True)
+            if y.tokens not in rewards:
+                rewards[y.tokens] = (float(self.reward(y)), y)
+            return rewards[y.tokens][0]
+
+        top = _Node(root, 1.0)
+        for _ in range(self.max_rollouts):
+            if top.exhausted:
+                break
+            if self.budget_tokens is not None and memo.spent() >= self.budget_tokens:
+                break
+            if self.max_seconds is not None and time.monotonic() - t0 >= self.max_seconds:
+                break
+            # selection
+            path = [top]
+            node = top
+            while node.children is not None and not terminal(node.hyp):
+                options = [ch for ch in node.children if not ch.exhausted]
+                node = max(options, key=lambda ch: (self._p_ucb(path[-1], ch), ch.prior))
+                path.append(node)
+            # expansion
+            if not terminal(node.hyp):
+                lp = dec.log_probs([node.hyp])[0]  # [V]
+                rec.pruned([node.hyp])
+                k = min(self.k, int(torch.isfinite(lp).sum()))
+                vals, toks = torch.topk(lp, k) if k else (lp[:0], lp[:0].long())
+                node.children = []
+                for v, t in zip(vals.tolist(), toks.tolist()):
+                    child = dec.extend(node.hyp, t, v)
+                    node.children.append(_Node(child, math.exp(v)))
+                    rec.add(child, logprob=v, prior=math.exp(v))
+            # evaluation and backup
+            r = evaluate(node.hyp)
+            for n in path:
+                n.visits += 1
+                n.total += r
+                n.q = max(n.q, r) if self.backup == "max" and n.visits > 1 else (
+                    r if self.backup == "max" else n.total / n.visits)
+                rec.visit(n.hyp, value=n.q)
+            for n in reversed(path):
+                n.exhausted = terminal(n.hyp) or (n.children is not None and all(ch.exhausted for ch in n.children))
+                if not n.exhausted:
+                    break
+        ranked = sorted(rewards.values(), key=lambda x: (-x[0], -x[1].logprob))
+        if not ranked:
+            return rec.result([root], [float("-inf")])
+        for r, y in ranked:
+            rec.mark(y, value=r)
+        return rec.result([y for _, y in ranked], [r for r, _ in ranked])
