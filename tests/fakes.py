@@ -82,3 +82,21 @@ class ScriptedLM:
         toks = tree.tokens.tolist()
         return torch.stack([self._row(prefix)] + [self._row(list(prefix) + [toks[j] for j in tree.path_to(i)])
                                                   for i in range(len(tree))])
+
+
+class BigramLM:
+    """A fake LanguageModel whose logits depend only on the last token: ``table[prefix[-1]]``.
+
+    Cheap enough for 20k-draw statistical tests of samplers and verifiers."""
+
+    def __init__(self, vocab_size: int, *, seed: int = 0, scale: float = 1.5) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.vocab_size = vocab_size
+        self.table = torch.randn(vocab_size, vocab_size, generator=g) * scale  # [V, V]
+
+    def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        return self.table[torch.tensor([p[-1] for p in prefixes])]
+
+    def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
+        last = torch.cat([torch.tensor([prefix[-1]]), tree.tokens])
+        return self.table[last]

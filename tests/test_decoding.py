@@ -18,6 +18,7 @@ class OnlyTokens:
 
     def __init__(self, vocab: Vocabulary, allowed: set[int], n: int) -> None:
         self.vocab, self.allowed, self.n = vocab, allowed, n
+        self._rows: dict[bool, torch.Tensor] = {}
 
     def start(self):
         return 0
@@ -28,11 +29,14 @@ class OnlyTokens:
     def fill_mask(self, state, out):
         from trellis.mask import bool_to_bitmask
 
-        ok = torch.zeros(len(self.vocab), dtype=torch.bool)
-        ok[list(self.allowed)] = True
-        if state >= self.n:
-            ok[list(self.vocab.eos)] = True
-        out.copy_(bool_to_bitmask(ok)[0])
+        accepting = state >= self.n
+        if accepting not in self._rows:
+            ok = torch.zeros(len(self.vocab), dtype=torch.bool)
+            ok[list(self.allowed)] = True
+            if accepting:
+                ok[list(self.vocab.eos)] = True
+            self._rows[accepting] = bool_to_bitmask(ok)[0]
+        out.copy_(self._rows[accepting])
 
     def is_accepting(self, state):
         return state >= self.n

@@ -107,7 +107,7 @@ class HFLanguageModel:
         self._settle()
         return list(self._rows)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
         """[B, V] float32 next-token logits, one forward per distinct prefix length.
 
@@ -123,7 +123,8 @@ class HFLanguageModel:
         for i, p in enumerate(prefs):
             by_len.setdefault(len(p), []).append(i)
         if len(by_len) == 1:
-            return self._logits_same_length(prefs)
+            # a copy: callers may mask in place, and the stored rows must stay as computed
+            return self._logits_same_length(prefs).clone()
         out = torch.empty(len(prefs), self.vocab_size, dtype=torch.float32)
         # Different lengths cannot share one batched forward without padding holes in the cache;
         # each length group is one forward (the last group stays cached).
@@ -131,7 +132,7 @@ class HFLanguageModel:
             out[idxs] = self._logits_same_length([prefs[i] for i in idxs]).to(out.device)
         return out
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
         """[N+1, V] float32 logits for a whole draft tree in ONE forward pass.
 
@@ -156,7 +157,7 @@ class HFLanguageModel:
         logits = self._forward(ids, positions, vis, past=c, keep=n + 1)[0]  # [N+1, V]
         self._rows, self._row_tensor, self._last = [], None, None  # cache holds prefix + tree now
         self._pending = _PendingTree(pre, tuple(tree_tokens.tolist()), tuple(tree.parents.tolist()), logits)
-        return logits
+        return logits.clone()
 
     def commit(self, path: Sequence[int]) -> None:
         """Keep the accepted chain of tree nodes ``path`` (root child first) in the cache after

@@ -1,0 +1,221 @@
+"""Training-free drafters: prompt lookup, token recycling, grammar-forced tokens, a draft model, and
+a composite that merges their proposals into one tree under a node budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from trellis.constrain.base import forced_tokens
+from trellis.decoder import Decoder, Hypothesis
+from trellis.sampling import sample
+from trellis.speculate.base import Draft, Drafter, LearningDrafter
+from trellis.tokens import TokenTree
+
+
+def _paths_draft(paths: Sequence[Sequence[int]], source: str, max_nodes: int) -> Draft:
+    """A deterministic draft from token paths (shared prefixes merged), cut at ``max_nodes``."""
+    tree = TokenTree.from_paths([list(p) for p in paths if p])
+    if len(tree) > max_nodes:
+        tree = TokenTree(tree.tokens[:max_nodes], tree.parents[:max_nodes])  # topological: a prefix stays a tree
+    return Draft(tree, None, (source,) * len(tree))
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Prompt lookup decoding (Saxena 2023; transformers' ``prompt_lookup_num_tokens``): find the most
+    recent earlier occurrences of the last n tokens (n from ``max_ngram`` down to ``min_ngram``) in
+    prompt + output and propose what followed them; several matches become branches of a tree."""
+
+    max_ngram: int = 3
+    min_ngram: int = 1
+    max_matches: int = 4
+    name: str = "prompt-lookup"
+
+    def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
+        seq = np.asarray(hyp.tokens, dtype=np.int64)
+        n_tok = len(seq)
+        for n in range(min(self.max_ngram, n_tok - 1), self.min_ngram - 1, -1):
+            pattern = seq[-n:]
+            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # [L-n, n], excludes the suffix itself
+            starts = np.flatnonzero((windows == pattern).all(axis=1))[::-1]  # most recent first
+            paths: list[list[int]] = []
+            for s in starts:
+                cont = seq[s + n: s + n + max_depth].tolist()
+                if cont and cont not in paths:
+                    paths.append(cont)
+                if len(paths) >= self.max_matches:
+                    break
+            if paths:
+                return _paths_draft(paths, self.name, max_nodes)
+        return Draft.empty()
+
+
+@dataclass(frozen=True)
+class GrammarForced:
+    """The continuation the constraint forces (jump-forward), proposed as a chain and verified by
+    the model like any other draft — never inserted, so non-canonical tokenisations cannot skew the
+    output distribution."""
+
+    name: str = "grammar-forced"
+
+    def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
+        if not decoder.constrained:
+            return Draft.empty()
+        toks = forced_tokens(decoder.constraint, hyp.state)[: min(max_depth, max_nodes)]
+        return _paths_draft([toks], self.name, max_nodes) if toks else Draft.empty()
+
+
+@dataclass
+class TokenRecycling:
+    """Token Recycling (Luo et al. 2024, "Turning Trash into Treasure"): an adjacency matrix M [V, k]
+    holds, for each token, the top-k tokens the target predicted after it in past verifications;
+    a draft expands M breadth-first from the last token along a static tree ``template``.
+
+    ``template[i] = (parent, rank)``: node i is the ``rank``-th successor of node ``parent``
+    (-1 = the last committed token). M is updated online from every verification's scores.
+    """
+
+    vocab_size: int
+    k: int = 8
+    template: tuple[tuple[int, int], ...] = ((-1, 0), (-1, 1), (-1, 2), (0, 0), (0, 1), (1, 0), (3, 0), (3, 1),
+                                            (4, 0), (6, 0), (9, 0), (10, 0))
+    name: str = "recycling"
+    matrix: Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for i, (p, r) in enumerate(self.template):
+            if not -1 <= p < i or not 0 <= r < self.k:
+                raise ValueError(f"template node {i}: parent {p} / rank {r} out of range")
+        self.matrix = torch.full((self.vocab_size, self.k), -1, dtype=torch.long)  # [V, k], -1 = unknown
+
+    def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
+        toks: list[int] = []
+        pars: list[int] = []
+        depth: list[int] = []
+        index: dict[int, int] = {}  # template node -> tree node
+        last = hyp.tokens[-1]
+        for i, (p, r) in enumerate(self.template):
+            if len(toks) >= max_nodes:
+                break
+            if p >= 0 and p not in index:
+                continue
+            d = 0 if p < 0 else depth[index[p]] + 1
+            if d >= max_depth:
+                continue
+            src = last if p < 0 else toks[index[p]]
+            t = int(self.matrix[src, r]) if src < self.vocab_size else -1
+            if t < 0 or any(toks[j] == t and pars[j] == (-1 if p < 0 else index[p]) for j in range(len(toks))):
+                continue
+            index[i] = len(toks)
+            toks.append(t)
+            pars.append(-1 if p < 0 else index[p])
+            depth.append(d)
+        if not toks:
+            return Draft.empty()
+        tree = TokenTree(torch.tensor(toks, dtype=torch.long), torch.tensor(pars, dtype=torch.long))
+        return Draft(tree, None, (self.name,) * len(toks))
+
+    def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:
+        """Recycle the verification: the target's top-k after each node become that token's successors."""
+        k = min(self.k, target.shape[-1])
+        top = torch.topk(target.float(), k, dim=-1).indices  # [N+1, k]
+        finite = torch.isfinite(torch.gather(target.float(), 1, top))
+        top = top.masked_fill(~finite, -1)
+        rows = torch.tensor([hyp.tokens[-1]] + draft.tree.tokens.tolist(), dtype=torch.long)  # token at each row
+        ok = rows < self.vocab_size
+        self.matrix[rows[ok], :k] = top[ok]
+
+
+@dataclass
+class ModelDrafter:
+    """A smaller model sharing the target's tokenizer drafts a chain from the SAME masked, warped
+    distribution (same constraint, temperature, top-k/p), so rejection sampling stays exact.
+
+    ``model`` is anything ``trellis.generate.language_model`` accepts (a transformers model gets its
+    own KV-cached ``HFLanguageModel``). Greedy targets get argmax drafts; sampling targets get
+    samples and their distributions in ``Draft.probs``.
+    """
+
+    model: Any
+    generator: torch.Generator | None = None
+    name: str = "draft-model"
+    _lm: Any = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        from trellis.generate import language_model
+
+        self._lm = language_model(self.model)
+
+    def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
+        dec = replace(decoder, lm=self._lm)
+        n = min(max_nodes, max_depth)
+        toks: list[int] = []
+        probs: list[Tensor] = []
+        h = hyp
+        for _ in range(n):
+            lp = dec.log_probs([h])  # [1, V]
+            if not torch.isfinite(lp).any():
+                break
+            t = int(lp[0].argmax()) if decoder.temperature == 0 else int(sample(lp, self.generator)[0])
+            probs.append(lp[0].exp())
+            if t in decoder.eos:
+                toks.append(t)
+                break
+            toks.append(t)
+            h = dec.extend(h, t)
+        if not toks:
+            return Draft.empty()
+        tree = TokenTree.chain(toks)
+        width = self._lm.vocab_size
+        rows = probs + [torch.zeros(width)]  # the last node's children are not drafted
+        stacked = torch.stack(rows)  # [N+1, V_draft]
+        return Draft(tree, None if decoder.temperature == 0 else stacked, (self.name,) * len(toks))
+
+
+@dataclass
+class Composite:
+    """Merge several drafters' proposals into one deterministic tree under the node budget.
+
+    Drafters are asked in order; each gets the budget the previous ones left. Verification treats
+    the merged proposals as deterministic (q = one-hot), which is lossless whatever produced them.
+    """
+
+    drafters: Sequence[Drafter]
+    name: str = "composite"
+
+    def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
+        paths: list[tuple[list[int], str]] = []
+        used = 0
+        for d in self.drafters:
+            if used >= max_nodes:
+                break
+            sub = d.draft(decoder, hyp, max_nodes=max_nodes - used, max_depth=max_depth)
+            if len(sub) == 0:
+                continue
+            toks = sub.tree.tokens.tolist()
+            srcs = sub.sources or (getattr(d, "name", type(d).__name__),) * len(sub)
+            kids = {i for i in sub.tree.parents.tolist() if i >= 0}
+            for leaf in (i for i in range(len(sub)) if i not in kids):
+                paths.append(([toks[j] for j in sub.tree.path_to(leaf)], srcs[leaf]))
+            used += len(sub)
+        if not paths:
+            return Draft.empty()
+        tree = TokenTree.from_paths([p for p, _ in paths])
+        if len(tree) > max_nodes:
+            tree = TokenTree(tree.tokens[:max_nodes], tree.parents[:max_nodes])
+        # Attribute each merged node to the first drafter whose path contains it.
+        sources: list[str] = []
+        for i in range(len(tree)):
+            path = [int(tree.tokens[j]) for j in tree.path_to(i)]
+            sources.append(next(s for p, s in paths if p[: len(path)] == path))
+        return Draft(tree, None, tuple(sources))
+
+    def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:
+        for d in self.drafters:
+            if isinstance(d, LearningDrafter):
+                d.observe(hyp, draft, target, path)
