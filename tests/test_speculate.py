@@ -227,3 +227,44 @@ def test_chain_sampler_refuses_trees():
     tree = TokenTree(torch.tensor([1, 2]), torch.tensor([-1, -1]))
     with pytest.raises(ValueError):
         ChainRejectionSampler()(torch.zeros(3, 4), Draft(tree), None)
+
+
+GEMMA_PROMPTS = [
+    "Summarize: The committee met on Tuesday. The committee agreed that the budget for the new library "
+    "would be increased. The budget for the new library will be presented next week.\nSummary: The committee",
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
+    "The three most important inventions of the nineteenth century were",
+]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("prompt", GEMMA_PROMPTS)
+def test_gemma_greedy_speculation_is_greedy(gemma, prompt):
+    from trellis.speculate.drafters import drafter_from_name
+
+    dec = Decoder(HFLanguageModel(gemma.model), temperature=0, vocab=gemma.vocab)
+    ids = gemma.tokenizer(prompt).input_ids
+    ref = Greedy()(dec, dec.start(ids), max_new_tokens=48)[0]
+    for drafter in ("prompt-lookup", "recycling", "auto"):
+        spec = Speculative(drafter_from_name(drafter, vocab_size=gemma.vocab_size))
+        out = spec(dec, dec.start(ids), max_new_tokens=48)[0]
+        assert out.tokens == ref.tokens, drafter
+
+
+@pytest.mark.model
+def test_gemma_greedy_speculation_under_json_grammar(gemma):
+    import json
+
+    from trellis.constrain.compile import compile as compile_grammar
+    from trellis.speculate.drafters import drafter_from_name
+
+    dec = Decoder(HFLanguageModel(gemma.model), compile_grammar("json.lark", gemma.vocab), temperature=0,
+                  vocab=gemma.vocab)
+    ids = gemma.tokenizer('Text: "Maria Lopez, 34, lives in Madrid."\nThe person as JSON: ').input_ids
+    ref = Greedy()(dec, dec.start(ids), max_new_tokens=40)[0]
+    spec = Speculative(drafter_from_name("auto", vocab_size=gemma.vocab_size))
+    out = spec(dec, dec.start(ids), max_new_tokens=40)[0]
+    assert out.tokens == ref.tokens
+    assert spec.stats.rounds < 40
+    if ref.finished:
+        json.loads(dec.text(ref))

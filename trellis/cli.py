@@ -20,13 +20,28 @@ def _threads(n: int | None) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from trellis.generate import generate
+    from trellis.models import load
 
     _threads(args.threads)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
-    stream = generate(args.model, prompt, grammar=args.grammar, max_new_tokens=args.max_new_tokens,
+    model = load(args.model)
+    strategy = _search_strategy(args)
+    spec = None
+    if args.speculate:
+        if strategy is not None:
+            raise ValueError("--speculate is its own strategy; it cannot be combined with --strategy/--tree-out")
+        import torch
+
+        from trellis.speculate import Speculative
+        from trellis.speculate.drafters import drafter_from_name
+
+        gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+        strategy = spec = Speculative(drafter_from_name(args.speculate, vocab_size=model.vocab_size, generator=gen),
+                                      max_nodes=args.max_draft_nodes, generator=gen)
+    stream = generate(model, prompt, grammar=args.grammar, max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                       repetition_penalty=args.repetition_penalty, stop=args.stop or (), seed=args.seed,
-                      strategy=_search_strategy(args), stream=True)
+                      strategy=strategy, stream=True)
     for piece in stream:  # type: ignore[union-attr]
         sys.stdout.write(piece)
         sys.stdout.flush()
@@ -37,6 +52,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         st = res.stats
         print(f"[{st.new_tokens} tokens, {st.tokens_per_s:.1f} tok/s, {st.forward_calls} forward calls, "
               f"{'finished' if res.finished else 'budget reached'}]", file=sys.stderr)
+        if spec is not None:
+            ss = spec.stats
+            by = ", ".join(f"{k} {v:.0%}" for k, v in ss.acceptance_by_drafter().items())
+            print(f"[speculative: {ss.rounds} rounds, {ss.mean_accepted:.2f} accepted draft tokens/round"
+                  f"{', acceptance ' + by if by else ''}]", file=sys.stderr)
     return 0
 
 
@@ -86,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch threads (default: CPU cores)")
+    g.add_argument("--speculate", default=None, metavar="DRAFTER",
+                   help="speculative decoding, lossless: prompt-lookup, recycling, grammar-forced, auto, draft:MODEL")
+    g.add_argument("--max-draft-nodes", type=int, default=16, help="speculate: draft tree node budget")
     g.add_argument("-q", "--quiet", action="store_true", help="no statistics line on stderr")
     _add_search_args(g)
     g.set_defaults(func=cmd_generate)

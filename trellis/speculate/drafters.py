@@ -219,3 +219,22 @@ class Composite:
         for d in self.drafters:
             if isinstance(d, LearningDrafter):
                 d.observe(hyp, draft, target, path)
+
+
+def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator | None = None) -> Drafter:
+    """The drafter the CLI's ``--speculate`` names: ``prompt-lookup``, ``recycling``,
+    ``grammar-forced``, ``auto`` (all three merged) or ``draft:MODEL`` (a smaller model sharing the
+    tokenizer: anything ``trellis.load`` accepts)."""
+    if name == "prompt-lookup":
+        return PromptLookup()
+    if name == "recycling":
+        return TokenRecycling(vocab_size)
+    if name == "grammar-forced":
+        return GrammarForced()
+    if name == "auto":
+        return Composite([GrammarForced(), PromptLookup(), TokenRecycling(vocab_size)])
+    if name.startswith("draft:"):
+        from trellis.models import load
+
+        return ModelDrafter(load(name[len("draft:"):]).model, generator=generator)
+    raise ValueError(f"unknown drafter {name!r}: use prompt-lookup, recycling, grammar-forced, auto or draft:MODEL")
