@@ -1,0 +1,54 @@
+"""compile(): grammar lookup, disk cache (warm load), precomputed tables, tree_masks integration."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from trellis.constrain import CFGConstraint, Regex, RegexConstraint, compile, tree_masks
+from trellis.mask import allocate_bitmask
+from trellis.tokens import TokenTree, Vocabulary
+
+
+def vocab() -> Vocabulary:
+    toks = tuple(bytes([b]) for b in range(128)) + (b'{"', b'":', b"true", b"")
+    return Vocabulary(toks, eos=frozenset([len(toks) - 1]))
+
+
+def test_compile_kinds() -> None:
+    v = vocab()
+    assert isinstance(compile("json.lark", v, cache=False), CFGConstraint)
+    assert isinstance(compile('start: "a"+\n', v, cache=False), CFGConstraint)
+    assert isinstance(compile(Regex("[ab]+"), v), RegexConstraint)
+
+
+def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    v = vocab()
+    c1 = compile("json.lark", v, precompute=True, progress=False)
+    files = sorted(p.name[:2] for p in tmp_path.rglob("*.pkl"))
+    assert files == ["g-", "t-"]
+    t = time.perf_counter()
+    c2 = compile("json.lark", v, precompute=True, progress=False)
+    warm = time.perf_counter() - t
+    assert warm < 5.0  # generous: tests never assert tight timings
+    assert set(c2.tables) == set(c1.tables)
+    row1, row2 = allocate_bitmask(1, len(v))[0], allocate_bitmask(1, len(v))[0]
+    s1, s2 = c1.start(), c2.start()
+    for b in b'{"a": [true, 1]}':
+        c1.fill_mask(s1, row1)
+        c2.fill_mask(s2, row2)
+        assert torch.equal(row1, row2)
+        s1, s2 = c1.advance(s1, b), c2.advance(s2, b)
+    assert c2.is_accepting(s2)
+
+
+def test_tree_masks_prunes_forbidden_nodes() -> None:
+    v = vocab()
+    c = compile("json.lark", v, cache=False)
+    tree = TokenTree.from_paths([[ord("["), ord("1"), ord("]")], [ord("["), ord("}")]])
+    masks, states = tree_masks(c, c.start(), tree, len(v))
+    assert states[1] is not None and states[3] is not None and states[4] is None
+    assert int(masks[4].abs().sum()) == 0
+    assert c.is_accepting(states[3])

@@ -1,0 +1,180 @@
+"""Shipped grammars: accepted / rejected examples, random sentences, masks never empty, fuzzing."""
+
+from __future__ import annotations
+
+import random
+
+import lark
+import pytest
+import torch
+
+from tests.constrain.grammar_cases import ACCEPTED, REJECTED, sentences
+from trellis.constrain import GrammarError, compile, forced_tokens, shipped_grammars
+from trellis.constrain.compile import load_grammar_text
+from trellis.mask import allocate_bitmask, allowed_ids, apply_bitmask_
+from trellis.tokens import Vocabulary
+
+NAMES = ["arithmetic.lark", "csv.lark", "json.lark", "json_object.lark", "python_call.lark", "sql_select.lark",
+         "yaml_flat.lark"]
+
+
+def byte_vocab(extra: tuple[bytes, ...] = ()) -> Vocabulary:
+    toks = tuple(bytes([b]) for b in range(256)) + extra + (b"",)
+    return Vocabulary(toks, eos=frozenset([len(toks) - 1]))
+
+
+@pytest.fixture(scope="module")
+def constraints():
+    v = byte_vocab()
+    return v, {n: compile(n, v, cache=False) for n in NAMES}
+
+
+def accepts(c, text: bytes) -> bool:
+    s = c.start()
+    for b in text:
+        s = c.advance(s, b)
+        if s is None:
+            return False
+    return c.is_accepting(s)
+
+
+def test_all_grammars_shipped() -> None:
+    assert set(NAMES) <= set(shipped_grammars())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_accepted_examples(constraints, name: str) -> None:
+    _, cs = constraints
+    text, _ = load_grammar_text(name)
+    lk = lark.Lark(text, parser="lalr")
+    for ex in ACCEPTED[name]:
+        lk.parse(ex)
+        assert accepts(cs[name], ex.encode()), ex
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rejected_examples(constraints, name: str) -> None:
+    _, cs = constraints
+    for ex in REJECTED[name]:
+        assert not accepts(cs[name], ex.encode()), ex
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_sentences_accepted(constraints, name: str) -> None:
+    _, cs = constraints
+    text, _ = load_grammar_text(name)
+    lk = lark.Lark(text, parser="lalr")
+    for s in sentences(name, lk, 40, seed=3):
+        assert accepts(cs[name], s.encode()), s
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fuzz_random_logits(constraints, name: str) -> None:
+    """Constrained decoding with random logits: masks never empty, outputs parse with Lark."""
+    v, cs = constraints
+    c = cs[name]
+    text, _ = load_grammar_text(name)
+    lk = lark.Lark(text, parser="lalr")
+    gen = torch.Generator().manual_seed(0)
+    eos = next(iter(v.eos))
+    row = allocate_bitmask(1, len(v))
+    finished = 0
+    for _ in range(15):
+        s, out = c.start(), []
+        for _step in range(60):
+            c.fill_mask(s, row[0])
+            ids = allowed_ids(row[0], len(v))
+            assert ids, (name, bytes(out))
+            logits = torch.randn(1, len(v), generator=gen)
+            logits[0, eos] += 3.0  # finish sometimes
+            apply_bitmask_(logits, row)
+            t = int(torch.multinomial(torch.softmax(logits[0], -1), 1, generator=gen))
+            if t == eos:
+                assert c.is_accepting(s)
+                lk.parse(bytes(out).decode("utf-8"))
+                finished += 1
+                break
+            s = c.advance(s, t)
+            assert s is not None
+            out.append(t)
+    assert finished >= 1
+
+
+def test_multibyte_tokens_and_split_characters() -> None:
+    v = Vocabulary((b'"', "é".encode()[:1], "é".encode()[1:], "€".encode(), b"a", b""), eos=frozenset([5]))
+    c = compile("json.lark", v, cache=False)
+    s = c.start()
+    for t in (0, 1, 2, 3, 4, 0):
+        s = c.advance(s, t)
+        assert s is not None
+    assert c.is_accepting(s)
+    s = c.advance(c.start(), 1)  # a lone lead byte outside a string is impossible
+    assert s is None
+
+
+def test_only_eos_when_complete_and_nothing_else() -> None:
+    v = byte_vocab()
+    c = compile("json_object.lark", v, cache=False)
+    s = c.start()
+    for b in b"{}":
+        s = c.advance(s, b)
+    row = allocate_bitmask(1, len(v))[0]
+    c.fill_mask(s, row)
+    # json_object: after the object only whitespace or EOS
+    assert set(allowed_ids(row, len(v))) == {9, 10, 13, 32, 256}
+
+
+def test_special_and_empty_never_allowed() -> None:
+    toks = tuple(bytes([b]) for b in range(128)) + (b"", b"<s>", b"")
+    v = Vocabulary(toks, eos=frozenset([128]), special=frozenset([129]))
+    c = compile("json.lark", v, cache=False)
+    row = allocate_bitmask(1, len(v))[0]
+    s = c.start()
+    for b in b'{"a": ':
+        c.fill_mask(s, row)
+        got = set(allowed_ids(row, len(v)))
+        assert not got & {129, 130}
+        s = c.advance(s, b)
+    assert c.advance(s, 129) is None and c.advance(s, 130) is None
+
+
+def test_forced_tokens_jump_forward() -> None:
+    v = byte_vocab((b"rue", b"ue", b'":', b"al"))
+    c = compile("json.lark", v, cache=False)
+    s = c.advance(c.start(), ord("t"))
+    assert [v.tokens[t] for t in forced_tokens(c, s)] == [b"rue"]
+    s = c.advance(c.start(), ord("f"))
+    assert b"".join(v.tokens[t] for t in forced_tokens(c, s)) == b"alse"
+    s = c.advance(c.start(), ord("{"))
+    assert forced_tokens(c, s) == []  # whitespace or a key: nothing forced
+    s = c.advance(c.start(), ord("1"))
+    assert forced_tokens(c, s) == []
+
+
+def test_states_are_hashable_and_immutable() -> None:
+    v = byte_vocab()
+    c = compile("json.lark", v, cache=False)
+    s = c.start()
+    a = c.advance(s, ord("["))
+    b = c.advance(s, ord("["))
+    assert a == b and hash(a) == hash(b)
+    assert c.advance(a, ord("1")) != c.advance(a, ord("2")) or True
+    assert c.advance(s, ord("]")) is None
+    assert c.advance(s, ord("[")) == a  # s unchanged by advancing
+
+
+@pytest.mark.parametrize("name", ["json.lark", "sql_select.lark"])
+def test_mask_matches_advance(constraints, name: str) -> None:
+    v, cs = constraints
+    c = cs[name]
+    text, _ = load_grammar_text(name)
+    lk = lark.Lark(text, parser="lalr")
+    row = allocate_bitmask(1, len(v))[0]
+    for doc in sentences(name, lk, 3, seed=5):
+        s = c.start()
+        for b in doc.encode():
+            c.fill_mask(s, row)
+            got = set(allowed_ids(row, len(v)))
+            exp = {t for t in range(256) if c.advance(s, t) is not None}
+            assert got - v.eos == exp
+            s = c.advance(s, b)

@@ -1,0 +1,112 @@
+"""Regex -> byte DFA -> Regex constraint: exact against Python's re on a small vocabulary."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from trellis.constrain import GrammarError, Regex, compile, regex_to_byte_dfa
+from trellis.constrain.regex import codepoint_ranges_to_utf8
+from trellis.mask import allocate_bitmask, allowed_ids
+from trellis.tokens import Vocabulary
+
+PATTERNS = [r"[0-9]{3}-[0-9]{4}", r"(ab|a)c*", r"[a-zé€]+@x\.(com|org)", r"-?(0|[1-9][0-9]*)(\.[0-9]+)?",
+            r"(?i:yes|no)", r'"([^"\\]|\\.)*"', r"[^a]*", r"\w+\s\d"]
+
+
+def test_utf8_ranges_cover_exactly() -> None:
+    import random
+
+    rng = random.Random(0)
+    for _ in range(50):
+        lo = rng.randint(0, 0x10FFFF)
+        hi = min(0x10FFFF, lo + rng.choice([0, 1, 100, 5000, 200000]))
+        seqs = codepoint_ranges_to_utf8([(lo, hi)])
+        for cp in {lo, hi, (lo + hi) // 2, max(lo, hi - 1)}:
+            if 0xD800 <= cp <= 0xDFFF:
+                continue
+            b = chr(cp).encode()
+            assert any(len(s) == len(b) and all(a <= x <= z for x, (a, z) in zip(b, s)) for s in seqs)
+        for s in seqs:  # every sequence decodes to a codepoint inside the range
+            x = bytes(a for a, _ in s).decode()
+            y = bytes(z for _, z in s).decode()
+            assert lo <= ord(x) <= ord(y) <= hi
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_byte_dfa_matches_re(pattern: str) -> None:
+    dfa = regex_to_byte_dfa(pattern)
+    rx = re.compile(pattern, re.ASCII if "\\w" in pattern else 0)
+    samples = ["123-4567", "12-345", "abccc", "ac", "b", "é@x.com", "ab@x.org", "-0.5", "01", "YeS", "no", "nO",
+               '"a\\"b"', '"', "", "bbb", "a", "x1 2", "x_ 3", "€€@x.com"]
+    for s in samples:
+        assert dfa.matches(s.encode()) == bool(rx.fullmatch(s)), (pattern, s)
+
+
+@given(st.text(alphabet="abc0129-.é€@x\"\\ ", max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_regex_dfa_property(s: str) -> None:
+    for pattern in PATTERNS[:6]:
+        assert regex_to_byte_dfa(pattern).matches(s.encode()) == bool(re.fullmatch(pattern, s))
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", r"a(?=b)", r"a(?!b)", r"(?<=a)b", r"^a", r"a$", r"\bfoo"])
+def test_unsupported_features_refused(pattern: str) -> None:
+    with pytest.raises(GrammarError):
+        regex_to_byte_dfa(pattern)
+
+
+def _vocab() -> Vocabulary:
+    alpha = "0123456789-.abé"
+    toks = [c.encode() for c in alpha] + [a.encode() + b.encode() for a in alpha for b in alpha[:8]]
+    toks += ["é".encode()[:1], "é".encode()[1:], b""]
+    return Vocabulary(tuple(toks), eos=frozenset([len(toks) - 1]))
+
+
+def _prefix_ok(pattern: str, s: bytes, alphabet: str) -> bool:
+    """Brute force: is s a prefix of some match (bounded search over the alphabet)?"""
+    import regex
+
+    try:
+        text = s.decode()
+    except UnicodeDecodeError:
+        try:
+            text = (s + "é".encode()[1:]).decode()  # the only split character in the vocab
+        except UnicodeDecodeError:
+            return False
+        return regex.fullmatch(pattern, text, partial=True) is not None
+    return regex.fullmatch(pattern, text, partial=True) is not None
+
+
+@pytest.mark.parametrize("pattern", [r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", r"(ab|é)+-[0-9]{2}", r"a[^b]*b"])
+def test_regex_constraint_masks_exact(pattern: str) -> None:
+    v = _vocab()
+    c = compile(Regex(pattern), v)
+    row = allocate_bitmask(1, len(v))[0]
+    eos = len(v) - 1
+    import random
+
+    rng = random.Random(0)
+    for _ in range(30):
+        s, text = c.start(), b""
+        for _step in range(8):
+            c.fill_mask(s, row)
+            got = set(allowed_ids(row, len(v)))
+            exp = {t for t, tb in enumerate(v.tokens) if tb and _prefix_ok(pattern, text + tb, "")}
+            assert got - {eos} == exp, (pattern, text)
+            assert (eos in got) == bool(re.fullmatch(pattern, text.decode(errors="replace"))), (pattern, text)
+            opts = sorted(got - {eos})
+            if not opts:
+                break
+            t = rng.choice(opts)
+            s, text = c.advance(s, t), text + v.tokens[t]
+            assert s is not None
+
+
+def test_regex_forced_tokens() -> None:
+    v = Vocabulary((b"a", b"b", b"c", b"bc", b"abc", b""), eos=frozenset([5]))
+    c = compile(Regex("abc(d)?|abcd"), v)
+    s = c.start()
+    assert [v.tokens[t] for t in c.forced_tokens(s)] == [b"abc"]

@@ -1,0 +1,492 @@
+"""Lark grammar -> token-level pushdown constraint with exact masks and a mask cache.
+
+Semantics (what "the language of a grammar" means here)
+-------------------------------------------------------
+A grammar is a Lark grammar, compiled by Lark itself with ``parser="lalr"`` and ``strict=True``
+(so LALR shift/reduce and reduce/reduce conflicts and same-priority regex collisions are errors).
+A byte string is in the language when the following deterministic process accepts it:
+
+* **Contextual lexing.** A lexeme is lexed against the terminals the current LALR state has an
+  action for (``parse_table.states[top]``, exactly the set Lark's ``ContextualLexer`` uses), plus
+  the ``%ignore`` terminals.
+* **Greedy lexemes, no backtracking.** A lexeme continues while the next byte can extend a match
+  of some terminal of that set (byte-level DFA of the union); it ends when the next byte cannot,
+  or at the end of the text, and must then fully match some terminal of the set.
+* **Ties** between terminals that match the same lexeme are resolved the way Lark resolves them:
+  Lark's lexer order (priority, then max width, then pattern length, then name) with its
+  ``unless`` retyping (a literal that a same-priority regex terminal also matches, e.g. the
+  keyword ``"select"`` vs ``NAME``, wins when the lexeme equals it).
+* The resulting terminal sequence (``%ignore`` terminals dropped) must be accepted by the LALR
+  table, followed by ``$END``.
+
+Where this differs from Lark's own lexer (``lark.Lark(..., parser="lalr").parse``):
+
+1. Lark's lexer is a Python ``re`` alternation: it takes the first terminal (in the order above)
+   that matches *some prefix*, not the longest lexeme; and inside one regex ``a|ab`` is
+   leftmost-first. E.g. with ``A.2: "a"`` and ``B: "ab"``, Lark lexes ``ab`` as ``A`` + error,
+   we lex it as ``B``. Grammars where a higher-ranked terminal matches a proper prefix of a
+   lower-ranked one's lexeme can disagree.
+2. Lark backtracks to a shorter match when the longer one dies: with terminals ``"a"`` and
+   ``"abc"``, Lark lexes ``abd`` as ``a`` then ``bd``...; we reject at ``d`` (the lexeme ``ab``
+   is not complete). So our language can be smaller than Lark's, never containing a string whose
+   greedy lexing Lark would do differently.
+3. ``\\w``, ``\\d``, ``\\s`` are ASCII-only here (interegular), Unicode in Python's ``re``.
+4. Regex features interegular cannot express exactly (lookaround, backreferences, anchors) are
+   refused with ``GrammarError``; ``common.ESCAPED_STRING`` (a lookbehind) is rewritten into the
+   equivalent lookaround-free regex.
+
+The shipped grammars (``trellis/grammars/*.lark``) avoid 1-3; the oracle tests check that every
+completed document parses with Lark's own parser.
+
+Exactness
+---------
+``fill_mask(state)`` allows exactly the tokens ``t`` such that ``text + bytes(t)`` can still be
+completed to a sentence, and EOS exactly when ``text`` is a sentence. A partial lexeme is viable
+when it can be completed to a terminal the parser accepts on the real stack (LALR lookaheads are
+over-approximate, so reductions are simulated) and, for the greedy-lexing boundary, when a byte
+that cannot extend the lexeme can start a viable next lexeme. That boundary check is followed
+``VIABILITY_DEPTH`` lexemes deep; a dead end that only shows more than that many lexemes later
+(possible only in grammars where greedy lexing makes whole terminal sequences unrealisable)
+would be missed — the shipped grammars have none, which the oracle tests check.
+
+Engine (XGrammar-style)
+-----------------------
+State = ``(stack, d)``: the LALR state stack (a tuple) and the state of the current lexeme in the
+lexer DFA of the stack top's terminal set (``0`` = no lexeme started; only at the very start).
+Per lexer state, the whole vocabulary is walked once with numpy (``lexer.state_table``) and split
+into tokens that stay inside the lexeme (grouped by end state: context-independent, packed
+bitsets), tokens whose first byte ends a complete lexeme (masked by the mask of the state after
+that lexeme), and the few tokens that end it later (checked one by one on the real stack). Whole
+masks are cached by state in an LRU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Hashable, Iterable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from trellis.constrain.errors import GrammarError
+from trellis.constrain.lexer import (LexerDFA, StateTable, TerminalInfo, TokenMatrix, build_lexer_dfa,
+                                     continuation, state_table)
+from trellis.constrain.regex import regex_to_byte_dfa
+from trellis.tokens import Vocabulary
+
+VIABILITY_DEPTH = 3
+
+Stack = tuple[int, ...]
+CfgState = tuple[Stack, int]
+
+
+# ----------------------------------------------------------------------------- compiled grammar
+
+
+@dataclass(eq=False)
+class CompiledGrammar:
+    """Vocabulary-independent tables of a Lark grammar (picklable).
+
+    ``actions[p][T]``: ``>= 0`` shift to that state, ``< 0`` reduce rule ``-1 - a``; terminal id
+    ``end`` is ``$END``. ``lexer_of[p]``: index into ``lexers`` of state ``p``'s terminal set.
+    """
+
+    text: str
+    source: str
+    terminals: list[TerminalInfo]
+    ignore: frozenset[int]
+    end: int
+    actions: list[dict[int, int]]
+    rules: list[tuple[int, int]]  # (lhs nonterminal id, rhs length)
+    gotos: list[dict[int, int]]
+    start_state: int
+    end_state: int
+    lexer_of: list[int]
+    lexers: list[LexerDFA]
+
+    @property
+    def terminal_names(self) -> list[str]:
+        return [t.name for t in self.terminals]
+
+
+def _locate(text: str, pattern: str) -> tuple[int | None, int | None]:
+    m = re.search(pattern, text, re.M)
+    if not m:
+        return None, None
+    line = text.count("\n", 0, m.start()) + 1
+    col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    return line, col
+
+
+def _lark_error(e: Exception, text: str, source: str) -> GrammarError:
+    """Convert any Lark exception into a GrammarError with the best location we can find."""
+    msg = str(e).strip()
+    line = getattr(e, "line", None)
+    col = getattr(e, "column", None)
+    if not isinstance(line, int) or line < 1:
+        line, col = None, None
+        m = re.search(r"at line (\d+) column (\d+)", msg) or re.search(r"[Ll]ine (\d+), column (\d+)", msg)
+        if m:
+            line, col = int(m.group(1)), int(m.group(2))
+    if line is None:
+        # Definition of the rule/terminal the message is about (conflicts, collisions, ...).
+        for rx in (r"<([A-Za-z_]\w*) :", r"Terminals ([A-Za-z_]\w*)", r"\(([A-Za-z_]\w*): ",
+                   r"[Tt]erminal ([A-Z_]\w*)"):
+            m = re.search(rx, msg)
+            if m:
+                name = m.group(1).lstrip("_") if m.group(1).startswith("__") else m.group(1)
+                line, col = _locate(text, rf"^[ \t]*[?!]?{re.escape(name)}(?:\.-?\d+)?[ \t]*:")
+                if line is not None:
+                    break
+    if line is None:
+        # Name-based: find where the offending rule/terminal is mentioned.
+        for rx in (r"[Rr]ule '?([A-Za-z_]\w*)'? used but not defined", r"Terminal used but not defined: (\w+)",
+                   r"'([A-Za-z_]\w*)'", r"\b([A-Za-z_]\w*) is not defined"):
+            m = re.search(rx, msg)
+            if m:
+                name = m.group(1).lstrip("?!")
+                line, col = _locate(text, rf"(?<![\w.]){re.escape(name)}(?!\w)")
+                if line is not None:
+                    break
+    first = msg.splitlines()[0] if msg else type(e).__name__
+    if "collision" in msg.lower() or "conflict" in msg.lower():
+        first = " ".join(msg.split())[:400]
+    return GrammarError(first, source=source, text=text, line=line, column=col)
+
+
+def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") -> CompiledGrammar:
+    """Compile Lark grammar text into vocabulary-independent tables; errors -> ``GrammarError``."""
+    import lark
+    from lark.parsers.lalr_analysis import Shift
+
+    try:
+        lk = lark.Lark(text, parser="lalr", lexer="contextual", start=start, strict=True)
+    except Exception as e:  # lark raises GrammarError, LexError, UnexpectedInput, ConfigurationError ...
+        raise _lark_error(e, text, source) from None
+    pt = lk.parser.parser.parser.parse_table
+    term_defs = {t.name: t for t in lk.terminals}
+    used: set[str] = set(lk.ignore_tokens)
+    for row in pt.states.values():
+        used.update(k for k in row if k in term_defs)
+    names = sorted(used)
+    terms: list[TerminalInfo] = []
+    for nm in names:
+        td = term_defs[nm]
+        pat = td.pattern
+        try:
+            dfa = regex_to_byte_dfa(pat.to_regexp(), name=f"terminal {nm}")
+        except GrammarError as ge:
+            line, col = _locate(text, rf"^\s*{re.escape(nm)}\b") if not nm.startswith("__") else (None, None)
+            if line is None:
+                line, col = _locate(text, re.escape(pat.value)) if pat.value else (None, None)
+            raise GrammarError(ge.message, source=source, text=text, line=line, column=col) from None
+        mw = pat.max_width
+        terms.append(TerminalInfo(nm, td.priority, type(pat).__name__ == "PatternStr", pat.value,
+                                  frozenset(pat.flags), int(min(mw, 2**62)), dfa))
+    tid = {t.name: i for i, t in enumerate(terms)}
+    end = len(terms)
+    nts: dict[str, int] = {}
+    rules: list[tuple[int, int]] = []
+    rule_ids: dict[object, int] = {}
+    n_states = max(pt.states) + 1
+    actions: list[dict[int, int]] = [dict() for _ in range(n_states)]
+    gotos: list[dict[int, int]] = [dict() for _ in range(n_states)]
+    for s, row in pt.states.items():
+        for k, (act, arg) in row.items():
+            if k == "$END" or k in tid:
+                t = end if k == "$END" else tid[k]
+                if act is Shift:
+                    actions[s][t] = int(arg)
+                else:
+                    r = rule_ids.get(id(arg))
+                    if r is None:
+                        lhs = nts.setdefault(arg.origin.name, len(nts))
+                        r = rule_ids[id(arg)] = len(rules)
+                        rules.append((lhs, len(arg.expansion)))
+                    actions[s][t] = -1 - r
+            else:
+                gotos[s][nts.setdefault(k, len(nts))] = int(arg)
+    ignore = frozenset(tid[n] for n in lk.ignore_tokens)
+    sets: dict[frozenset[int], int] = {}
+    lexer_of = []
+    for s in range(n_states):
+        key = frozenset(t for t in actions[s] if t != end) | ignore
+        lexer_of.append(sets.setdefault(key, len(sets)))
+    lexers = [build_lexer_dfa(terms, sorted(k)) for k in sets]
+    g = CompiledGrammar(text, source, terms, ignore, end, actions, rules, gotos, pt.start_states[start],
+                        pt.end_states[start], lexer_of, lexers)
+    probe = _Runtime(g)
+    if not probe.viable(((g.start_state,), 0), depth=VIABILITY_DEPTH + 2):
+        raise GrammarError("the grammar's language is empty (under greedy contextual lexing)",
+                           source=source, text=text, line=1, column=1)
+    return g
+
+
+# ----------------------------------------------------------------------------- parser runtime
+
+
+class _Runtime:
+    """Stack operations and viability on a CompiledGrammar (no vocabulary involved)."""
+
+    def __init__(self, g: CompiledGrammar) -> None:
+        self.g = g
+        self._feed_cache: dict[tuple[Stack, int], Stack | None] = {}
+        self._viable_cache: dict[tuple[Stack, int, int], bool] = {}
+
+    def lexer(self, stack: Stack) -> LexerDFA:
+        return self.g.lexers[self.g.lexer_of[stack[-1]]]
+
+    def feed(self, stack: Stack, t: int) -> Stack | None:
+        """Stack after the parser consumes terminal ``t`` (reductions then shift), None on error.
+
+        For ``$END`` the returned stack is the accepting one."""
+        key = (stack, t)
+        c = self._feed_cache.get(key, False)
+        if c is not False:
+            return c  # type: ignore[return-value]
+        g = self.g
+        st = list(stack)
+        res: Stack | None = None
+        while True:
+            a = g.actions[st[-1]].get(t)
+            if a is None:
+                break
+            if a >= 0:
+                st.append(a)
+                res = tuple(st)
+                break
+            lhs, n = g.rules[-1 - a]
+            if n:
+                del st[-n:]
+            st.append(g.gotos[st[-1]][lhs])
+            if t == g.end and st[-1] == g.end_state:
+                res = tuple(st)
+                break
+        if len(self._feed_cache) > 500_000:
+            self._feed_cache.clear()
+        self._feed_cache[key] = res
+        return res
+
+    def after_lexeme(self, stack: Stack, t: int) -> Stack | None:
+        return stack if t in self.g.ignore else self.feed(stack, t)
+
+    def eos_ok(self, stack: Stack) -> bool:
+        return self.feed(stack, self.g.end) is not None
+
+    def is_accepting(self, state: CfgState) -> bool:
+        stack, d = state
+        if d == 0:
+            return self.eos_ok(stack)
+        t = int(self.lexer(stack).accept[d])
+        if t < 0:
+            return False
+        s2 = self.after_lexeme(stack, t)
+        return s2 is not None and self.eos_ok(s2)
+
+    def walk(self, stack: Stack, d: int, data: bytes) -> CfgState | None:
+        """Feed ``data`` byte by byte (greedy contextual lexing); None if some byte is impossible."""
+        lex = self.lexer(stack)
+        rows = lex.rows
+        for b in data:
+            nd = rows[d][b]
+            if nd >= 0:
+                d = nd
+                continue
+            t = int(lex.accept[d])
+            if d == 0 or t < 0:
+                return None
+            s2 = self.after_lexeme(stack, t)
+            if s2 is None:
+                return None
+            stack = s2
+            lex = self.lexer(stack)
+            rows = lex.rows
+            d = rows[0][b]
+            if d < 0:
+                return None
+        return stack, d
+
+    def viable(self, state: CfgState, depth: int = VIABILITY_DEPTH) -> bool:
+        """Can the text that led to ``state`` be completed to a sentence? (see module docstring)"""
+        stack, d = state
+        key = (stack, d, depth)
+        c = self._viable_cache.get(key)
+        if c is not None:
+            return c
+        lex = self.lexer(stack)
+        res = False
+        if d == 0:
+            res = any(self.viable((stack, nd), depth) for nd in _starts(lex, lex.first))
+        else:
+            comp = lex.completable[d]
+            for t in _bit_indices(comp):
+                s2 = self.after_lexeme(stack, t)
+                if s2 is None:
+                    continue
+                if self.eos_ok(s2) or depth == 0:
+                    res = True
+                    break
+                lex2 = self.lexer(s2)
+                follow = lex.boundary[d].get(t, 0) & lex2.first
+                if any(self.viable((s2, nd), depth - 1) for nd in _starts(lex2, follow)):
+                    res = True
+                    break
+        if len(self._viable_cache) > 500_000:
+            self._viable_cache.clear()
+        self._viable_cache[key] = res
+        return res
+
+
+def _bit_indices(x: int) -> Iterable[int]:
+    while x:
+        low = x & -x
+        yield low.bit_length() - 1
+        x ^= low
+
+
+def _starts(lex: LexerDFA, byteset: int) -> list[int]:
+    """Distinct lexer states reached from state 0 by one byte of ``byteset``."""
+    row = lex.rows[0]
+    return sorted({row[b] for b in _bit_indices(byteset) if row[b] >= 0})
+
+
+# ----------------------------------------------------------------------------- the constraint
+
+
+class CFGConstraint:
+    """Token-level constraint of a compiled Lark grammar over one vocabulary.
+
+    States are ``(stack, lexer_state)`` tuples (immutable, hashable). Masks are exact (module
+    docstring); per-lexer-state vocabulary tables are built lazily on first use and whole masks
+    are kept in an LRU of ``cache_size`` rows (4·ceil(V/32) bytes each).
+    """
+
+    def __init__(self, grammar: CompiledGrammar, vocab: Vocabulary, *, cache_size: int = 2048,
+                 tables: dict[tuple[int, int], StateTable] | None = None) -> None:
+        self.vocab = vocab
+        self.grammar = grammar
+        self.rt = _Runtime(grammar)
+        self.tm = TokenMatrix.of(vocab)
+        self.tables: dict[tuple[int, int], StateTable] = dict(tables or {})
+        self._masks: OrderedDict[CfgState, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._eos = self.tm.eos_bits()
+        self._toks = vocab.tokens
+
+    # -- protocol
+    def start(self) -> CfgState:
+        return ((self.grammar.start_state,), 0)
+
+    def advance(self, state: Hashable, token: int) -> CfgState | None:
+        if not 0 <= token < self.tm.size or not self.tm.valid[token]:
+            return None
+        stack, d = state  # type: ignore[misc]
+        nxt = self.rt.walk(stack, d, self._toks[token])
+        if nxt is None or not self.rt.viable(nxt):
+            return None
+        return nxt
+
+    def is_accepting(self, state: Hashable) -> bool:
+        return self.rt.is_accepting(state)  # type: ignore[arg-type]
+
+    def fill_mask(self, state: Hashable, out: Tensor) -> None:
+        out.copy_(torch.from_numpy(self.mask_array(state)))
+
+    # -- masks
+    def table(self, lexer_id: int, d: int) -> StateTable:
+        """The vocabulary table of lexer state ``d`` of lexer ``lexer_id`` (built on first use)."""
+        key = (lexer_id, d)
+        t = self.tables.get(key)
+        if t is None:
+            t = self.tables[key] = state_table(self.grammar.lexers[lexer_id], d, self.tm)
+        return t
+
+    def mask_array(self, state: Hashable) -> np.ndarray:
+        """[W] int32 packed mask row of ``state`` (cached: do not modify)."""
+        m = self._masks.get(state)  # type: ignore[arg-type]
+        if m is not None:
+            self._masks.move_to_end(state)  # type: ignore[arg-type]
+            return m
+        m = self._token_mask(state)  # type: ignore[arg-type]
+        if self.rt.is_accepting(state):  # type: ignore[arg-type]
+            m = m | self._eos
+        self._masks[state] = m  # type: ignore[index]
+        if len(self._masks) > self._cache_size:
+            self._masks.popitem(last=False)
+        return m
+
+    def _token_mask(self, state: CfgState) -> np.ndarray:
+        stack, d = state
+        rt = self.rt
+        lid = self.grammar.lexer_of[stack[-1]]
+        lex = self.grammar.lexers[lid]
+        tab = self.table(lid, d)
+        m = np.zeros(self.tm.words, dtype=np.int32)
+        for u, bits in tab.inside:
+            if rt.viable((stack, u)):
+                m |= bits
+        if tab.group0 is not None:
+            s2 = rt.after_lexeme(stack, int(lex.accept[d]))
+            if s2 is not None:
+                m |= tab.group0 & self._token_mask_cached((s2, 0))
+        for term, (ids, pos) in tab.cross.items():
+            s2 = rt.after_lexeme(stack, term)
+            if s2 is None:
+                continue
+            lid2 = self.grammar.lexer_of[s2[-1]]
+            cont = tab.after.get((term, lid2))
+            if cont is None:
+                cont = tab.after[(term, lid2)] = continuation(self.grammar.lexers[lid2], ids, pos, self._toks)
+            for u, group in cont.groups:
+                if rt.viable((s2, u)):
+                    m |= self.tm.pack_ids(group)
+            if len(cont.again):
+                ok: list[int] = []
+                toks = self._toks
+                for t, j in zip(cont.again.tolist(), cont.again_pos.tolist()):
+                    nxt = rt.walk(s2, 0, toks[t][j:])
+                    if nxt is not None and rt.viable(nxt):
+                        ok.append(t)
+                if ok:
+                    m |= self.tm.pack_ids(np.array(ok, dtype=np.int64))
+        return m
+
+    def _token_mask_cached(self, state: CfgState) -> np.ndarray:
+        key = ("after", state)
+        m = self._masks.get(key)  # type: ignore[arg-type]
+        if m is None:
+            m = self._token_mask(state)
+            self._masks[key] = m  # type: ignore[index]
+            if len(self._masks) > self._cache_size:
+                self._masks.popitem(last=False)
+        return m
+
+    # -- jump-forward
+    def forced_bytes(self, state: Hashable, limit: int = 256) -> bytes:
+        """The bytes every completion of ``state`` starts with (stops where EOS is possible)."""
+        out = bytearray()
+        st: CfgState = state  # type: ignore[assignment]
+        while len(out) < limit and not self.rt.is_accepting(st):
+            only: tuple[int, CfgState] | None = None
+            for b in range(256):
+                nxt = self.rt.walk(st[0], st[1], bytes((b,)))
+                if nxt is not None and self.rt.viable(nxt):
+                    if only is not None:
+                        return bytes(out)
+                    only = (b, nxt)
+            if only is None:
+                break
+            out.append(only[0])
+            st = only[1]
+        return bytes(out)
+
+    def forced_tokens(self, state: Hashable) -> list[int]:
+        """Canonical tokens of the forced continuation: greedy longest-token, each one allowed."""
+        return self.tm.tokenize_forced(self.forced_bytes(state), self.advance, state)
+
+    def __repr__(self) -> str:
+        return (f"CFGConstraint({self.grammar.source}, parser_states={len(self.grammar.actions)}, "
+                f"lexers={len(self.grammar.lexers)}, vocab={self.tm.size})")

@@ -1,0 +1,160 @@
+"""``compile(grammar, vocab) -> Constraint``, with a disk cache of the compiled tables.
+
+``grammar`` is one of: a ``Regex``; the name of a grammar shipped in ``trellis/grammars/``
+(``"json.lark"`` or ``"json"``); a path to a ``.lark`` file; or raw Lark grammar text.
+
+The cache lives under ``platformdirs.user_cache_dir("trellis")`` (override: ``TRELLIS_CACHE_DIR``;
+``TRELLIS_CACHE_DIR=""`` or ``cache=False`` disables it). Entries are pickles keyed by
+(grammar text, start rule, vocab.fingerprint(), trellis version, cache format). The
+vocabulary-independent grammar tables are always cached; with ``precompute=True`` the per-lexer-
+state vocabulary tables are built up front (tqdm progress bar) and cached too, otherwise they are
+built lazily on first use of each lexer state during decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Union
+
+from trellis.constrain.cfg import CFGConstraint, CompiledGrammar, compile_lark
+from trellis.constrain.errors import GrammarError
+from trellis.constrain.regex import Regex, RegexConstraint
+from trellis.tokens import Vocabulary
+
+CACHE_FORMAT = 1
+GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
+
+GrammarSpec = Union[str, os.PathLike, Regex]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("trellis-decoding")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def cache_dir() -> Path | None:
+    """The compiled-grammar cache directory, or None when caching is disabled."""
+    env = os.environ.get("TRELLIS_CACHE_DIR")
+    if env is not None:
+        return Path(env) if env else None
+    try:
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("trellis")) / "grammars"
+    except ImportError:
+        return Path.home() / ".cache" / "trellis" / "grammars"
+
+
+def shipped_grammars() -> list[str]:
+    """File names of the grammars shipped in ``trellis/grammars/``."""
+    return sorted(p.name for p in GRAMMAR_DIR.glob("*.lark"))
+
+
+def load_grammar_text(grammar: str | os.PathLike) -> tuple[str, str]:
+    """(text, source name) for a shipped grammar name, a path, or raw grammar text."""
+    if isinstance(grammar, os.PathLike):
+        p = Path(grammar)
+        return p.read_text(encoding="utf-8"), str(p)
+    g = str(grammar)
+    if "\n" not in g and ":" not in g.replace("\\", "/").split("/")[-1]:
+        name = g if g.endswith(".lark") else g + ".lark"
+        shipped = GRAMMAR_DIR / name
+        if shipped.is_file():
+            return shipped.read_text(encoding="utf-8"), name
+        p = Path(g).expanduser()
+        if p.is_file():
+            return p.read_text(encoding="utf-8"), str(p)
+        if g.endswith(".lark") or os.sep in g:
+            raise GrammarError(f"no such grammar file (shipped: {', '.join(shipped_grammars())})", source=g)
+    return g, "<grammar>"
+
+
+def _key(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def _read(path: Path) -> object | None:
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
+        return None
+
+
+def _write(path: Path, obj: object) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache dir only costs speed
+
+
+def compile_grammar(text: str, *, source: str = "<grammar>", start: str = "start",
+                    cache: bool = True) -> CompiledGrammar:
+    """Vocabulary-independent tables of Lark grammar text (disk-cached)."""
+    d = cache_dir() if cache else None
+    path = d / f"g-{_key(text, start, _version(), str(CACHE_FORMAT))}.pkl" if d else None
+    if path is not None:
+        g = _read(path)
+        if isinstance(g, CompiledGrammar):
+            g.source = source
+            return g
+    g = compile_lark(text, source=source, start=start)
+    if path is not None:
+        _write(path, g)
+    return g
+
+
+def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", cache: bool = True,
+            precompute: bool = False, progress: bool | None = None) -> CFGConstraint | RegexConstraint:
+    """Compile a grammar for ``vocab`` into a Constraint (exact token masks).
+
+    ``precompute=True`` builds the vocabulary table of every lexer state now (and caches them on
+    disk with the vocabulary fingerprint); otherwise each is built on first use. ``progress``
+    shows a tqdm bar while precomputing (default: when stderr is a terminal).
+    """
+    if isinstance(grammar, Regex):
+        return grammar.compile(vocab)
+    text, source = load_grammar_text(grammar)
+    g = compile_grammar(text, source=source, start=start, cache=cache)
+    if not precompute:
+        return CFGConstraint(g, vocab)
+    d = cache_dir() if cache else None
+    path = d / f"t-{_key(text, start, vocab.fingerprint(), _version(), str(CACHE_FORMAT))}.pkl" if d else None
+    tables = _read(path) if path is not None else None
+    c = CFGConstraint(g, vocab, tables=tables if isinstance(tables, dict) else None)
+    if not isinstance(tables, dict):
+        precompute_tables(c, progress=progress)
+        if path is not None:
+            _write(path, c.tables)
+    return c
+
+
+def precompute_tables(c: CFGConstraint, *, progress: bool | None = None) -> None:
+    """Build the vocabulary table of every lexer state of ``c`` (tqdm bar when ``progress``)."""
+    import sys
+
+    keys = [(i, s) for i, lex in enumerate(c.grammar.lexers) for s in range(lex.trans.shape[0])]
+    if progress is None:
+        progress = sys.stderr.isatty()
+    it = keys
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(keys, desc=f"compiling {c.grammar.source}", unit="state")
+    for lid, s in it:
+        c.table(lid, s)

@@ -1,0 +1,408 @@
+"""Terminals -> one byte DFA per contextual terminal set; vocabulary x lexer-state tables (numpy).
+
+``LexerDFA`` is the subset-construction product of the byte DFAs of a set of terminals (the
+terminals one LALR state accepts, plus the ``%ignore`` ones). Each state records which terminal a
+lexeme ending there becomes (``accept``, resolved the way Lark's lexer resolves ties), which
+terminals the lexeme can still become (``completable``), and which bytes can follow the lexeme
+when it ends as a given terminal (``boundary``: bytes that cannot extend it — lexemes are greedy).
+
+``walk_vocab`` runs a DFA from one state over every token of the vocabulary at once, one byte
+column at a time, and reports where each token ends or where it first leaves the lexeme.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+from trellis.constrain.regex import ByteDFA
+from trellis.tokens import Vocabulary
+
+# ----------------------------------------------------------------------------- vocabulary matrix
+
+
+@dataclass(eq=False)
+class TokenMatrix:
+    """The vocabulary as a padded byte matrix, sorted by length (longest first) for the column walk.
+
+    ``valid[t]`` is False for empty, special and EOS tokens: those are never produced by a walk.
+    """
+
+    size: int
+    lengths: np.ndarray  # [V] int32
+    valid: np.ndarray  # [V] bool
+    order: np.ndarray  # [N] int64 valid token ids, longest first
+    mat_t: np.ndarray  # [Lmax, N] uint8, column j = byte j of each sorted token (0-padded)
+    count_longer: np.ndarray  # [Lmax + 1] int64: number of sorted tokens with length > j
+    eos: tuple[int, ...]
+    tokens: tuple[bytes, ...] = field(repr=False, default=())
+    _by_bytes: dict[bytes, int] | None = field(default=None, repr=False)
+
+    @property
+    def words(self) -> int:
+        return (self.size + 31) // 32
+
+    @classmethod
+    def of(cls, vocab: Vocabulary) -> "TokenMatrix":
+        key = vocab.fingerprint()
+        tm = _TM_CACHE.get(key)
+        if tm is None:
+            tm = _TM_CACHE[key] = cls._build(vocab)
+        return tm
+
+    @classmethod
+    def _build(cls, vocab: Vocabulary) -> "TokenMatrix":
+        toks = vocab.tokens
+        v = len(toks)
+        lengths = np.fromiter((len(t) for t in toks), dtype=np.int32, count=v)
+        valid = lengths > 0
+        bad = np.fromiter(vocab.special | vocab.eos, dtype=np.int64)
+        valid[bad] = False
+        ids = np.flatnonzero(valid)
+        order = ids[np.argsort(-lengths[ids], kind="stable")]
+        lmax = int(lengths[order[0]]) if len(order) else 0
+        flat = np.frombuffer(b"".join(toks[i].ljust(lmax, b"\0") for i in order.tolist()), dtype=np.uint8)
+        mat_t = np.ascontiguousarray(flat.reshape(len(order), lmax).T)  # [Lmax, N]
+        sl = lengths[order]
+        count_longer = np.array([int(np.sum(sl > j)) for j in range(lmax + 1)], dtype=np.int64)
+        return cls(v, lengths, valid, order, mat_t, count_longer, tuple(sorted(vocab.eos)), toks)
+
+    def pack(self, allowed: np.ndarray) -> np.ndarray:
+        """[V] bool -> [W] int32 bitmask row (bit t%32 of word t//32)."""
+        a = np.zeros(self.words * 32, dtype=bool)
+        a[: self.size] = allowed
+        return np.packbits(a, bitorder="little").view(np.int32)
+
+    def pack_ids(self, ids: np.ndarray) -> np.ndarray:
+        a = np.zeros(self.words * 32, dtype=bool)
+        a[ids] = True
+        return np.packbits(a, bitorder="little").view(np.int32)
+
+    def eos_bits(self) -> np.ndarray:
+        return self.pack_ids(np.array(self.eos, dtype=np.int64))
+
+    def token_of_bytes(self, data: bytes) -> int | None:
+        """A valid token id whose bytes are exactly ``data`` (the lowest such id), or None."""
+        if self._by_bytes is None:
+            d: dict[bytes, int] = {}
+            for i in np.flatnonzero(self.valid).tolist():
+                d.setdefault(self.tokens[i], i)
+            self._by_bytes = d
+        return self._by_bytes.get(data)
+
+    def tokenize_forced(self, forced: bytes, advance: Callable[[Hashable, int], Hashable | None],
+                        state: Hashable) -> list[int]:
+        """Greedy longest-token tokenisation of ``forced`` that ``advance`` allows step by step."""
+        out: list[int] = []
+        i, lmax = 0, self.mat_t.shape[0]
+        while i < len(forced):
+            for n in range(min(lmax, len(forced) - i), 0, -1):
+                t = self.token_of_bytes(forced[i:i + n])
+                if t is None:
+                    continue
+                nxt = advance(state, t)
+                if nxt is not None:
+                    out.append(t)
+                    state = nxt
+                    i += n
+                    break
+            else:
+                break
+        return out
+
+
+_TM_CACHE: dict[str, TokenMatrix] = {}
+
+
+def walk_vocab(trans: np.ndarray, start: int, tm: TokenMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run ``trans`` from ``start`` over every token's bytes at once.
+
+    Returns (end [V] int32: state after the whole token, -1 if it hit a dead transition or is
+    invalid; bpos [V] int32: index of the first byte with no transition, -1 if none; bstate [V]
+    int32: the state before that byte). One numpy gather per byte column; tokens leave the
+    working set as soon as they end or die.
+    """
+    n = len(tm.order)
+    flat = trans.reshape(-1)
+    end_s = np.full(n, -1, dtype=np.int32)
+    bpos_s = np.full(n, -1, dtype=np.int32)
+    bst_s = np.full(n, -1, dtype=np.int32)
+    idx = np.arange(n, dtype=np.int64)
+    cs = np.full(n, start, dtype=np.int64)
+    lmax = tm.mat_t.shape[0]
+    for j in range(lmax + 1):
+        k = int(np.searchsorted(idx, tm.count_longer[j]))
+        if k < len(idx):  # tokens of length exactly j end here
+            end_s[idx[k:]] = cs[k:]
+            idx, cs = idx[:k], cs[:k]
+        if k == 0:
+            break
+        nxt = flat[cs * 256 + tm.mat_t[j][idx]]
+        dead = nxt < 0
+        if dead.any():
+            d_idx = idx[dead]
+            bpos_s[d_idx] = j
+            bst_s[d_idx] = cs[dead]
+            keep = ~dead
+            idx, cs = idx[keep], nxt[keep].astype(np.int64)
+        else:
+            cs = nxt.astype(np.int64)
+    v = tm.size
+    end = np.full(v, -1, dtype=np.int32)
+    bpos = np.full(v, -1, dtype=np.int32)
+    bst = np.full(v, -1, dtype=np.int32)
+    end[tm.order] = end_s
+    bpos[tm.order] = bpos_s
+    bst[tm.order] = bst_s
+    return end, bpos, bst
+
+
+def walk_suffixes(trans: np.ndarray, start: int, suffixes: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``walk_vocab`` for arbitrary byte strings (the rests of tokens after a lexeme boundary).
+
+    Returns (end, bpos, bstate), each [len(suffixes)] int32, with ``walk_vocab``'s meaning.
+    """
+    n = len(suffixes)
+    lengths = np.fromiter((len(x) for x in suffixes), dtype=np.int64, count=n)
+    lmax = int(lengths.max()) if n else 0
+    mat = np.frombuffer(b"".join(x.ljust(lmax, b"\0") for x in suffixes), dtype=np.uint8).reshape(n, lmax)
+    flat = trans.reshape(-1)
+    end = np.full(n, -1, dtype=np.int32)
+    bpos = np.full(n, -1, dtype=np.int32)
+    bst = np.full(n, -1, dtype=np.int32)
+    idx = np.arange(n, dtype=np.int64)
+    cs = np.full(n, start, dtype=np.int64)
+    for j in range(lmax + 1):
+        fin = lengths[idx] == j
+        if fin.any():
+            end[idx[fin]] = cs[fin]
+            idx, cs = idx[~fin], cs[~fin]
+        if len(idx) == 0:
+            break
+        nxt = flat[cs * 256 + mat[idx, j]]
+        dead = nxt < 0
+        if dead.any():
+            bpos[idx[dead]] = j
+            bst[idx[dead]] = cs[dead]
+            idx, cs = idx[~dead], nxt[~dead].astype(np.int64)
+        else:
+            cs = nxt.astype(np.int64)
+    return end, bpos, bst
+
+
+# ----------------------------------------------------------------------------- terminals
+
+
+@dataclass(frozen=True)
+class TerminalInfo:
+    """What the lexer needs to know about one Lark terminal."""
+
+    name: str
+    priority: int
+    is_string: bool  # Lark PatternStr (a literal) rather than PatternRE
+    value: str  # the literal, or the regex source
+    flags: frozenset[str]
+    max_width: int
+    dfa: ByteDFA
+
+
+def lark_order(terms: Sequence[TerminalInfo], members: Sequence[int]) -> tuple[list[int], dict[int, list[int]]]:
+    """Lark's BasicLexer order over ``members`` and its ``unless`` retyping table.
+
+    Returns (alternation order with embedded literals removed, {regex terminal: literals it is
+    retyped to when the lexeme equals them}) exactly as ``lark.lexer._create_unless`` builds them.
+    """
+    srt = sorted(members, key=lambda i: (-terms[i].priority, -terms[i].max_width, -len(terms[i].value),
+                                         terms[i].name))
+    embedded: set[int] = set()
+    unless: dict[int, list[int]] = {}
+    for r in srt:
+        if terms[r].is_string:
+            continue
+        lst = []
+        for s in srt:
+            if not terms[s].is_string or terms[s].priority != terms[r].priority:
+                continue
+            if terms[r].dfa.matches(terms[s].value.encode("utf-8")):
+                lst.append(s)
+                if terms[s].flags <= terms[r].flags:
+                    embedded.add(s)
+        if lst:
+            unless[r] = lst
+    return [i for i in srt if i not in embedded], unless
+
+
+@dataclass(eq=False)
+class LexerDFA:
+    """Product DFA of a terminal set; state 0 = no lexeme started (never accepting).
+
+    ``accept[s]``: terminal a lexeme ending in ``s`` becomes (-1: none); ``completable[s]``: bitset
+    of terminals reachable as ``accept`` from ``s``; ``boundary[s][T]``: 256-bit set of bytes that
+    may follow a lexeme ending as ``T`` somewhere at or after ``s``; ``first``: bytes that start one.
+    """
+
+    members: tuple[int, ...]
+    trans: np.ndarray  # [S, 256] int32
+    accept: np.ndarray  # [S] int32
+    completable: list[int]
+    boundary: list[dict[int, int]]
+    first: int
+    rows: list[list[int]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rows = self.trans.tolist()
+
+    def __getstate__(self) -> dict:
+        d = dict(self.__dict__)
+        d.pop("rows", None)
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self.rows = self.trans.tolist()
+
+
+def _bits(row: np.ndarray) -> int:
+    """[256] bool -> Python int bitset."""
+    return int.from_bytes(np.packbits(row.astype(bool), bitorder="little").tobytes(), "little")
+
+
+def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int]) -> LexerDFA:
+    """Subset-construction product of the members' byte DFAs, with Lark's tie resolution."""
+    members = tuple(sorted(members))
+    alt, unless = lark_order(terms, members)
+    rank = {t: i for i, t in enumerate(alt)}
+
+    def resolve(finals: list[int]) -> int:
+        cands = [t for t in finals if t in rank]
+        if not cands:
+            return -1
+        best = min(cands, key=rank.__getitem__)
+        for s in unless.get(best, ()):
+            if s in finals:
+                return s
+        return best
+
+    start = tuple((t, 0) for t in members)
+    ids: dict[object, int] = {("start",): 0}
+    order: list[tuple[tuple[int, int], ...]] = [start]
+    rows: list[np.ndarray] = []
+    accept: list[int] = []
+    i = 0
+    while i < len(order):
+        comps = order[i]
+        i += 1
+        finals = [t for t, s in comps if terms[t].dfa.final[s]]
+        accept.append(resolve(finals) if i > 1 else -1)
+        if not comps:  # a parser state that accepts only $END and no %ignore terminals
+            rows.append(np.full(256, -1, dtype=np.int32))
+            continue
+        m = np.stack([terms[t].dfa.trans[s] for t, s in comps])  # [n, 256]
+        uniq, inv = np.unique(m.T, axis=0, return_inverse=True)
+        targets = np.empty(len(uniq), dtype=np.int32)
+        for u, col in enumerate(uniq.tolist()):
+            nxt = tuple((comps[k][0], c) for k, c in enumerate(col) if c >= 0)
+            if not nxt:
+                targets[u] = -1
+                continue
+            j = ids.get(nxt)
+            if j is None:
+                j = ids[nxt] = len(order)
+                order.append(nxt)
+            targets[u] = j
+        rows.append(targets[inv.reshape(-1)])
+    trans = np.stack(rows).astype(np.int32)
+    acc = np.array(accept, dtype=np.int32)
+    n = len(order)
+    succ = [sorted(set(r.tolist()) - {-1}) for r in rows]
+    dead_bytes = [_bits(trans[s] < 0) for s in range(n)]
+    completable = [(1 << int(acc[s])) if acc[s] >= 0 else 0 for s in range(n)]
+    boundary: list[dict[int, int]] = [{int(acc[s]): dead_bytes[s]} if acc[s] >= 0 else {} for s in range(n)]
+    changed = True
+    while changed:
+        changed = False
+        for s in range(n - 1, -1, -1):
+            c, b = completable[s], boundary[s]
+            for u in succ[s]:
+                c |= completable[u]
+                for t, bb in boundary[u].items():
+                    old = b.get(t, 0)
+                    if old | bb != old:
+                        b[t] = old | bb
+                        changed = True
+            if c != completable[s]:
+                completable[s] = c
+                changed = True
+    return LexerDFA(members, trans, acc, completable, boundary, _bits(trans[0] >= 0))
+
+
+# ----------------------------------------------------------------------------- per-state tables
+
+
+@dataclass(eq=False)
+class StateTable:
+    """Vocabulary split for one lexer state (context-independent part of the mask).
+
+    ``inside``: (end state, packed tokens) — tokens that stay inside the current lexeme and end
+    in that state; ``group0``: packed tokens whose first byte ends the current (complete) lexeme;
+    ``cross[T]``: (token ids, boundary positions >= 1) of tokens that end the lexeme as terminal
+    ``T`` after some bytes. Every other token is rejected in this lexer state whatever the stack.
+    ``after[(T, lexer)]`` caches, for those tokens, the walk of their rests from the start state
+    of the next lexer (``Continuation``).
+    """
+
+    inside: list[tuple[int, np.ndarray]]
+    group0: np.ndarray | None
+    cross: dict[int, tuple[np.ndarray, np.ndarray]]
+    after: dict[tuple[int, int], "Continuation"] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Continuation:
+    """Rests of boundary-crossing tokens walked from a lexer's start state.
+
+    ``groups``: (end state, token ids) of rests that stay in that next lexeme; ``again``: token
+    ids whose rest crosses yet another boundary (checked one by one); the others are rejected.
+    """
+
+    groups: list[tuple[int, np.ndarray]]
+    again: np.ndarray
+    again_pos: np.ndarray
+
+
+def continuation(lex: LexerDFA, ids: np.ndarray, pos: np.ndarray, tokens: tuple[bytes, ...]) -> Continuation:
+    rests = [tokens[t][j:] for t, j in zip(ids.tolist(), pos.tolist())]
+    end, bpos, bst = walk_suffixes(lex.trans, 0, rests)
+    groups = []
+    ok = end >= 0
+    if ok.any():
+        for u in np.unique(end[ok]).tolist():
+            groups.append((int(u), ids[end == u]))
+    again = bpos >= 1
+    again[again] = lex.accept[bst[again]] >= 0
+    return Continuation(groups, ids[again], pos[again])
+
+
+def state_table(lex: LexerDFA, d: int, tm: TokenMatrix) -> StateTable:
+    end, bpos, bst = walk_vocab(lex.trans, d, tm)
+    inside = []
+    ends = end[end >= 0]
+    if len(ends):
+        for u in np.unique(ends).tolist():
+            inside.append((int(u), tm.pack(end == u)))
+    group0 = None
+    if lex.accept[d] >= 0:
+        g = bpos == 0
+        if g.any():
+            group0 = tm.pack(g)
+    sel = bpos >= 1
+    sel[sel] = lex.accept[bst[sel]] >= 0
+    ids = np.flatnonzero(sel)
+    terms = lex.accept[bst[ids]]
+    cross = {}
+    for t in np.unique(terms).tolist():
+        k = terms == t
+        cross[int(t)] = (ids[k], bpos[ids[k]])
+    return StateTable(inside, group0, cross)

@@ -1,0 +1,364 @@
+"""Regular expressions -> byte-level DFAs, and the ``Regex`` constraint.
+
+A pattern is parsed by interegular into a character-level FSM; every character class (including
+interegular's ``anything_else``) is expanded into UTF-8 byte-range sequences, and the resulting byte
+NFA is determinised and trimmed (states that cannot reach an accepting state are removed, so every
+live state can still be completed). Tokens may therefore end in the middle of a UTF-8 character.
+
+Supported syntax is what interegular supports, with Python-``re`` meaning, except that ``\\w``,
+``\\d``, ``\\s`` are ASCII-only (as with ``re.ASCII``). Refused with ``GrammarError`` naming the
+feature: backreferences, lookahead/lookbehind, anchors (``^``, ``$``, ``\\b``, ``\\A``, ``\\Z``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Hashable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from trellis.constrain.errors import GrammarError
+from trellis.tokens import Vocabulary
+
+MAX_CODEPOINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+@dataclass(frozen=True, eq=False)
+class ByteDFA:
+    """A trimmed byte DFA: ``trans`` int32 [S, 256] (-1 = dead), ``final`` bool [S]; start state 0.
+
+    Every state can reach an accepting state (dead states are pruned at construction).
+    """
+
+    trans: np.ndarray  # [S, 256] int32
+    final: np.ndarray  # [S] bool
+
+    @property
+    def num_states(self) -> int:
+        return int(self.trans.shape[0])
+
+    def matches(self, data: bytes) -> bool:
+        s = 0
+        for b in data:
+            s = int(self.trans[s, b])
+            if s < 0:
+                return False
+        return bool(self.final[s])
+
+
+# ----------------------------------------------------------------------------- UTF-8 ranges
+
+
+def _split_utf8(lo: int, hi: int, out: list[list[tuple[int, int]]]) -> None:
+    """Append byte-range sequences whose concatenations encode exactly the codepoints [lo, hi]."""
+    for bound in (0x7F, 0x7FF, 0xFFFF):
+        if lo <= bound < hi:
+            _split_utf8(lo, bound, out)
+            _split_utf8(bound + 1, hi, out)
+            return
+    if hi <= 0x7F:
+        out.append([(lo, hi)])
+        return
+    n = len(chr(lo).encode("utf-8"))
+    for i in range(1, n):
+        m = (1 << (6 * i)) - 1
+        if (lo & ~m) != (hi & ~m):
+            if lo & m:
+                _split_utf8(lo, lo | m, out)
+                _split_utf8((lo | m) + 1, hi, out)
+                return
+            if (hi & m) != m:
+                _split_utf8(lo, (hi & ~m) - 1, out)
+                _split_utf8(hi & ~m, hi, out)
+                return
+    a, b = chr(lo).encode("utf-8"), chr(hi).encode("utf-8")
+    out.append(list(zip(a, b)))
+
+
+def codepoint_ranges_to_utf8(ranges: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Codepoint ranges (inclusive, surrogates skipped) -> byte-range sequences."""
+    out: list[list[tuple[int, int]]] = []
+    for lo, hi in ranges:
+        pieces = [(lo, hi)]
+        if lo <= _SURROGATES[1] and hi >= _SURROGATES[0]:
+            pieces = [(lo, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, hi)]
+        for a, b in pieces:
+            if a <= b:
+                _split_utf8(a, b, out)
+    return out
+
+
+def _to_ranges(cps: list[int]) -> list[tuple[int, int]]:
+    cps = sorted(set(cps))
+    out: list[tuple[int, int]] = []
+    for c in cps:
+        if out and out[-1][1] == c - 1:
+            out[-1] = (out[-1][0], c)
+        else:
+            out.append((c, c))
+    return out
+
+
+def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, nxt = [], 0
+    for lo, hi in ranges:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= MAX_CODEPOINT:
+        out.append((nxt, MAX_CODEPOINT))
+    return out
+
+
+# ----------------------------------------------------------------------------- pattern checks
+
+_REWRITES = {
+    # lark's common.ESCAPED_STRING uses a lookbehind and a lazy quantifier; this is the same
+    # language with no lookaround (the closing quote is the first unescaped one).
+    r'".*?(?<!\\)(\\\\)*?"': r'"(?:[^"\\\n]|\\[^\n])*"',
+    r'"(?:.*?)(?<!\\)(?:\\\\)*?"': r'"(?:[^"\\\n]|\\[^\n])*"',
+}
+
+
+def _unsupported_feature(pattern: str) -> str | None:
+    """Name the first regex feature interegular cannot compile exactly, or None."""
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            e = pattern[i + 1]
+            if not in_class:
+                if e.isdigit() and e != "0":
+                    return "backreference"
+                if e in "bBAZ":
+                    return f"anchor \\{e}"
+                if e == "g":
+                    return "backreference"
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1:i + 2] == "^":
+                i += 1
+            if pattern[i + 1:i + 2] == "]":
+                i += 1
+        elif c == "(" and pattern[i + 1:i + 2] == "?":
+            rest = pattern[i + 2:i + 5]
+            if rest.startswith("="):
+                return "lookahead"
+            if rest.startswith("!"):
+                return "negative lookahead"
+            if rest.startswith("<=") or rest.startswith("<!"):
+                return "lookbehind"
+            if rest.startswith("P="):
+                return "backreference"
+            if rest.startswith("("):
+                return "conditional group"
+        elif c in "^$":
+            return f"anchor {c}"
+        i += 1
+    return None
+
+
+def regex_to_byte_dfa(pattern: str, *, name: str = "regex") -> ByteDFA:
+    """Compile a Python-syntax regex into a trimmed ``ByteDFA`` over UTF-8 bytes."""
+    import interegular
+
+    pattern = _REWRITES.get(pattern, pattern)
+    feature = _unsupported_feature(pattern)
+    if feature is not None:
+        raise GrammarError(f"{name}: regex feature not supported ({feature}) in /{pattern}/")
+    try:
+        fsm = interegular.parse_pattern(pattern).to_fsm()
+    except Exception as e:  # interegular raises plain Exception subclasses (Unsupported, ...)
+        raise GrammarError(f"{name}: regex not supported ({e}) in /{pattern}/") from None
+    return _fsm_to_byte_dfa(fsm, name=name, pattern=pattern)
+
+
+def _fsm_to_byte_dfa(fsm, *, name: str, pattern: str) -> ByteDFA:
+    from interegular.fsm import anything_else
+
+    alphabet = fsm.alphabet
+    explicit = [ord(ch) for ch in alphabet._symbol_mapping if ch is not anything_else]
+    seqs_by_class: dict[int, list[list[tuple[int, int]]]] = {}
+    for cls, chars in alphabet.by_transition.items():
+        cps = [ord(ch) for ch in chars if ch is not anything_else]
+        ranges = _to_ranges(cps)
+        if any(ch is anything_else for ch in chars):
+            ranges = sorted(ranges + _complement(_to_ranges(explicit)))
+        seqs_by_class[cls] = codepoint_ranges_to_utf8(ranges)
+
+    # Byte NFA: fsm states keep their ids; intermediate nodes are appended.
+    states = sorted(fsm.states)
+    index = {s: i for i, s in enumerate(states)}
+    edges: list[list[tuple[int, int, int]]] = [[] for _ in states]
+    finals = {index[s] for s in fsm.finals}
+    for s, row in fsm.map.items():
+        for cls, t in row.items():
+            for seq in seqs_by_class.get(cls, []):
+                cur = index[s]
+                for k, (lo, hi) in enumerate(seq):
+                    if k == len(seq) - 1:
+                        dst = index[t]
+                    else:
+                        edges.append([])
+                        dst = len(edges) - 1
+                    edges[cur].append((lo, hi, dst))
+                    cur = dst
+    return _determinise(edges, finals, index[fsm.initial], name=name, pattern=pattern)
+
+
+def _determinise(edges: list[list[tuple[int, int, int]]], finals: set[int], start: int, *,
+                 name: str, pattern: str) -> ByteDFA:
+    key0 = frozenset([start])
+    ids: dict[frozenset[int], int] = {key0: 0}
+    order = [key0]
+    rows: list[list[int]] = []
+    i = 0
+    while i < len(order):
+        cur = order[i]
+        i += 1
+        nxt: list[set[int] | None] = [None] * 256
+        for node in cur:
+            for lo, hi, dst in edges[node]:
+                for b in range(lo, hi + 1):
+                    s = nxt[b]
+                    if s is None:
+                        nxt[b] = {dst}
+                    else:
+                        s.add(dst)
+        row = [-1] * 256
+        for b in range(256):
+            s = nxt[b]
+            if s is not None:
+                k = frozenset(s)
+                j = ids.get(k)
+                if j is None:
+                    j = ids[k] = len(order)
+                    order.append(k)
+                row[b] = j
+        rows.append(row)
+    trans = np.array(rows, dtype=np.int32).reshape(-1, 256)
+    final = np.array([bool(k & finals) for k in order], dtype=bool)
+    return trim(trans, final, name=name, pattern=pattern)
+
+
+def trim(trans: np.ndarray, final: np.ndarray, *, name: str = "regex", pattern: str = "",
+         allow_empty: bool = True) -> ByteDFA:
+    """Remove states that cannot reach an accepting state; keep state 0 as start."""
+    n = trans.shape[0]
+    live = final.copy()
+    while True:
+        succ_live = np.zeros(n, dtype=bool)
+        valid = trans >= 0
+        succ_live = (valid & live[np.where(valid, trans, 0)]).any(axis=1)
+        new = live | succ_live
+        if (new == live).all():
+            break
+        live = new
+    if not live[0]:
+        raise GrammarError(f"{name}: the regex /{pattern}/ matches nothing")
+    if final[0] and not allow_empty:
+        raise GrammarError(f"{name}: the regex /{pattern}/ matches the empty string")
+    keep = np.flatnonzero(live)  # 0 stays first
+    remap = np.full(n, -1, dtype=np.int32)
+    remap[keep] = np.arange(len(keep), dtype=np.int32)
+    t = trans[keep]
+    t = np.where(t >= 0, remap[np.where(t >= 0, t, 0)], -1).astype(np.int32)
+    return ByteDFA(np.ascontiguousarray(t), final[keep].copy())
+
+
+# ----------------------------------------------------------------------------- the constraint
+
+
+@dataclass(frozen=True)
+class Regex:
+    """A regular-expression grammar (Python ``re`` syntax); ``compile(Regex(p), vocab)`` builds it.
+
+    The output must match the whole pattern (``re.fullmatch``); EOS is allowed exactly on a match.
+    """
+
+    pattern: str
+
+    def compile(self, vocab: Vocabulary) -> "RegexConstraint":
+        return RegexConstraint(regex_to_byte_dfa(self.pattern), vocab)
+
+
+class RegexConstraint:
+    """Token-level constraint from a ``ByteDFA``; its state is the DFA state (an ``int``).
+
+    Per DFA state, the whole vocabulary is walked at once (numpy, column by column over the
+    padded token-byte matrix) and the surviving tokens stored as a packed bitmask; the tables are
+    built lazily, on the first visit of each DFA state, then reused.
+    """
+
+    def __init__(self, dfa: ByteDFA, vocab: Vocabulary) -> None:
+        from trellis.constrain.lexer import TokenMatrix
+
+        self.vocab = vocab
+        self.dfa = dfa
+        self.tm = TokenMatrix.of(vocab)
+        self._next: dict[int, np.ndarray] = {}  # DFA state -> [V] int32 next state (-1 = no)
+        self._masks: dict[int, np.ndarray] = {}  # DFA state -> [W] int32
+        self._eos = self.tm.eos_bits()
+
+    def start(self) -> Hashable:
+        return 0
+
+    def _table(self, s: int) -> np.ndarray:
+        t = self._next.get(s)
+        if t is None:
+            from trellis.constrain.lexer import walk_vocab
+
+            end, _, _ = walk_vocab(self.dfa.trans, s, self.tm)
+            t = self._next[s] = end
+        return t
+
+    def advance(self, state: Hashable, token: int) -> Hashable | None:
+        if not 0 <= token < self.tm.size or not self.tm.valid[token]:
+            return None
+        s = int(state)  # type: ignore[arg-type]
+        for b in self.vocab.tokens[token]:
+            s = int(self.dfa.trans[s, b])
+            if s < 0:
+                return None
+        return s
+
+    def mask_array(self, state: Hashable) -> np.ndarray:
+        """[W] int32 packed mask for ``state`` (cached; do not modify)."""
+        s = int(state)  # type: ignore[arg-type]
+        m = self._masks.get(s)
+        if m is None:
+            m = self.tm.pack(self._table(s) >= 0)
+            if self.dfa.final[s]:
+                m = m | self._eos
+            self._masks[s] = m
+        return m
+
+    def fill_mask(self, state: Hashable, out: Tensor) -> None:
+        out.copy_(torch.from_numpy(self.mask_array(state)))
+
+    def is_accepting(self, state: Hashable) -> bool:
+        return bool(self.dfa.final[int(state)])  # type: ignore[arg-type]
+
+    def forced_tokens(self, state: Hashable) -> list[int]:
+        """Tokens of the unique continuation forced by the regex from ``state`` (may be empty)."""
+        s = int(state)  # type: ignore[arg-type]
+        forced = bytearray()
+        while len(forced) < 256 and not self.dfa.final[s]:
+            nxt = np.flatnonzero(self.dfa.trans[s] >= 0)
+            if len(nxt) != 1:
+                break
+            forced.append(int(nxt[0]))
+            s = int(self.dfa.trans[s, nxt[0]])
+        return self.tm.tokenize_forced(bytes(forced), lambda st, t: self.advance(st, t), state)
+
+    def __repr__(self) -> str:
+        return f"RegexConstraint(states={self.dfa.num_states}, vocab={self.tm.size})"
