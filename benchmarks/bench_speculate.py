@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--per-category", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--max-nodes", type=int, default=16)
+    ap.add_argument("--max-nodes", type=int, default=4)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 

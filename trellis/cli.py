@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", type=int, default=None, help="torch threads (default: CPU cores)")
     g.add_argument("--speculate", default=None, metavar="DRAFTER",
                    help="speculative decoding, lossless: prompt-lookup, recycling, grammar-forced, auto, draft:MODEL")
-    g.add_argument("--max-draft-nodes", type=int, default=16, help="speculate: draft tree node budget")
+    g.add_argument("--max-draft-nodes", type=int, default=4,
+                   help="speculate: draft tree node budget (4 suits CPUs; see benchmarks/README.md)")
     g.add_argument("-q", "--quiet", action="store_true", help="no statistics line on stderr")
     _add_search_args(g)
     g.set_defaults(func=cmd_generate)

@@ -1,0 +1,32 @@
+"""Speculative decoding on the embedded Gemma 3 270M: same tokens as greedy, fewer forward passes.
+
+    python examples/speculative_decoding.py
+"""
+
+import time
+
+import torch
+
+from trellis import Decoder, Greedy, HFLanguageModel, load
+from trellis.speculate import Composite, PromptLookup, Speculative, TokenRecycling
+
+torch.set_num_threads(2)
+model = load()
+prompt = ("Summarize: The committee met on Tuesday. The committee agreed that the budget for the new "
+          "library would be increased. The budget for the new library will be presented next week.\n"
+          "Summary: The committee")
+ids = model.tokenizer(prompt).input_ids
+lm = HFLanguageModel(model.model)
+dec = Decoder(lm, temperature=0, vocab=model.vocab)  # temperature 0: greedy verification
+
+for name, strategy in [("greedy", Greedy()),
+                       ("speculative", Speculative(Composite([PromptLookup(), TokenRecycling(model.vocab_size)])))]:
+    lm.reset()
+    lm.reset_stats()
+    t0 = time.perf_counter()
+    hyp = strategy(dec, dec.start(ids), max_new_tokens=64)[0]
+    sec = time.perf_counter() - t0
+    print(f"{name:12s} {hyp.num_new / sec:5.1f} tok/s  {lm.stats.forward_calls:3d} forwards  {dec.text(hyp)!r}")
+    if name == "speculative":
+        print("  accepted draft tokens per round:", round(strategy.stats.mean_accepted, 2),
+              "| acceptance by drafter:", strategy.stats.acceptance_by_drafter())
