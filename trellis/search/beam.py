@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 
 from trellis.decoder import Decoder, Hypothesis
-from trellis.search.tree import SearchResult, TreeRecorder
+from trellis.search.tree import Searching, SearchResult, TreeRecorder
 
 EarlyStopping = bool | Literal["never"]
 
@@ -67,7 +67,7 @@ def _validate(width: int, n_best: int | None, length_penalty: float, early_stopp
 
 
 @dataclass(frozen=True)
-class Beam:
+class Beam(Searching):
     """Beam search over the masked distribution, equal to transformers' ``generate(num_beams=width)``
     when unconstrained (same candidates, same finished-beam bookkeeping, same stopping rules).
 
@@ -89,10 +89,6 @@ class Beam:
 
     def __post_init__(self) -> None:
         _validate(self.width, self.n_best, self.length_penalty, self.early_stopping)
-
-    def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
-        return list(self.search(decoder, root, max_new_tokens=max_new_tokens,
-                                recorder=TreeRecorder.off(decoder, root)).hypotheses)
 
     def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                recorder: TreeRecorder | None = None) -> SearchResult:
@@ -141,7 +137,7 @@ class Beam:
 
 
 @dataclass(frozen=True)
-class DiverseBeam:
+class DiverseBeam(Searching):
     """Diverse Beam Search (Vijayakumar et al. 2018): ``width`` beams in ``groups`` groups of
     B' = width / groups; at step t group g maximises log p(y_t | y_<t) - lambda * Delta(y_t), where
     Delta counts how often groups 1..g-1 chose the token y_t at this step (Hamming diversity) and
@@ -167,10 +163,6 @@ class DiverseBeam:
             raise ValueError(f"groups ({self.groups}) must divide width ({self.width})")
         if self.diversity_penalty < 0:
             raise ValueError("diversity_penalty must be >= 0")
-
-    def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
-        return list(self.search(decoder, root, max_new_tokens=max_new_tokens,
-                                recorder=TreeRecorder.off(decoder, root)).hypotheses)
 
     def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                recorder: TreeRecorder | None = None) -> SearchResult:

@@ -14,7 +14,7 @@ import torch
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import sample
-from trellis.search.tree import SearchResult, TreeRecorder
+from trellis.search.tree import Searching, SearchResult, TreeRecorder
 
 Scorer = Literal["logprob", "mean_logprob", "mbr"] | Callable[[Hypothesis], float]
 
@@ -34,7 +34,7 @@ def ngram_f1(a: Sequence[int], b: Sequence[int], *, max_n: int = 2) -> float:
 
 
 @dataclass(frozen=True)
-class BestOfN:
+class BestOfN(Searching):
     """``n`` samples from the masked, warped distribution, advanced together (ONE batched
     ``decoder.log_probs`` call per step for all unfinished samples), returned best first.
 
@@ -57,10 +57,6 @@ class BestOfN:
             raise ValueError(f"n must be >= 1, got {self.n}")
         if not callable(self.scorer) and self.scorer not in ("logprob", "mean_logprob", "mbr"):
             raise ValueError(f"unknown scorer {self.scorer!r}")
-
-    def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
-        return list(self.search(decoder, root, max_new_tokens=max_new_tokens,
-                                recorder=TreeRecorder.off(decoder, root)).hypotheses)
 
     def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                recorder: TreeRecorder | None = None) -> SearchResult:

@@ -34,7 +34,7 @@ from trellis.lm import LanguageModel
 from trellis.search.base import Strategy
 from trellis.search.greedy import Greedy
 from trellis.search.sample import Sample
-from trellis.search.tree import SearchResult, TreeRecorder
+from trellis.search.tree import Searching, SearchResult, TreeRecorder
 from trellis.tokens import TokenTree
 
 
@@ -99,7 +99,7 @@ class _Node:
 
 
 @dataclass(frozen=True)
-class MCTS:
+class MCTS(Searching):
     """PG-TD Monte Carlo tree search (see the module docstring) with a user ``reward``.
 
     ``reward`` is called on each rollout's final hypothesis (``finished`` is False when the token
@@ -129,10 +129,6 @@ class MCTS:
             raise ValueError("k and max_rollouts must be >= 1")
         if self.backup not in ("max", "mean"):
             raise ValueError(f"backup must be 'max' or 'mean', got {self.backup!r}")
-
-    def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
-        return list(self.search(decoder, root, max_new_tokens=max_new_tokens,
-                                recorder=TreeRecorder.off(decoder, root)).hypotheses)
 
     def _greedy_rollout(self, decoder: Decoder) -> bool:
         if self.sequence_cache is not None:

@@ -37,6 +37,19 @@ class SearchResult:
     tree: nx.DiGraph
 
 
+class Searching:
+    """Mixin for strategies with ``search(...) -> SearchResult``: ``__call__`` runs the same search
+    with tree recording off and returns its hypotheses, best first."""
+
+    def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
+               recorder: "TreeRecorder | None" = None) -> SearchResult:
+        raise NotImplementedError
+
+    def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
+        return list(self.search(decoder, root, max_new_tokens=max_new_tokens,
+                                recorder=TreeRecorder.off(decoder, root)).hypotheses)
+
+
 class TreeRecorder:
     """Builds the explored tree of one search; every method is a no-op when ``enabled`` is False.
 
