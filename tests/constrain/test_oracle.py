@@ -166,7 +166,7 @@ def test_oracle_fast(name: str) -> None:
         run_oracle(name, n_docs=3 if name != "csv.lark" else 6, seed=1)
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("name", ALL)
 def test_oracle_200_documents(name: str) -> None:
     """200 documents per grammar; every document is walked, a 10% sample of states is compared."""
