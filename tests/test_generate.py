@@ -88,3 +88,9 @@ def test_cli_generate_and_info_on_gemma():
     assert "Berlin" in out.stdout
     info = subprocess.run([sys.executable, "-m", "trellis", "info"], capture_output=True, text=True, timeout=600)
     assert info.returncode == 0 and "default model dir" in info.stdout and "ready" in info.stdout
+
+
+def test_cli_stop_strings_accept_backslash_escapes():
+    from trellis.cli import _unescape
+
+    assert _unescape(r"\n") == "\n" and _unescape(r"é\t}") == "é\t}" and _unescape("plain") == "plain"

@@ -40,8 +40,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                       max_nodes=args.max_draft_nodes, generator=gen)
     stream = generate(model, prompt, grammar=args.grammar, max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                      repetition_penalty=args.repetition_penalty, stop=args.stop or (), seed=args.seed,
-                      strategy=strategy, stream=True)
+                      repetition_penalty=args.repetition_penalty, stop=[_unescape(s) for s in args.stop or ()],
+                      seed=args.seed, strategy=strategy, stream=True)
     for piece in stream:  # type: ignore[union-attr]
         sys.stdout.write(piece)
         sys.stdout.flush()
@@ -58,6 +58,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"[speculative: {ss.rounds} rounds, {ss.mean_accepted:.2f} accepted draft tokens/round"
                   f"{', acceptance ' + by if by else ''}]", file=sys.stderr)
     return 0
+
+
+def _unescape(text: str) -> str:
+    """Backslash escapes in --stop ("\\n", "\\t"), so a shell user can stop at a newline."""
+    import codecs
+
+    return codecs.decode(text.encode("utf-8"), "unicode_escape").encode("latin-1").decode("utf-8")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -103,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--min-p", type=float, default=0.0)
     g.add_argument("--repetition-penalty", type=float, default=1.0)
-    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--stop", action="append", help="stop string, backslash escapes allowed ('\\n'); repeatable")
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch threads (default: CPU cores)")
     g.add_argument("--speculate", default=None, metavar="DRAFTER",
