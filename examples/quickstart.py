@@ -20,5 +20,5 @@ for piece in stream:
 print(f"\n[{stream.result.stats.new_tokens} tokens, finished={stream.result.finished}]")
 
 res = generate(model, 'Ada Lovelace as JSON: {"name": "Ada Lovelace", "born": 1815}. Alan Turing as JSON:',
-               grammar="json.lark", max_new_tokens=48)
+               grammar="json.lark", stop=["\n"], max_new_tokens=48)  # json.lark allows trailing whitespace
 print("under json.lark:", res.text)
