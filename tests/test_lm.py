@@ -14,7 +14,8 @@ from trellis.tokens import TokenTree
 TOL = 1e-4  # fp32, tiny models (measured ~1e-7)
 # Gemma's logits reach |x| ~ 127, where one fp32 ulp is 1.5e-5. Measured against a float64 copy of
 # the model (2026-11-21): full recomputation is off by 1.4e-4, token-by-token by 8e-5 and the
-# one-pass tree by 2.6e-4, so 1e-4 absolute is below the fp32 noise floor there.
+# one-pass tree by 2.6e-4 (benchmarks/precision_tree_vs_fp64.py), so 1e-4 absolute is below the
+# fp32 noise floor there.
 GEMMA_TOL = 5e-4
 
 
