@@ -85,17 +85,13 @@ class Decoder:
         return Hypothesis(tokens=toks, prompt_len=len(toks), state=self.constraint.start())
 
     # ------------------------------------------------------------------ distributions
-    def _shape(self, logits: Tensor, hyps: Sequence[Hypothesis], states: Sequence[State | None]) -> Tensor:
-        """raw logits [B, V] -> masked, penalised, warped scores [B, V] (float32, -inf = impossible)."""
+    def _shape(self, logits: Tensor, hyps: Sequence[Hypothesis], bitmask: Tensor | None) -> Tensor:
+        """raw logits [B, V] -> penalised, masked (``bitmask`` [B, W], None = no constraint), warped
+        scores [B, V] (float32, -inf = impossible)."""
         scores = logits.float()
         if self.repetition_penalty != 1.0:
             scores = repetition_penalty(scores, [h.tokens for h in hyps], self.repetition_penalty)
-        if self.constrained:
-            rows = [s if s is not None else self.constraint.start() for s in states]
-            bitmask = fill_masks(self.constraint, rows, scores.shape[-1])
-            for i, s in enumerate(states):
-                if s is None:
-                    bitmask[i].zero_()
+        if bitmask is not None:
             apply_bitmask_(scores, bitmask)
         return warp(scores, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
 
@@ -103,7 +99,8 @@ class Decoder:
         """[B, V] masked + warped logits for each hypothesis, one batched forward. Greedy takes the
         argmax; log-probs are their log-softmax."""
         logits = self.lm.logits([h.tokens for h in hyps])  # [B, V]
-        return self._shape(logits, hyps, [h.state for h in hyps])
+        bitmask = fill_masks(self.constraint, [h.state for h in hyps], logits.shape[-1]) if self.constrained else None
+        return self._shape(logits, hyps, bitmask)
 
     def log_probs(self, hyps: Sequence[Hypothesis]) -> Tensor:
         """[B, V] masked, warped, renormalised log-probabilities (one batched forward)."""
@@ -113,14 +110,15 @@ class Decoder:
         """Scores [N+1, V] for every node of a draft tree in one forward, and the constraint state
         after each node (``None`` where the grammar forbids the path: that row is all -inf)."""
         logits = self.lm.tree_logits(hyp.tokens, tree)  # [N+1, V]
-        if self.constrained:
-            _, states = tree_masks(self.constraint, hyp.state, tree, logits.shape[-1])
+        bitmask = None
+        if self.constrained:  # one mask per node, computed once (forbidden paths: all-zero rows)
+            bitmask, states = tree_masks(self.constraint, hyp.state, tree, logits.shape[-1])
         else:
             states = [hyp.state] * (len(tree) + 1)
         toks = tree.tokens.tolist()
         seqs = [hyp] + [replace(hyp, tokens=hyp.tokens + tuple(toks[j] for j in tree.path_to(i)))
                         for i in range(len(tree))] if self.repetition_penalty != 1.0 else [hyp] * (len(tree) + 1)
-        return self._shape(logits, seqs, states), states
+        return self._shape(logits, seqs, bitmask), states
 
     def tree_log_probs(self, hyp: Hypothesis, tree: TokenTree) -> tuple[Tensor, list[State | None]]:
         """[N+1, V] log-probs for every node of a draft tree (see ``tree_scores``)."""

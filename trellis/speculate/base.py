@@ -188,7 +188,8 @@ class Speculative:
                 else Draft.empty()
             draft = prune(decoder, hyp, draft)
             scores, _ = decoder.tree_scores(hyp, draft.tree)  # [N+1, V], one forward
-            target = scores if greedy else log_softmax(scores)
+            logp = log_softmax(scores)  # [N+1, V]
+            target = scores if greedy else logp
             if not torch.isfinite(target[0]).any():
                 return  # the constraint allows nothing here
             path, nxt = verify(target, draft, self.generator)
@@ -197,7 +198,6 @@ class Speculative:
                 commit(path)
             if isinstance(self.drafter, LearningDrafter):
                 self.drafter.observe(hyp, draft, scores, path)
-            logp = target if not greedy else log_softmax(scores)
             toks = draft.tree.tokens.tolist()
             rows = [0] + [i + 1 for i in path]
             emitted = 0
