@@ -13,6 +13,8 @@ built lazily on first use of each lexer state during decoding.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import hashlib
 import os
 import pickle
@@ -130,6 +132,26 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     if isinstance(grammar, Regex):
         return grammar.compile(vocab)
     text, source = load_grammar_text(grammar)
+    # One constraint per (grammar, vocabulary) per process: its lexer-state tables and mask cache
+    # are the expensive part, and states are immutable values, so callers can share it.
+    key = (text, source, start, vocab.fingerprint(), precompute)
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        _COMPILED.move_to_end(key)
+        return hit
+    c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
+    _COMPILED[key] = c
+    while len(_COMPILED) > _COMPILED_MAX:
+        _COMPILED.popitem(last=False)
+    return c
+
+
+_COMPILED: "OrderedDict[tuple[str, str, str, str, bool], CFGConstraint]" = OrderedDict()
+_COMPILED_MAX = 8  # each holds vocabulary tables (tens of MB on a 262k vocabulary)
+
+
+def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache: bool, precompute: bool,
+                 progress: bool | None) -> CFGConstraint:
     g = compile_grammar(text, source=source, start=start, cache=cache)
     if not precompute:
         return CFGConstraint(g, vocab)
