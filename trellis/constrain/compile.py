@@ -28,7 +28,7 @@ from trellis.constrain.errors import GrammarError
 from trellis.constrain.regex import Regex, RegexConstraint
 from trellis.tokens import Vocabulary
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: vocabulary walks keyed by global lexer state
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 
 GrammarSpec = Union[str, os.PathLike, Regex]
@@ -167,10 +167,10 @@ def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache
 
 
 def precompute_tables(c: CFGConstraint, *, progress: bool | None = None) -> None:
-    """Build the vocabulary table of every lexer state of ``c`` (tqdm bar when ``progress``)."""
+    """Walk the vocabulary from every (global) lexer state of ``c`` (tqdm bar when ``progress``)."""
     import sys
 
-    keys = [(i, s) for i, lex in enumerate(c.grammar.lexers) for s in range(lex.trans.shape[0])]
+    keys = range(len(c.grammar.gfinal))
     if progress is None:
         progress = sys.stderr.isatty()
     it = keys
@@ -178,5 +178,5 @@ def precompute_tables(c: CFGConstraint, *, progress: bool | None = None) -> None
         from tqdm import tqdm
 
         it = tqdm(keys, desc=f"compiling {c.grammar.source}", unit="state")
-    for lid, s in it:
-        c.table(lid, s)
+    for g in it:
+        c.walk(g)

@@ -249,6 +249,10 @@ class LexerDFA:
     completable: list[int]
     boundary: list[dict[int, int]]
     first: int
+    # keys[s]: the product components of state s; equal keys in two lexers root identical
+    # sub-automata, so their vocabulary walks are shared (``globalize``).
+    keys: list[Hashable] = field(default_factory=list, repr=False)
+    glob: np.ndarray | None = field(default=None, repr=False)  # [S] int32 global state ids
     rows: list[list[int]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -335,22 +339,74 @@ def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int]) -> Le
             if c != completable[s]:
                 completable[s] = c
                 changed = True
-    return LexerDFA(members, trans, acc, completable, boundary, _bits(trans[0] >= 0))
+    keys: list[Hashable] = [("start", order[0])] + order[1:]
+    return LexerDFA(members, trans, acc, completable, boundary, _bits(trans[0] >= 0), keys)
+
+
+def globalize(lexers: Sequence[LexerDFA]) -> tuple[np.ndarray, np.ndarray]:
+    """Number the states of all lexers by their keys; set each ``lex.glob``.
+
+    Returns (gtrans [G, 256] int32, gfinal [G] bool). A state's transitions depend only on its
+    product components, so one global table serves every lexer; ``accept >= 0`` exactly when some
+    component is final (an embedded literal's regex is final on the same lexeme), so it is global
+    too. On json.lark the 417 lexer states are 123 global ones, sql_select.lark 1671 -> 308.
+    """
+    gid: dict[Hashable, int] = {}
+    for lex in lexers:
+        lex.glob = np.array([gid.setdefault(k, len(gid)) for k in lex.keys], dtype=np.int32)
+    gtrans = np.full((len(gid), 256), -1, dtype=np.int32)
+    gfinal = np.zeros(len(gid), dtype=bool)
+    for lex in lexers:
+        g = lex.glob
+        gtrans[g] = np.where(lex.trans >= 0, g[lex.trans], -1)
+        gfinal[g] = lex.accept >= 0
+    return gtrans, gfinal
 
 
 # ----------------------------------------------------------------------------- per-state tables
 
 
 @dataclass(eq=False)
-class StateTable:
-    """Vocabulary split for one lexer state (context-independent part of the mask).
+class WalkTable:
+    """The vocabulary walked from one global lexer state (the context-independent split).
 
-    ``inside``: (end state, packed tokens) — tokens that stay inside the current lexeme and end
-    in that state; ``group0``: packed tokens whose first byte ends the current (complete) lexeme;
-    ``cross[T]``: (token ids, boundary positions >= 1) of tokens that end the lexeme as terminal
-    ``T`` after some bytes. Every other token is rejected in this lexer state whatever the stack.
-    ``after[(T, lexer)]`` caches, for those tokens, the walk of their rests from the start state
-    of the next lexer (``Continuation``).
+    ``inside``: (global end state, packed tokens) — tokens that stay inside the current lexeme;
+    ``first_dead``: packed tokens whose first byte cannot extend the lexeme; ``cross_*``: tokens
+    whose lexeme ends, complete, before a later byte (ids, that byte's position >= 1, global state
+    before it). Every other token is rejected in this state whatever the stack.
+    """
+
+    inside: list[tuple[int, np.ndarray]]
+    first_dead: np.ndarray | None
+    cross_ids: np.ndarray  # [C] int64
+    cross_pos: np.ndarray  # [C] int32
+    cross_state: np.ndarray  # [C] int32
+
+
+def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix) -> WalkTable:
+    end, bpos, bst = walk_vocab(gtrans, g, tm)
+    inside = []
+    ends = end[end >= 0]
+    if len(ends):
+        for u in np.unique(ends).tolist():
+            inside.append((int(u), tm.pack(end == u)))
+    g0 = bpos == 0
+    first_dead = tm.pack(g0) if gfinal[g] and g0.any() else None
+    sel = bpos >= 1
+    sel[sel] = gfinal[bst[sel]]
+    ids = np.flatnonzero(sel)
+    return WalkTable(inside, first_dead, ids, bpos[ids], bst[ids])
+
+
+@dataclass(eq=False)
+class StateTable:
+    """A ``WalkTable`` seen from one lexer state: local end states, and crossing tokens grouped
+    by the terminal their lexeme becomes in this lexer.
+
+    ``inside``: (end state, packed tokens); ``group0``: packed tokens whose first byte ends the
+    current (complete) lexeme; ``cross[T]``: (token ids, boundary positions >= 1). ``after[(T,
+    lexer)]`` caches, for those tokens, the walk of their rests from the start state of the next
+    lexer (``Continuation``).
     """
 
     inside: list[tuple[int, np.ndarray]]
@@ -359,20 +415,34 @@ class StateTable:
     after: dict[tuple[int, int], "Continuation"] = field(default_factory=dict)
 
 
+def state_table(lex: LexerDFA, d: int, w: WalkTable, local: np.ndarray) -> StateTable:
+    """Rename ``w`` (the walk of ``lex``'s state ``d``) into ``lex``; ``local``: [G] global -> local."""
+    inside = [(int(local[u]), bits) for u, bits in w.inside]
+    group0 = w.first_dead if lex.accept[d] >= 0 else None
+    terms = lex.accept[local[w.cross_state]]
+    cross = {}
+    for t in np.unique(terms).tolist():
+        k = terms == t
+        cross[int(t)] = (w.cross_ids[k], w.cross_pos[k])
+    return StateTable(inside, group0, cross)
+
+
 @dataclass(eq=False)
 class Continuation:
     """Rests of boundary-crossing tokens walked from a lexer's start state.
 
-    ``groups``: (end state, token ids) of rests that stay in that next lexeme; ``again``: token
-    ids whose rest crosses yet another boundary (checked one by one); the others are rejected.
+    ``groups``: (end state, token ids) of rests that end inside that next lexeme; ``cross[T]``:
+    (token ids, positions of the next boundary) of rests whose lexeme ends again, as ``T``;
+    ``after`` caches their continuations as in ``StateTable``. The others are rejected.
     """
 
     groups: list[tuple[int, np.ndarray]]
-    again: np.ndarray
-    again_pos: np.ndarray
+    cross: dict[int, tuple[np.ndarray, np.ndarray]]
+    after: dict[tuple[int, int], "Continuation"] = field(default_factory=dict)
 
 
 def continuation(lex: LexerDFA, ids: np.ndarray, pos: np.ndarray, tokens: tuple[bytes, ...]) -> Continuation:
+    """Walk ``tokens[ids[i]][pos[i]:]`` from ``lex``'s start state (one numpy pass)."""
     rests = [tokens[t][j:] for t, j in zip(ids.tolist(), pos.tolist())]
     end, bpos, bst = walk_suffixes(lex.trans, 0, rests)
     groups = []
@@ -380,29 +450,12 @@ def continuation(lex: LexerDFA, ids: np.ndarray, pos: np.ndarray, tokens: tuple[
     if ok.any():
         for u in np.unique(end[ok]).tolist():
             groups.append((int(u), ids[end == u]))
-    again = bpos >= 1
-    again[again] = lex.accept[bst[again]] >= 0
-    return Continuation(groups, ids[again], pos[again])
-
-
-def state_table(lex: LexerDFA, d: int, tm: TokenMatrix) -> StateTable:
-    end, bpos, bst = walk_vocab(lex.trans, d, tm)
-    inside = []
-    ends = end[end >= 0]
-    if len(ends):
-        for u in np.unique(ends).tolist():
-            inside.append((int(u), tm.pack(end == u)))
-    group0 = None
-    if lex.accept[d] >= 0:
-        g = bpos == 0
-        if g.any():
-            group0 = tm.pack(g)
     sel = bpos >= 1
     sel[sel] = lex.accept[bst[sel]] >= 0
-    ids = np.flatnonzero(sel)
-    terms = lex.accept[bst[ids]]
+    terms = lex.accept[bst[sel]]
+    ids2, pos2 = ids[sel], pos[sel] + bpos[sel]
     cross = {}
     for t in np.unique(terms).tolist():
         k = terms == t
-        cross[int(t)] = (ids[k], bpos[ids[k]])
-    return StateTable(inside, group0, cross)
+        cross[int(t)] = (ids2[k], pos2[k])
+    return Continuation(groups, cross)
