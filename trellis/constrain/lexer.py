@@ -6,8 +6,8 @@ lexeme ending there becomes (``accept``, resolved the way Lark's lexer resolves 
 terminals the lexeme can still become (``completable``), and which bytes can follow the lexeme
 when it ends as a given terminal (``boundary``: bytes that cannot extend it — lexemes are greedy).
 
-``walk_vocab`` runs a DFA from one state over every token of the vocabulary at once, one byte
-column at a time, and reports where each token ends or where it first leaves the lexeme.
+``walk_live`` runs a DFA from one state over the vocabulary at once (the tokens whose first byte
+is live), one byte column at a time, and reports where each token ends or first leaves the lexeme.
 """
 
 from __future__ import annotations
@@ -25,17 +25,21 @@ from trellis.tokens import Vocabulary
 
 @dataclass(eq=False)
 class TokenMatrix:
-    """The vocabulary as a padded byte matrix, sorted by length (longest first) for the column walk.
+    """The vocabulary as a padded byte matrix, bucketed by first byte for ``walk_live``.
 
     ``valid[t]`` is False for empty, special and EOS tokens: those are never produced by a walk.
+    ``order`` lists the valid ids sorted by (first byte, length); the ids starting with byte
+    ``b`` are ``order[first_lo[b]:first_lo[b + 1]]`` and ``first_bits[b]`` is their packed set.
     """
 
     size: int
     lengths: np.ndarray  # [V] int32
     valid: np.ndarray  # [V] bool
-    order: np.ndarray  # [N] int64 valid token ids, longest first
-    mat_t: np.ndarray  # [Lmax, N] uint8, column j = byte j of each sorted token (0-padded)
-    count_longer: np.ndarray  # [Lmax + 1] int64: number of sorted tokens with length > j
+    order: np.ndarray  # [N] int64 valid token ids by (first byte, length)
+    mat_t: np.ndarray  # [Lmax, N] uint8, column j = byte j of each ordered token (0-padded)
+    first_lo: np.ndarray  # [257] int64 bucket offsets into ``order``
+    first_bits: np.ndarray  # [256, W] int32
+    valid_bits: np.ndarray  # [W] int32
     eos: tuple[int, ...]
     tokens: tuple[bytes, ...] = field(repr=False, default=())
     _by_bytes: dict[bytes, int] | None = field(default=None, repr=False)
@@ -43,6 +47,10 @@ class TokenMatrix:
     @property
     def words(self) -> int:
         return (self.size + 31) // 32
+
+    @property
+    def max_len(self) -> int:
+        return int(self.mat_t.shape[0])
 
     @classmethod
     def of(cls, vocab: Vocabulary) -> "TokenMatrix":
@@ -61,13 +69,20 @@ class TokenMatrix:
         bad = np.fromiter(vocab.special | vocab.eos, dtype=np.int64)
         valid[bad] = False
         ids = np.flatnonzero(valid)
-        order = ids[np.argsort(-lengths[ids], kind="stable")]
-        lmax = int(lengths[order[0]]) if len(order) else 0
+        first = np.fromiter((toks[i][0] for i in ids.tolist()), dtype=np.int64, count=len(ids))
+        order = ids[np.lexsort((lengths[ids], first))]
+        lmax = int(lengths[ids].max()) if len(ids) else 0
         flat = np.frombuffer(b"".join(toks[i].ljust(lmax, b"\0") for i in order.tolist()), dtype=np.uint8)
         mat_t = np.ascontiguousarray(flat.reshape(len(order), lmax).T)  # [Lmax, N]
-        sl = lengths[order]
-        count_longer = np.array([int(np.sum(sl > j)) for j in range(lmax + 1)], dtype=np.int64)
-        return cls(v, lengths, valid, order, mat_t, count_longer, tuple(sorted(vocab.eos)), toks)
+        first_lo = np.searchsorted(np.sort(first), np.arange(257)).astype(np.int64)
+        words = (v + 31) // 32
+        first_bits = np.zeros((256, words), dtype=np.int32)
+        tm = cls(v, lengths, valid, order, mat_t, first_lo, first_bits, np.zeros(words, np.int32),
+                 tuple(sorted(vocab.eos)), toks)
+        for b in np.flatnonzero(np.diff(first_lo)).tolist():
+            first_bits[b] = tm.pack_ids(order[first_lo[b]:first_lo[b + 1]])
+        tm.valid_bits = tm.pack(valid)
+        return tm
 
     def pack(self, allowed: np.ndarray) -> np.ndarray:
         """[V] bool -> [W] int32 bitmask row (bit t%32 of word t//32)."""
@@ -96,7 +111,7 @@ class TokenMatrix:
                         state: Hashable) -> list[int]:
         """Greedy longest-token tokenisation of ``forced`` that ``advance`` allows step by step."""
         out: list[int] = []
-        i, lmax = 0, self.mat_t.shape[0]
+        i, lmax = 0, self.max_len
         while i < len(forced):
             for n in range(min(lmax, len(forced) - i), 0, -1):
                 t = self.token_of_bytes(forced[i:i + n])
@@ -116,80 +131,75 @@ class TokenMatrix:
 _TM_CACHE: dict[str, TokenMatrix] = {}
 
 
-def walk_vocab(trans: np.ndarray, start: int, tm: TokenMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run ``trans`` from ``start`` over every token's bytes at once.
+def _walk(trans: np.ndarray, start: int, lengths: np.ndarray,
+          column: Callable[[int, np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run ``trans`` from ``start`` over ``len(lengths)`` byte strings at once.
 
-    Returns (end [V] int32: state after the whole token, -1 if it hit a dead transition or is
-    invalid; bpos [V] int32: index of the first byte with no transition, -1 if none; bstate [V]
-    int32: the state before that byte). One numpy gather per byte column; tokens leave the
-    working set as soon as they end or die.
+    ``column(j, idx)`` gives byte ``j`` of the strings ``idx``. Returns (end: state after the
+    whole string, -1 if it died; bpos: index of the first byte with no transition, -1 if none;
+    bstate: the state before that byte), each int32. One numpy gather per byte column; strings
+    leave the working set as soon as they end or die.
     """
-    n = len(tm.order)
-    flat = trans.reshape(-1)
-    end_s = np.full(n, -1, dtype=np.int32)
-    bpos_s = np.full(n, -1, dtype=np.int32)
-    bst_s = np.full(n, -1, dtype=np.int32)
-    idx = np.arange(n, dtype=np.int64)
-    cs = np.full(n, start, dtype=np.int64)
-    lmax = tm.mat_t.shape[0]
-    for j in range(lmax + 1):
-        k = int(np.searchsorted(idx, tm.count_longer[j]))
-        if k < len(idx):  # tokens of length exactly j end here
-            end_s[idx[k:]] = cs[k:]
-            idx, cs = idx[:k], cs[:k]
-        if k == 0:
-            break
-        nxt = flat[cs * 256 + tm.mat_t[j][idx]]
-        dead = nxt < 0
-        if dead.any():
-            d_idx = idx[dead]
-            bpos_s[d_idx] = j
-            bst_s[d_idx] = cs[dead]
-            keep = ~dead
-            idx, cs = idx[keep], nxt[keep].astype(np.int64)
-        else:
-            cs = nxt.astype(np.int64)
-    v = tm.size
-    end = np.full(v, -1, dtype=np.int32)
-    bpos = np.full(v, -1, dtype=np.int32)
-    bst = np.full(v, -1, dtype=np.int32)
-    end[tm.order] = end_s
-    bpos[tm.order] = bpos_s
-    bst[tm.order] = bst_s
-    return end, bpos, bst
-
-
-def walk_suffixes(trans: np.ndarray, start: int, suffixes: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``walk_vocab`` for arbitrary byte strings (the rests of tokens after a lexeme boundary).
-
-    Returns (end, bpos, bstate), each [len(suffixes)] int32, with ``walk_vocab``'s meaning.
-    """
-    n = len(suffixes)
-    lengths = np.fromiter((len(x) for x in suffixes), dtype=np.int64, count=n)
-    lmax = int(lengths.max()) if n else 0
-    mat = np.frombuffer(b"".join(x.ljust(lmax, b"\0") for x in suffixes), dtype=np.uint8).reshape(n, lmax)
-    flat = trans.reshape(-1)
+    n = len(lengths)
     end = np.full(n, -1, dtype=np.int32)
     bpos = np.full(n, -1, dtype=np.int32)
     bst = np.full(n, -1, dtype=np.int32)
+    flat = trans.reshape(-1)
     idx = np.arange(n, dtype=np.int64)
     cs = np.full(n, start, dtype=np.int64)
-    for j in range(lmax + 1):
+    j = 0
+    while len(idx):
         fin = lengths[idx] == j
         if fin.any():
             end[idx[fin]] = cs[fin]
-            idx, cs = idx[~fin], cs[~fin]
-        if len(idx) == 0:
-            break
-        nxt = flat[cs * 256 + mat[idx, j]]
+            keep = ~fin
+            idx, cs = idx[keep], cs[keep]
+            if not len(idx):
+                break
+        nxt = flat[cs * 256 + column(j, idx)]
         dead = nxt < 0
         if dead.any():
             bpos[idx[dead]] = j
             bst[idx[dead]] = cs[dead]
-            idx, cs = idx[~dead], nxt[~dead].astype(np.int64)
+            keep = ~dead
+            idx, cs = idx[keep], nxt[keep].astype(np.int64)
         else:
             cs = nxt.astype(np.int64)
+        j += 1
     return end, bpos, bst
+
+
+def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix) -> tuple[np.ndarray, ...]:
+    """Run ``trans`` from ``start`` over every token whose first byte has a transition.
+
+    Returns (ids [n] int64, end, bpos, bstate) with ``_walk``'s meaning. Tokens whose first byte
+    is dead are not listed (see ``dead_first_bits``): in most lexer states that is nearly the
+    whole vocabulary, so this costs O(tokens walked), not O(V).
+    """
+    live = np.flatnonzero(trans[start] >= 0)
+    lo, counts = tm.first_lo[live], tm.first_lo[live + 1] - tm.first_lo[live]
+    n = int(counts.sum())
+    pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)  # into order
+    ids = tm.order[pos]
+    mat_t = tm.mat_t
+    return (ids, *_walk(trans, start, tm.lengths[ids], lambda j, idx: mat_t[j][pos[idx]]))
+
+
+def dead_first_bits(trans: np.ndarray, start: int, tm: TokenMatrix) -> np.ndarray:
+    """[W] int32 packed set of the valid tokens whose first byte has no transition from ``start``."""
+    live = trans[start] >= 0
+    if live.sum() <= 128:
+        return tm.valid_bits & ~np.bitwise_or.reduce(tm.first_bits[live], axis=0)
+    return np.bitwise_or.reduce(tm.first_bits[~live], axis=0)
+
+
+def walk_suffixes(trans: np.ndarray, start: int, suffixes: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_walk`` over arbitrary byte strings (the rests of tokens after a lexeme boundary)."""
+    n = len(suffixes)
+    lengths = np.fromiter((len(x) for x in suffixes), dtype=np.int64, count=n)
+    lmax = int(lengths.max()) if n else 0
+    mat = np.frombuffer(b"".join(x.ljust(lmax, b"\0") for x in suffixes), dtype=np.uint8).reshape(n, lmax)
+    return _walk(trans, start, lengths, lambda j, idx: mat[idx, j])
 
 
 # ----------------------------------------------------------------------------- terminals
@@ -384,18 +394,16 @@ class WalkTable:
 
 
 def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix) -> WalkTable:
-    end, bpos, bst = walk_vocab(gtrans, g, tm)
+    ids, end, bpos, bst = walk_live(gtrans, g, tm)
     inside = []
-    ends = end[end >= 0]
-    if len(ends):
-        for u in np.unique(ends).tolist():
-            inside.append((int(u), tm.pack(end == u)))
-    g0 = bpos == 0
-    first_dead = tm.pack(g0) if gfinal[g] and g0.any() else None
+    ok = end >= 0
+    if ok.any():
+        for u in np.unique(end[ok]).tolist():
+            inside.append((int(u), tm.pack_ids(ids[end == u])))
+    first_dead = dead_first_bits(gtrans, g, tm) if gfinal[g] else None
     sel = bpos >= 1
     sel[sel] = gfinal[bst[sel]]
-    ids = np.flatnonzero(sel)
-    return WalkTable(inside, first_dead, ids, bpos[ids], bst[ids])
+    return WalkTable(inside, first_dead, ids[sel], bpos[sel], bst[sel])
 
 
 @dataclass(eq=False)

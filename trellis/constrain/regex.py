@@ -305,21 +305,11 @@ class RegexConstraint:
         self.vocab = vocab
         self.dfa = dfa
         self.tm = TokenMatrix.of(vocab)
-        self._next: dict[int, np.ndarray] = {}  # DFA state -> [V] int32 next state (-1 = no)
         self._masks: dict[int, np.ndarray] = {}  # DFA state -> [W] int32
         self._eos = self.tm.eos_bits()
 
     def start(self) -> Hashable:
         return 0
-
-    def _table(self, s: int) -> np.ndarray:
-        t = self._next.get(s)
-        if t is None:
-            from trellis.constrain.lexer import walk_vocab
-
-            end, _, _ = walk_vocab(self.dfa.trans, s, self.tm)
-            t = self._next[s] = end
-        return t
 
     def advance(self, state: Hashable, token: int) -> Hashable | None:
         if not 0 <= token < self.tm.size or not self.tm.valid[token]:
@@ -336,7 +326,10 @@ class RegexConstraint:
         s = int(state)  # type: ignore[arg-type]
         m = self._masks.get(s)
         if m is None:
-            m = self.tm.pack(self._table(s) >= 0)
+            from trellis.constrain.lexer import walk_live
+
+            ids, end, _, _ = walk_live(self.dfa.trans, s, self.tm)
+            m = self.tm.pack_ids(ids[end >= 0])
             if self.dfa.final[s]:
                 m = m | self._eos
             self._masks[s] = m
