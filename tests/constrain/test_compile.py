@@ -24,11 +24,17 @@ def test_compile_kinds() -> None:
 
 
 def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
+    import sys
+    from collections import OrderedDict
+
+    memo = sys.modules["trellis.constrain.compile"]
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(memo, "_COMPILED", OrderedDict())  # earlier tests compiled json.lark too
     v = vocab()
     c1 = compile("json.lark", v, precompute=True, progress=False)
     files = sorted(p.name[:2] for p in tmp_path.rglob("*.pkl"))
     assert files == ["g-", "t-"]
+    memo._COMPILED.clear()  # the second compile must come from disk, not the process memo
     t = time.perf_counter()
     c2 = compile("json.lark", v, precompute=True, progress=False)
     warm = time.perf_counter() - t
@@ -52,3 +58,18 @@ def test_tree_masks_prunes_forbidden_nodes() -> None:
     assert states[1] is not None and states[3] is not None and states[4] is None
     assert int(masks[4].abs().sum()) == 0
     assert c.is_accepting(states[3])
+
+
+def test_table_cache_is_bounded_lru(tmp_path, monkeypatch) -> None:
+    import os
+
+    from trellis.constrain.compile import _prune
+
+    monkeypatch.setenv("TRELLIS_GRAMMAR_CACHE_MB", str(2.5 / 1024))  # 2.5 KiB
+    for i in range(4):
+        p = tmp_path / f"t-{i}.pkl"
+        p.write_bytes(b"x" * 1024)
+        os.utime(p, (1000 + i, 1000 + i))
+    (tmp_path / "g-keep.pkl").write_bytes(b"x" * 4096)  # grammar tables are small: never pruned
+    _prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g-keep.pkl", "t-2.pkl", "t-3.pkl"]
