@@ -159,3 +159,55 @@ def test_gemma_tree_logits_and_commit(gemma):
         ref = reference(model, nxt)
         assert (after - ref).abs().max().item() < GEMMA_TOL and after.argmax() == ref.argmax()
         prefix = nxt
+
+
+def _truncated_copy(model, keep):
+    """Reference for a layer-skip view: a deep copy with the other layers physically removed."""
+    import copy
+
+    ref = copy.deepcopy(model)
+    base = ref.get_decoder()
+    base.layers = torch.nn.ModuleList([base.layers[i] for i in keep])
+    for new, layer in enumerate(base.layers):
+        layer.self_attn.layer_idx = new
+    cfg = ref.config
+    if getattr(cfg, "layer_types", None) is not None:
+        cfg.layer_types = [cfg.layer_types[i] for i in keep]
+    cfg.num_hidden_layers = len(keep)
+    return ref
+
+
+@pytest.mark.parametrize("make,keep", [(tiny_llama, [0]), (tiny_gemma3, [0, 2, 5]), (tiny_gemma3, [0, 1, 3])])
+def test_layer_skip_view_equals_a_truncated_model(make, keep):
+    model = make() if make is tiny_gemma3 else make(layers=3)
+    ref = _truncated_copy(model, keep)
+    view = HFLanguageModel(model, layers=keep)
+    full = HFLanguageModel(model)
+    g = torch.Generator().manual_seed(0)
+    seq = torch.randint(3, 90, (14,), generator=g).tolist()
+    for n in (5, 6, 9, 14):  # incremental: the view's cache is extended, never recomputed
+        got = view.logits([seq[:n]])[0]
+        want = ref(torch.tensor([seq[:n]])).logits[0, -1].float()
+        assert torch.allclose(got, want, atol=1e-5), (n, (got - want).abs().max())
+    assert view.stats.tokens_reused > 0
+    # The shared model is untouched: the full view still matches a plain forward.
+    assert torch.allclose(full.logits([seq])[0], model(torch.tensor([seq])).logits[0, -1].float(), atol=1e-5)
+    assert len(model.get_decoder().layers) == model.config.num_hidden_layers
+
+
+def test_head_subset_computes_exactly_those_logits():
+    model = tiny_gemma3()
+    head = [3, 4, 10, 50, 77]
+    view = HFLanguageModel(model, head=head)
+    seq = [5, 9, 12, 40, 33, 7, 8]
+    got = view.logits([seq])[0]
+    want = model(torch.tensor([seq])).logits[0, -1].float()
+    assert torch.allclose(got[head], want[head], atol=1e-5)
+    others = torch.ones(got.shape[0], dtype=torch.bool)
+    others[head] = False
+    assert torch.isneginf(got[others]).all()
+    tree = TokenTree.from_paths([[3, 4], [10]])
+    rows = view.tree_logits(seq, tree)
+    assert torch.isneginf(rows[:, others]).all() and torch.isfinite(rows[:, head]).all()
+    with pytest.raises(ValueError):
+        HFLanguageModel(model, layers=[1, 2])  # layer 0 holds the cache length

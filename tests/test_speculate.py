@@ -15,7 +15,7 @@ from test_decoding import OnlyTokens
 from trellis.decoder import Decoder, Hypothesis
 from trellis.lm import HFLanguageModel
 from trellis.search import Greedy
-from trellis.speculate import (ChainRejectionSampler, Composite, Draft, GrammarForced, GreedyVerifier, ModelDrafter,
+from trellis.speculate import (ChainRejectionSampler, Composite, Draft, GrammarForced, GreedyVerifier, LayerSkip, ModelDrafter,
                                PromptLookup, Speculative, TokenRecycling, TreeRejectionSampler)
 from trellis.speculate.base import prune
 from trellis.tokens import TokenTree, Vocabulary
@@ -35,6 +35,7 @@ def drafters(vocab_size: int, model) -> dict[str, object]:
         "recycling": TokenRecycling(vocab_size),
         "draft-model": ModelDrafter(tiny_llama(vocab_size=vocab_size, seed=11)),
         "self-draft": ModelDrafter(model),
+        "layer-skip": LayerSkip(model),
         "composite": Composite([PromptLookup(), TokenRecycling(vocab_size)]),
     }
 
@@ -245,8 +246,8 @@ def test_gemma_greedy_speculation_is_greedy(gemma, prompt):
     dec = Decoder(HFLanguageModel(gemma.model), temperature=0, vocab=gemma.vocab)
     ids = gemma.tokenizer(prompt).input_ids
     ref = Greedy()(dec, dec.start(ids), max_new_tokens=48)[0]
-    for drafter in ("prompt-lookup", "recycling", "auto"):
-        spec = Speculative(drafter_from_name(drafter, vocab_size=gemma.vocab_size))
+    for drafter in ("prompt-lookup", "recycling", "auto", "layer-skip"):
+        spec = Speculative(drafter_from_name(drafter, vocab_size=gemma.vocab_size, model=gemma.model))
         out = spec(dec, dec.start(ids), max_new_tokens=48)[0]
         assert out.tokens == ref.tokens, drafter
 
@@ -268,3 +269,23 @@ def test_gemma_greedy_speculation_under_json_grammar(gemma):
     assert spec.stats.rounds < 40
     if ref.finished:
         json.loads(dec.text(ref))
+
+
+def test_layer_skip_restricts_its_head_and_learns_a_layer_set():
+    model = tiny_gemma3()
+    v = model.config.vocab_size
+    vocab = Vocabulary(tuple([b""] * 3 + [bytes([65 + i % 26, 97 + i // 26]) for i in range(v - 3)]),
+                       eos=frozenset({2}), special=frozenset({0, 1, 2}))  # two-character tokens
+    dec = Decoder(HFLanguageModel(model), temperature=0, vocab=vocab)
+    ls = LayerSkip(model, candidates=[[0, 5], [0, 1, 2, 3, 5]], head_size=20)
+    prompt = [40, 41, 42, 43]
+    ref = Greedy()(dec, dec.start(prompt), max_new_tokens=24)[0]
+    spec = Speculative(ls, max_nodes=4)
+    out = spec(dec, dec.start(prompt), max_new_tokens=24)[0]
+    assert out.tokens == ref.tokens
+    head = ls._arms[0]._lm.head.tolist()
+    base = set(range(3, 23)) | set(prompt)  # the 20 lowest text ids + the prompt's tokens
+    assert base <= set(head) <= base | set(out.tokens)  # + tokens the target produced outside it
+    assert 2 <= sum(ls._pulls) <= spec.stats.rounds and min(ls._pulls) >= 1
+    assert ls.choice in ([0, 5], [0, 1, 2, 3, 5])
+    assert 0 < ls.cost(0) < ls.cost(1) < 1

@@ -36,8 +36,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from trellis.speculate.drafters import drafter_from_name
 
         gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-        strategy = spec = Speculative(drafter_from_name(args.speculate, vocab_size=model.vocab_size, generator=gen),
-                                      max_nodes=args.max_draft_nodes, generator=gen)
+        drafter = drafter_from_name(args.speculate, vocab_size=model.vocab_size, generator=gen, model=model.model)
+        strategy = spec = Speculative(drafter, max_nodes=args.max_draft_nodes, generator=gen)
     stream = generate(model, prompt, grammar=args.grammar, max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                       repetition_penalty=args.repetition_penalty, stop=[_unescape(s) for s in args.stop or ()],
@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch threads (default: CPU cores)")
     g.add_argument("--speculate", default=None, metavar="DRAFTER",
-                   help="speculative decoding, lossless: prompt-lookup, recycling, grammar-forced, auto, draft:MODEL")
+                   help="speculative decoding, lossless: prompt-lookup, recycling, grammar-forced, auto, layer-skip, "
+                        "draft:MODEL")
     g.add_argument("--max-draft-nodes", type=int, default=4,
                    help="speculate: draft tree node budget (4 suits CPUs; see benchmarks/README.md)")
     g.add_argument("-q", "--quiet", action="store_true", help="no statistics line on stderr")

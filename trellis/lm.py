@@ -66,11 +66,28 @@ class HFLanguageModel:
     the mask, so any prefix can be cropped exactly. Not thread-safe: one cache per instance.
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, *, layers: Sequence[int] | None = None,
+                 head: Sequence[int] | None = None) -> None:
+        """``layers``: run only these decoder layers (a self-speculative draft view of ``model``;
+        layer 0 must be kept, it holds the cache length); ``head``: compute logits only for these
+        token ids (the others are ``-inf``), so a draft step skips most of a large LM head. Both
+        share ``model``'s weights; the view keeps its own KV cache."""
         self.model = model.eval()
         cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        self._cfg = cfg
         emb = model.get_output_embeddings()
         self.vocab_size: int = int(emb.weight.shape[0]) if emb is not None else int(cfg.vocab_size)
+        self._keep_layers: list[int] | None = None
+        if layers is not None:
+            n = int(cfg.num_hidden_layers)
+            kl = sorted({int(i) for i in layers})
+            if not kl or kl[0] != 0 or kl[-1] >= n:
+                raise ValueError(f"layers must include 0 and lie in [0, {n}), got {list(layers)}")
+            self._keep_layers = None if len(kl) == n else kl
+        self._head: Tensor | None = None
+        self._head_w: Tensor | None = None
+        if head is not None:
+            self.set_head(head)
         attn = getattr(model.config, "_attn_implementation", "eager") or "eager"
         if attn not in ("eager", "sdpa"):
             raise ValueError(
@@ -100,6 +117,20 @@ class HFLanguageModel:
 
     def reset_stats(self) -> None:
         self.stats = LMStats()
+
+    def set_head(self, ids: Sequence[int]) -> None:
+        """Restrict the logits to token ``ids`` from the next forward on (others are ``-inf``)."""
+        head = torch.tensor(sorted({int(i) for i in ids}), dtype=torch.long)
+        if len(head) == 0 or int(head[-1]) >= self.vocab_size or int(head[0]) < 0:
+            raise ValueError("head ids must be non-empty and inside the vocabulary")
+        w = self.model.get_output_embeddings().weight
+        self._head = head
+        self._head_w = w.detach()[head.to(w.device)].clone()  # [K, H]: one gather, then a small matmul
+
+    @property
+    def head(self) -> Tensor | None:
+        """Token ids whose logits are computed (``None`` = all)."""
+        return self._head
 
     @property
     def cached_rows(self) -> list[tuple[int, ...]]:
@@ -277,13 +308,51 @@ class HFLanguageModel:
             past_key_values=self._cache,
             use_cache=True,
         )
-        if self._keep_arg:
-            kwargs["logits_to_keep"] = keep
-        out = self.model(**kwargs)
-        self._cache = out.past_key_values
+        if self._keep_layers is not None or self._head is not None:
+            logits = self._view_forward(kwargs, keep)
+        else:
+            if self._keep_arg:
+                kwargs["logits_to_keep"] = keep
+            out = self.model(**kwargs)
+            self._cache = out.past_key_values
+            logits = out.logits[:, -keep:, :]
         self.stats.forward_calls += 1
         self.stats.tokens_forwarded += b * q
-        return out.logits[:, -keep:, :].float()
+        return logits.float()
+
+    def _view_forward(self, kwargs: dict[str, Any], keep: int) -> Tensor:
+        """The draft view: a subset of decoder layers and/or of the LM head.
+
+        The decoder's layer list (and ``layer_types``, which the model indexes by position) is
+        swapped for the subset during the call only; every kept layer writes its own cache slot
+        (its ``layer_idx``), so skipped slots stay empty and are never cropped or read."""
+        base = self.model.get_decoder()
+        cfg = self._cfg
+        saved_layers, saved_types = base.layers, getattr(cfg, "layer_types", None)
+        try:
+            if self._keep_layers is not None:
+                base.layers = torch.nn.ModuleList([saved_layers[i] for i in self._keep_layers])
+                if saved_types is not None:
+                    cfg.layer_types = [saved_types[i] for i in self._keep_layers]
+            out = base(**kwargs)
+        finally:
+            base.layers = saved_layers
+            if saved_types is not None:
+                cfg.layer_types = saved_types
+        self._cache = out.past_key_values
+        h = out.last_hidden_state[:, -keep:, :]  # [B, keep, H]
+        if self._head is None:
+            part = self.model.get_output_embeddings()(h)
+        else:
+            part = h @ self._head_w.T  # [B, keep, K]
+        cap = getattr(cfg, "final_logit_softcapping", None)
+        if cap:
+            part = torch.tanh(part / cap) * cap
+        if self._head is None:
+            return part
+        full = torch.full((*part.shape[:2], self.vocab_size), float("-inf"), dtype=part.dtype, device=part.device)
+        full[..., self._head.to(part.device)] = part
+        return full
 
     def _float_mask(self, allowed: Tensor, batch: int) -> Tensor:
         # Additive float mask: works for both eager (adds it) and sdpa attention.

@@ -3,6 +3,7 @@ a composite that merges their proposals into one tree under a node budget."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
@@ -177,6 +178,111 @@ class ModelDrafter:
         return Draft(tree, None if decoder.temperature == 0 else stacked, (self.name,) * len(toks))
 
 
+def default_skip_sets(num_layers: int) -> list[list[int]]:
+    """Candidate layer subsets for self-speculation: the first half, every other layer, and two
+    thirds (each keeps layer 0 and the last layer, which map embeddings in and out)."""
+    last = num_layers - 1
+    sets = [sorted(set(range(max(1, num_layers // 2))) | {last}),
+            sorted(set(range(0, num_layers, 2)) | {last}),
+            sorted(set(range(max(1, (2 * num_layers) // 3))) | {last})]
+    return [list(x) for x in dict.fromkeys(tuple(x) for x in sets)]
+
+
+def default_head(vocab: Any, size: int) -> list[int]:
+    """Likely token ids for a draft head: the ``size`` lowest-id text tokens (BPE/SentencePiece
+    ids follow merge order, roughly frequency) plus every single-character token (SentencePiece
+    puts those last: Gemma's ``.`` is 236761)."""
+    ids = [i for i, t in enumerate(vocab.tokens) if t and i not in vocab.special and i not in vocab.eos]
+    short = [i for i in ids if len(vocab.tokens[i].decode("utf-8", "ignore")) == 1]
+    return sorted(set(ids[:size]) | set(short))
+
+
+@dataclass
+class LayerSkip:
+    """Self-speculative drafting: the target itself with layers skipped drafts a chain (Draft &
+    Verify, Zhang et al. 2024; SWIFT, Xia et al. 2025). No second model is held in memory.
+
+    Each candidate layer subset is a ``HFLanguageModel`` view sharing the target's weights (own KV
+    cache) whose LM head is cut to ``head_size`` likely tokens plus the prompt's tokens: on Gemma 3
+    270M the 262k-row head is ~63% of a decode step, so a half-depth, 16k-head draft step costs
+    about a quarter of a target step. The subset is chosen online by UCB1 on the observed reward
+    (accepted + 1) / (1 + cost x drafted) per round, cost = the view's estimated step cost relative
+    to the target's (the SWIFT idea of optimising the skip set from acceptance, with a bandit
+    instead of Bayesian optimisation). Drafts come from the Decoder's masked, warped distribution
+    (restricted to the head), so rejection sampling stays exact.
+    """
+
+    model: Any  # the target's transformers model
+    candidates: Sequence[Sequence[int]] | None = None
+    head_size: int = 16384
+    generator: torch.Generator | None = None
+    exploration: float = 0.5
+    name: str = "layer-skip"
+    _arms: list[ModelDrafter] = field(init=False, repr=False, default_factory=list)
+    _depth: list[float] = field(init=False, repr=False, default_factory=list)  # kept layers / all layers
+    _pulls: list[int] = field(init=False, repr=False, default_factory=list)
+    _reward: list[float] = field(init=False, repr=False, default_factory=list)
+    _last: int = field(init=False, repr=False, default=-1)
+    _head: set[int] = field(init=False, repr=False, default_factory=set)
+    _dims: tuple[int, int, int] = field(init=False, repr=False, default=(0, 0, 0))
+
+    def __post_init__(self) -> None:
+        from trellis.lm import HFLanguageModel
+
+        cfg = self.model.config.get_text_config(decoder=True) if hasattr(self.model.config, "get_text_config") \
+            else self.model.config
+        n = int(cfg.num_hidden_layers)
+        self.candidates = [list(c) for c in (self.candidates or default_skip_sets(n))]
+        for c in self.candidates:
+            self._arms.append(ModelDrafter(HFLanguageModel(self.model, layers=c), generator=self.generator,
+                                           name=self.name))
+            self._depth.append(len(c) / n)
+        v, hdim = self.model.get_output_embeddings().weight.shape
+        self._dims = (sum(p.numel() for p in self.model.parameters()) - v * hdim, v, hdim)  # body, V, H
+        self._pulls = [0] * len(self._arms)
+        self._reward = [0.0] * len(self._arms)
+
+    def cost(self, i: int) -> float:
+        """Estimated draft step cost of candidate ``i`` relative to a target step (weights read)."""
+        body, v, hdim = self._dims
+        head = len(self._head) if self._head else v
+        return (body * self._depth[i] + head * hdim) / (body + v * hdim)
+
+    @property
+    def choice(self) -> list[int]:
+        """The layer subset the bandit has pulled most."""
+        return list(self.candidates[max(range(len(self._arms)), key=self._pulls.__getitem__)])  # type: ignore[index]
+
+    def _pick(self) -> int:
+        for i, n in enumerate(self._pulls):
+            if n == 0:
+                return i
+        total = sum(self._pulls)
+        return max(range(len(self._arms)), key=lambda i: self._reward[i] / self._pulls[i]
+                   + self.exploration * math.sqrt(math.log(total) / self._pulls[i]))
+
+    def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
+        if decoder.vocab is not None:
+            fresh = not self._head
+            if fresh:
+                self._head = set(default_head(decoder.vocab, self.head_size))
+            # The prompt's tokens, and tokens the target chose outside the head, are likely next.
+            new = set(hyp.tokens) - self._head
+            if new or fresh:
+                self._head |= new
+                for arm in self._arms:
+                    arm._lm.set_head(sorted(self._head))
+        self._last = self._pick()
+        return self._arms[self._last].draft(decoder, hyp, max_nodes=max_nodes, max_depth=max_depth)
+
+    def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:
+        if self._last < 0 or len(draft) == 0:
+            return
+        i = self._last
+        self._pulls[i] += 1
+        self._reward[i] += (len(path) + 1) / (1 + self.cost(i) * len(draft))
+
+
 @dataclass
 class Composite:
     """Merge several drafters' proposals into one deterministic tree under the node budget.
@@ -221,10 +327,16 @@ class Composite:
                 d.observe(hyp, draft, target, path)
 
 
-def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator | None = None) -> Drafter:
+def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator | None = None,
+                      model: Any = None) -> Drafter:
     """The drafter the CLI's ``--speculate`` names: ``prompt-lookup``, ``recycling``,
-    ``grammar-forced``, ``auto`` (all three merged) or ``draft:MODEL`` (a smaller model sharing the
-    tokenizer: anything ``trellis.load`` accepts)."""
+    ``grammar-forced``, ``auto`` (all three merged), ``layer-skip`` (self-speculation; needs the
+    target ``model``) or ``draft:MODEL`` (a smaller model sharing the tokenizer: anything
+    ``trellis.load`` accepts)."""
+    if name == "layer-skip":
+        if model is None:
+            raise ValueError("layer-skip drafts with the target model itself: pass model=")
+        return LayerSkip(model, generator=generator)
     if name == "prompt-lookup":
         return PromptLookup()
     if name == "recycling":
@@ -237,4 +349,5 @@ def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator 
         from trellis.models import load
 
         return ModelDrafter(load(name[len("draft:"):]).model, generator=generator)
-    raise ValueError(f"unknown drafter {name!r}: use prompt-lookup, recycling, grammar-forced, auto or draft:MODEL")
+    raise ValueError(f"unknown drafter {name!r}: use prompt-lookup, recycling, grammar-forced, auto, layer-skip "
+                     "or draft:MODEL")
