@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_generate)
     i = sub.add_parser("info", help="versions, model and cache paths")
     i.set_defaults(func=cmd_info)
+    _add_solve_parser(sub)
     return p
 
 
@@ -273,6 +274,71 @@ def _write_search_tree(args: argparse.Namespace) -> None:
         path = write_tree(_TREE_HOLDER["tree"], args.tree_out)
         if not args.quiet:
             print(f"[tree: {_TREE_HOLDER['tree'].number_of_nodes()} nodes -> {path}]", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# `trellis solve` (issue 7): test-guided code generation, see trellis/codegen/solve.py.
+# ---------------------------------------------------------------------------------------------
+
+SOLVE_STRATEGIES = ("mcts", "best-of-n", "entropy-gate", "greedy")  # == trellis.codegen.solve.SEARCHES
+
+
+def _add_solve_parser(sub: Any) -> None:
+    s = sub.add_parser("solve", help="write a function for PROMPT_FILE that passes the tests in --tests")
+    s.add_argument("prompt_file", help="Python file: the function's signature and docstring (- for stdin)")
+    s.add_argument("--tests", required=True, help="Python file: asserts, or HumanEval's def check(candidate)")
+    s.add_argument("--entry-point", default=None, help="the function the tests call (default: the prompt's last def)")
+    s.add_argument("--strategy", choices=SOLVE_STRATEGIES, default="mcts")
+    s.add_argument("--budget-tokens", type=int, default=None, help="forward-token budget of the whole search")
+    s.add_argument("--budget-seconds", type=float, default=None, help="wall-time budget of the whole search")
+    s.add_argument("--visible-fraction", type=float, default=0.5,
+                   help="share of the asserts the search sees; the rest judge the result (1: all visible)")
+    s.add_argument("--max-new-tokens", type=int, default=256)
+    s.add_argument("--num-samples", type=int, default=8, help="best-of-n: n")
+    s.add_argument("--k", type=int, default=3, help="mcts children per expansion / entropy-gate candidates")
+    s.add_argument("--threshold", type=float, default=1.0, help="entropy-gate: pause above this entropy (nats)")
+    s.add_argument("--temperature", type=float, default=1.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--timeout", type=float, default=5.0, help="seconds per sandboxed test run")
+    s.add_argument("--model", default=None, help="HF directory or .gguf path (default: embedded Gemma 3 270M)")
+    s.add_argument("--threads", type=int, default=None, help="torch threads (default: CPU cores)")
+    s.add_argument("--tree-out", default=None, help="write the explored tree (.dot, .svg, .png, .pdf)")
+    s.add_argument("-q", "--quiet", action="store_true", help="no report on stderr")
+    s.set_defaults(func=cmd_solve)
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    """Print the best program to stdout and the test reports to stderr; exit status 0 when it passes
+    (the held-out tests, or all tests with --visible-fraction 1), 1 when it does not."""
+    from pathlib import Path
+
+    from trellis.codegen.solve import solve
+    from trellis.models import load
+
+    _threads(args.threads)
+    prompt = sys.stdin.read() if args.prompt_file == "-" else Path(args.prompt_file).read_text(encoding="utf-8")
+    tests = Path(args.tests).read_text(encoding="utf-8")
+    sol = solve(load(args.model), prompt, tests, strategy=args.strategy, entry_point=args.entry_point,
+                visible_fraction=args.visible_fraction, budget_tokens=args.budget_tokens,
+                budget_seconds=args.budget_seconds, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                n=args.num_samples, k=args.k, threshold=args.threshold, seed=args.seed, timeout=args.timeout)
+    sys.stdout.write(sol.program)
+    if args.tree_out:
+        from trellis.viz import write_tree
+
+        path = write_tree(sol.tree, args.tree_out)
+        if not args.quiet:
+            print(f"[tree: {sol.tree.number_of_nodes()} nodes -> {path}]", file=sys.stderr)
+    if not args.quiet:
+        held = sol.held_out
+        print(f"[{sol.strategy}: visible tests {sol.visible.passed}/{sol.visible.total}"
+              + (f", held-out {held.passed}/{held.total}" if held is not None else "")
+              + f"; {sol.tokens} forward tokens, {sol.programs} programs run, {sol.pruned} tokens pruned by syntax,"
+              f" {sol.seconds:.1f} s]", file=sys.stderr)
+        if not sol.passed:
+            rep = held if held is not None and held.total and not held.all_passed else sol.visible
+            print(f"[first failure: {rep.first_failure}]", file=sys.stderr)
+    return 0 if sol.passed else 1
 
 
 if __name__ == "__main__":
