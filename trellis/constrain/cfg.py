@@ -470,7 +470,7 @@ class CFGConstraint:
             lid2 = self.grammar.lexer_of[s2[-1]]
             cont = tab.after.get((term, lid2))
             if cont is None:
-                cont = tab.after[(term, lid2)] = continuation(self.grammar.lexers[lid2], ids, pos, self._toks)
+                cont = tab.after[(term, lid2)] = continuation(self.grammar.lexers[lid2], ids, pos, self.tm)
             for u, group in cont.groups:
                 if rt.viable((s2, u)):
                     out.append(group)
