@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from trellis.constrain.base import Constraint, Unconstrained
+from trellis.constrain.tools import (Tool, ToolCall, ToolCallError, as_tool, format_tools_prompt, parse_tool_calls,
+                                     tool_constraint)
 from trellis.decoder import Decoder, Hypothesis
 from trellis.lm import HFLanguageModel, LanguageModel
 from trellis.search.base import StepwiseStrategy, Strategy
@@ -35,7 +38,9 @@ class GenerationStats:
 @dataclass(frozen=True)
 class GenerationResult:
     """``text`` is the decoded best hypothesis (``None`` for a model without a tokenizer);
-    ``tokens`` its generated ids; ``hypotheses`` every returned hypothesis, best first."""
+    ``tokens`` its generated ids; ``hypotheses`` every returned hypothesis, best first;
+    ``tool_calls`` the parsed calls when ``tools`` were given (empty: the model answered in text,
+    or the budget ran out mid-call, ``finished=False``)."""
 
     text: str | None
     tokens: tuple[int, ...]
@@ -43,6 +48,7 @@ class GenerationResult:
     hypotheses: tuple[Hypothesis, ...]
     stats: GenerationStats
     texts: tuple[str, ...] | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 _LMS: "weakref.WeakKeyDictionary[Any, HFLanguageModel]" = weakref.WeakKeyDictionary()
@@ -87,7 +93,10 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
              strategy: Strategy | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
              stop: Sequence[str] = (), seed: int | None = None,
-             stream: bool = False) -> GenerationResult | GenerationStream:
+             stream: bool = False, tools: Sequence[Any] | None = None, tool_choice: str = "auto",
+             parallel_tool_calls: bool = False,
+             tool_prompt: Callable[[Sequence[Tool], str], str] | None = format_tools_prompt,
+             ) -> GenerationResult | GenerationStream:
     """Generate a continuation of ``prompt``.
 
     ``model``: anything ``trellis.load`` accepts, or a loaded ``ModelHandle``. ``prompt``: text, or
@@ -95,11 +104,27 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
     (``"json.lark"``), a path, Lark text, a ``Regex`` or a compiled ``Constraint``. ``strategy``
     defaults to greedy when ``temperature == 0`` and to ``Sample`` otherwise. With ``stream=True``
     returns a ``GenerationStream`` of text increments (stepwise strategies stream token by token).
+
+    ``tools``: ``Tool``s, typed Python functions or OpenAI tool specs; the reply is then constrained
+    to a call (``tool_choice="required"`` or a tool name), a call or text (``"auto"``), text
+    (``"none"``), a list of
+    calls with ``parallel_tool_calls``, and parsed into ``result.tool_calls``
+    (``trellis.constrain.tools``). A text prompt is wrapped by ``tool_prompt(tools, prompt)``
+    (``None``: used as is).
     """
     from trellis.models import load
 
     handle = load(model)
     vocab = handle.vocab
+    tool_list = [as_tool(t) for t in tools] if tools else []
+    if tool_list:
+        if grammar is not None:
+            raise ValueError("pass either grammar= or tools=, not both (tools= sets the grammar)")
+        if vocab is None:
+            raise ValueError("tools need the model's vocabulary: load the model with its tokenizer")
+        grammar = tool_constraint(tool_list, vocab, tool_choice=tool_choice, parallel=parallel_tool_calls)
+        if isinstance(prompt, str) and tool_prompt is not None:
+            prompt = tool_prompt(tool_list, prompt)
     if isinstance(prompt, str):
         if handle.tokenizer is None:
             raise ValueError("a text prompt needs a tokenizer; pass token ids for tokenizer-less models")
@@ -116,10 +141,28 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
     if stream:
         holder = GenerationStream(iter(()))
         holder._chunks = _stream(decoder, strategy, root, max_new_tokens, holder)
+        if tool_list:
+            holder._chunks = _then_parse_calls(holder._chunks, holder, tool_list, parallel_tool_calls)
         return holder
     t0, s0 = time.perf_counter(), _lm_stats(decoder.lm)
     hyps = strategy(decoder, root, max_new_tokens=max_new_tokens)
-    return _result(decoder, hyps, t0, s0)
+    res = _result(decoder, hyps, t0, s0)
+    return _with_tool_calls(res, tool_list, parallel_tool_calls) if tool_list else res
+
+
+def _with_tool_calls(res: GenerationResult, tools: Sequence[Tool], parallel: bool) -> GenerationResult:
+    try:
+        calls = parse_tool_calls(res.text, tools, parallel=parallel)
+    except ToolCallError:  # a call cut short by the budget or a stop string
+        calls = []
+    return dataclasses.replace(res, tool_calls=tuple(calls))
+
+
+def _then_parse_calls(chunks: Iterator[str], holder: GenerationStream, tools: Sequence[Tool],
+                      parallel: bool) -> Iterator[str]:
+    yield from chunks
+    if holder.result is not None:
+        holder.result = _with_tool_calls(holder.result, tools, parallel)
 
 
 def _lm_stats(lm: Any) -> dict[str, int]:

@@ -1,0 +1,2688 @@
+"""JSON Schema -> Lark grammar text for the CFG engine: exact, or refused with the JSON pointer.
+
+``JsonSchema(schema).to_lark()`` returns a grammar whose language is a set of JSON texts that
+are *all* valid instances of the schema (drafts 2020-12, 2019-09, 07, 06 and 04 spellings);
+``trellis.constrain.compile(JsonSchema(...), vocab)`` compiles it like any grammar. Honesty rule:
+a keyword the grammar cannot enforce exactly raises ``SchemaError`` naming the keyword and its
+JSON pointer, unless ``lenient=True``, where it is ignored and listed in ``ignored_keywords``.
+
+What the language is (the documented narrowings: valid instances outside it are rejected,
+an invalid instance is never accepted)
+---------------------------------------------------------------------------------------------
+* **Property order.** Declared ``properties`` come in the order the schema lists them (for
+  ``allOf`` merges: first schema first), then required-but-undeclared keys in ``required``
+  order, then any other (``patternProperties`` / ``additionalProperties``) keys. Declared keys
+  appear at most once; duplicates among additional keys are not detected.
+* **additionalProperties** absent means "any other key" as the spec says; ``closed_objects=True``
+  treats it as ``false`` (what most LLM tools do).
+* **Strings** are UTF-8 text. A string with no constraint accepts every JSON escape; a
+  constrained one (``pattern``, ``format``, ``enum``, ``const``, keys, ``propertyNames``)
+  accepts characters raw, except ``"`` ``\\`` and control characters, which must be escaped
+  (``\\"`` ``\\\\`` ``\\n`` ... or ``\\u00XX``); ``/`` may also be ``\\/``. ``\\uXXXX`` escapes of
+  other characters are rejected there. Declared keys must be written in that canonical form
+  without ``\\/``. Length counts code points (``minLength``/``maxLength`` accept every escape;
+  a surrogate pair escape counts one, lone surrogate escapes are rejected).
+* **Numbers.** Unconstrained numbers accept all JSON numbers. Integers are written without an
+  exponent (``1.0`` is an integer, ``1e2`` is rejected); numbers with bounds, ``multipleOf``,
+  ``enum`` or ``const`` likewise use plain decimal notation. Bounds are exact (decimal arithmetic).
+* **Whitespace.** ``"compact"`` (default): none at all, one byte string per value — fewest
+  tokens, and a weak model cannot loop on spaces. ``"flexible"``: a run of at most
+  ``max_whitespace`` bytes of ``[ \\t\\n\\r]`` after ``{ [ , :`` and before ``} ] , :``, which
+  covers ``json.dumps(x, indent=2)``; never before or after the whole value.
+* **Formats** (asserted, as in the format-assertion vocabulary): date-time, date, time, email,
+  uuid, uri, uri-reference, ipv4, ipv6, hostname; int32/int64 on numbers. Leap seconds are
+  accepted only as ``23:59:60`` with ``Z`` or a ``+-00:00`` offset; hostnames (at most 253
+  bytes) as at most four labels, or up to 8 labels of <= 30 bytes, or 12 of <= 20.
+* **Patterns** use ECMA-262 semantics (``\\d \\w`` ASCII, ``\\s`` Unicode space, ``.`` excludes
+  line terminators, ``$`` only at the end) with search semantics: unanchored unless ``^``/``$``.
+
+Supported: ``type`` (and type arrays), ``enum``, ``const``, ``properties``, ``required``,
+``additionalProperties``, ``patternProperties``, ``propertyNames``, ``minProperties``,
+``maxProperties``, ``items``, ``prefixItems``, array ``items`` + ``additionalItems``,
+``minItems``, ``maxItems``, ``minLength``, ``maxLength``, ``pattern``, ``format``, ``minimum``,
+``maximum``, ``exclusiveMinimum``/``exclusiveMaximum`` (number and draft-04 boolean forms),
+``multipleOf`` (powers of ten, integer divisors of 100, or bounded integer ranges), ``allOf``
+(merged), ``anyOf``, ``oneOf`` (when its branches are provably disjoint), ``not`` of types or
+scalar enums, ``$ref`` with ``$defs``/``definitions``/``$id``/``$anchor``/JSON pointers
+(recursion included), ``nullable`` (OpenAPI). Annotations are ignored.
+Refused: ``uniqueItems: true``, ``contains``, ``if``, ``dependentRequired``,
+``dependentSchemas``, ``dependencies``, ``unevaluated*``, ``$dynamicRef``, ``$recursiveRef``,
+other ``multipleOf``/``not`` forms, unknown formats, draft-3 keywords, remote ``$ref``, and
+unions that cannot be decided left to right (e.g. two overlapping object alternatives).
+
+Grammar shape
+-------------
+One value rule per schema node (nodes are deduplicated up to bisimulation). Scalars of a node
+are one terminal per JSON type (all string alternatives of an ``anyOf`` are one regex, the
+quotes included), so a parser state never has two competing string terminals. Objects and
+arrays are left-linear rules of a *deterministic* automaton over (key class, value) pairs or
+items: every ``anyOf`` alternative is an automaton, the union is determinised, and values of
+one key that differ between alternatives are split by type and by regex (Venn regions), so the
+grammar is LALR(1) and its contextual lexer collision-free. Key classes partition all strings:
+declared keys are literals, other keys are regexes excluding them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Iterable, Literal, Sequence
+from urllib.parse import unquote, urldefrag, urljoin
+
+from trellis.constrain.errors import SchemaError
+
+__all__ = ["IgnoredKeyword", "JsonSchema", "schema_to_lark"]
+
+MAX_WHITESPACE = 64
+# Bounds on what one schema may expand into; beyond them the schema is refused (SchemaError),
+# never silently loosened.
+MAX_REPEAT = 2048  # longest bounded length / item count / counter we unroll
+MAX_REGEX = 60_000  # size (IR nodes) of one terminal regex
+MAX_AUTOMATON = 4096  # states of one object/array automaton
+MAX_RULES = 40_000
+
+
+@dataclass(frozen=True)
+class IgnoredKeyword:
+    """A keyword ``lenient=True`` ignored: the grammar accepts more than the schema there."""
+
+    keyword: str
+    pointer: str
+    reason: str
+
+
+@dataclass(frozen=True, eq=False)
+class JsonSchema:
+    """A JSON Schema as a grammar: ``compile(JsonSchema(schema), vocab)`` or ``.to_lark()``.
+
+    ``schema``: a dict/bool, JSON text, a path to a ``.json`` file, or a pydantic model class
+    (``model_json_schema()``). See the module docstring for the exact language and options.
+    """
+
+    schema: Any
+    whitespace: Literal["compact", "flexible"] = "compact"
+    lenient: bool = False
+    closed_objects: bool = False
+    format_assertion: bool = True
+    max_whitespace: int = MAX_WHITESPACE
+    _out: list = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def _translate(self) -> tuple[str, tuple[IgnoredKeyword, ...]]:
+        if not self._out:
+            self._out.append(schema_to_lark(self.schema, whitespace=self.whitespace, lenient=self.lenient,
+                                            closed_objects=self.closed_objects,
+                                            format_assertion=self.format_assertion,
+                                            max_whitespace=self.max_whitespace))
+        return self._out[0]
+
+    def to_lark(self) -> str:
+        """The Lark grammar text (parser="lalr", start rule ``start``); SchemaError if refused."""
+        return self._translate()[0]
+
+    @property
+    def ignored_keywords(self) -> tuple[IgnoredKeyword, ...]:
+        """Keywords ignored in lenient mode (empty in strict mode)."""
+        return self._translate()[1]
+
+
+def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = "compact", lenient: bool = False,
+                   closed_objects: bool = False, format_assertion: bool = True,
+                   max_whitespace: int = MAX_WHITESPACE) -> tuple[str, tuple[IgnoredKeyword, ...]]:
+    """(Lark grammar text, ignored keywords) of a JSON Schema; ``SchemaError`` when refused."""
+    if whitespace not in ("compact", "flexible"):
+        raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+    if max_whitespace < 1:
+        raise ValueError("max_whitespace must be >= 1")
+    doc = _Document(_load(schema))
+    b = _Builder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion)
+    if not doc.dialect_known:
+        b.refuse("$schema", "", "unknown dialect (custom metaschema); it is read as draft 2020-12")
+    root = b.location(doc.root, "", doc.base)
+    text = _Emitter(b, whitespace=whitespace, max_ws=max_whitespace).grammar(root)
+    return text, tuple(b.ignored)
+
+
+# ============================================================================ loading
+
+
+def _load(schema: Any) -> Any:
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        schema = schema.model_json_schema()  # pydantic v2 model class
+    elif isinstance(schema, os.PathLike):
+        try:
+            with open(schema, encoding="utf-8") as f:
+                schema = f.read()
+        except OSError as e:
+            raise SchemaError(f"cannot read schema file: {e}") from None
+    if isinstance(schema, (bytes, bytearray)):
+        schema = schema.decode("utf-8")
+    if isinstance(schema, str):
+        try:
+            return json.loads(schema, parse_float=Decimal)
+        except ValueError as e:
+            raise SchemaError(f"schema is not valid JSON: {e}") from None
+    return _exact(schema, "")
+
+
+def _exact(x: Any, ptr: str) -> Any:
+    """Deep copy with floats as Decimals (their shortest repr: the JSON text they came from)."""
+    if isinstance(x, bool) or x is None or isinstance(x, (int, str, Decimal)):
+        return x
+    if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            raise SchemaError(f"{x} is not a JSON number", pointer=ptr)
+        return Decimal(repr(x))
+    if isinstance(x, dict):
+        out = {}
+        for k, v in x.items():
+            if not isinstance(k, str):
+                raise SchemaError(f"object key {k!r} is not a string", pointer=ptr)
+            out[k] = _exact(v, f"{ptr}/{_esc(k)}")
+        return out
+    if isinstance(x, (list, tuple)):
+        return [_exact(v, f"{ptr}/{i}") for i, v in enumerate(x)]
+    raise SchemaError(f"{type(x).__name__} is not a JSON value", pointer=ptr)
+
+
+def _join(base: str, ref: str) -> str:
+    """RFC 3986 reference resolution; fragment-only and absolute refs also work for URN bases."""
+    if ref.startswith("#"):
+        return urldefrag(base)[0] + ref
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", ref):
+        return ref
+    return urljoin(base, ref)
+
+
+def _esc(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _num(x: Any) -> Decimal | None:
+    if isinstance(x, bool) or not isinstance(x, (int, Decimal, float)):
+        return None
+    return Decimal(x) if not isinstance(x, float) else Decimal(repr(x))
+
+
+# ============================================================================ character sets
+
+MAXC = 0x10FFFF
+Ranges = tuple  # sorted, disjoint, non-adjacent (lo, hi) code point ranges
+
+
+def cs(*items: int | tuple[int, int]) -> Ranges:
+    rs = [(i, i) if isinstance(i, int) else i for i in items]
+    return _norm(rs)
+
+
+def _norm(rs: Iterable[tuple[int, int]]) -> Ranges:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(rs):
+        if lo > hi:
+            continue
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def cs_union(a: Ranges, b: Ranges) -> Ranges:
+    return _norm(list(a) + list(b))
+
+
+def cs_neg(a: Ranges) -> Ranges:
+    out, nxt = [], 0
+    for lo, hi in a:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= MAXC:
+        out.append((nxt, MAXC))
+    return tuple(out)
+
+
+def cs_diff(a: Ranges, b: Ranges) -> Ranges:
+    return cs_inter(a, cs_neg(b))
+
+
+def cs_inter(a: Ranges, b: Ranges) -> Ranges:
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+def cs_has(a: Ranges, c: int) -> bool:
+    return any(lo <= c <= hi for lo, hi in a)
+
+
+def cs_size(a: Ranges) -> int:
+    return sum(hi - lo + 1 for lo, hi in a)
+
+
+ANYCHAR: Ranges = ((0, MAXC),)
+SURROGATES: Ranges = ((0xD800, 0xDFFF),)
+CONTROLS: Ranges = ((0, 0x1F),)
+ECMA_SPACE = cs(9, 10, 11, 12, 13, 32, 0xA0, 0x1680, (0x2000, 0x200A), 0x2028, 0x2029, 0x202F, 0x205F,
+                0x3000, 0xFEFF)
+ECMA_DIGIT = cs((48, 57))
+ECMA_WORD = cs((48, 57), (65, 90), 95, (97, 122))
+ECMA_DOT = cs_neg(cs(10, 13, 0x2028, 0x2029))
+
+
+# ============================================================================ regex IR
+# Immutable tuples: ("none",) empty language, ("eps",), ("set", ranges), ("cat", parts),
+# ("alt", parts), ("rep", x, min, max|None). Smart constructors keep them small.
+
+NONE = ("none",)
+EPS = ("eps",)
+
+
+class _TooComplex(Exception):
+    """A regex grew past MAX_REGEX while being built."""
+
+
+def ch(r: Ranges) -> tuple:
+    return ("set", r) if r else NONE
+
+
+def lit(s: str) -> tuple:
+    return cat(*[("set", ((ord(c), ord(c)),)) for c in s])
+
+
+def cat(*xs: tuple) -> tuple:
+    parts: list[tuple] = []
+    for x in xs:
+        if x[0] == "none":
+            return NONE
+        if x[0] == "eps":
+            continue
+        for y in (x[1] if x[0] == "cat" else (x,)):
+            if parts and y == parts[-1] and y[0] == "rep" and y[2] == 0 and y[3] is None:
+                continue  # y* y* == y*
+            parts.append(y)
+    if not parts:
+        return EPS
+    return parts[0] if len(parts) == 1 else ("cat", tuple(parts))
+
+
+def alt(*xs: tuple) -> tuple:
+    parts: list[tuple] = []
+    sets: Ranges = ()
+    has_set = False
+    for x in xs:
+        if x[0] == "none":
+            continue
+        for y in (x[1] if x[0] == "alt" else (x,)):
+            if y[0] == "set":
+                sets, has_set = cs_union(sets, y[1]), True
+            elif y not in parts:
+                parts.append(y)
+    if has_set:
+        parts.insert(0, ("set", sets))
+    parts = _factor(parts)
+    if not parts:
+        return NONE
+    if len(parts) == 1:
+        return parts[0]
+    if len(parts) == 2 and EPS in parts:
+        other = parts[0] if parts[1] == EPS else parts[1]
+        return rep(other, 0, 1)
+    return ("alt", tuple(parts))
+
+
+def _factor(parts: list[tuple]) -> list[tuple]:
+    """Merge alternatives sharing a first or last element: ab|ac -> a(b|c) (keeps sizes down)."""
+    if len(parts) < 2:
+        return parts
+    for end in (0, -1):
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(parts):
+            seq = p[1] if p[0] == "cat" else (p,)
+            groups.setdefault(seq[end], []).append(i)
+        for head, idx in groups.items():
+            if len(idx) < 2 or head == EPS:
+                continue
+            rests = []
+            for i in idx:
+                p = parts[i]
+                seq = p[1] if p[0] == "cat" else (p,)
+                rests.append(cat(*(seq[1:] if end == 0 else seq[:-1])))
+            merged = cat(head, alt(*rests)) if end == 0 else cat(alt(*rests), head)
+            keep = [p for i, p in enumerate(parts) if i not in idx]
+            return _factor(keep + [merged])
+    return parts
+
+
+def rep(x: tuple, lo: int, hi: int | None) -> tuple:
+    if hi is not None and hi < lo:
+        return NONE
+    if x[0] == "none":
+        return EPS if lo == 0 else NONE
+    if x[0] == "eps" or hi == 0:
+        return EPS
+    if lo == 1 and hi == 1:
+        return x
+    if x[0] == "rep":
+        _, y, a, b = x
+        if a == 0 and b is None:  # (y*){m,n} == y*
+            return x
+        if lo == 0 and hi is None and a <= 1:  # (y{0|1,n})* == y*
+            return ("rep", y, 0, None)
+        if a == 0 and b == 1 and hi is None:  # (y?){m,} == y*
+            return ("rep", y, 0, None)
+    return ("rep", x, lo, hi)
+
+
+def size(x: tuple, _memo: dict | None = None) -> int:
+    k = x[0]
+    if k in ("set", "eps", "none"):
+        return 1
+    if k == "rep":
+        return 1 + size(x[1])
+    return 1 + sum(size(p) for p in x[1])
+
+
+ANY = ch(ANYCHAR)
+ANYSTAR = rep(ANY, 0, None)
+
+
+def _class_body(r: Ranges, esc: Callable[[int], str]) -> str:
+    out = []
+    for lo, hi in r:
+        if hi == lo:
+            out.append(esc(lo))
+        elif hi == lo + 1:
+            out.append(esc(lo) + esc(hi))
+        else:
+            out.append(f"{esc(lo)}-{esc(hi)}")
+    return "".join(out)
+
+
+def _esc_in_class(c: int) -> str:
+    ch_ = chr(c)
+    return "\\" + ch_ if ch_ in "\\]^-[" else ch_
+
+
+def _esc_literal(c: int) -> str:
+    ch_ = chr(c)
+    return "\\" + ch_ if ch_ in ".^$*+?{}[]\\|()" else ch_
+
+
+def _set_regex(r: Ranges) -> str:
+    """A Python regex (raw characters) for a code point set; large sets as negated classes."""
+    if len(r) == 1 and r[0][0] == r[0][1]:
+        return _esc_literal(r[0][0])
+    neg = cs_diff(cs_neg(r), SURROGATES)
+    if cs_size(neg) < cs_size(r) and len(neg) <= len(r):
+        if not neg:
+            return "(?:[^\n]|\n)"
+        return f"[^{_class_body(neg, _esc_in_class)}]"
+    return f"[{_class_body(r, _esc_in_class)}]"
+
+
+def _group(s: str) -> str:
+    if len(s) == 1 or (s.startswith("\\") and len(s) == 2) or _is_atom(s):
+        return s
+    return f"(?:{s})"
+
+
+def _is_atom(s: str) -> bool:
+    """True when ``s`` is one bracket class or one balanced (...) group."""
+    if s.startswith("[") and s.endswith("]"):
+        i = 1 + (s[1:2] == "^")
+        i += s[i:i + 1] == "]"
+        while i < len(s):
+            if s[i] == "\\":
+                i += 2
+                continue
+            if s[i] == "]":
+                return i == len(s) - 1
+            i += 1
+        return False
+    if s.startswith("(") and s.endswith(")"):
+        depth, i = 0, 0
+        in_class = False
+        while i < len(s):
+            c = s[i]
+            if c == "\\":
+                i += 2
+                continue
+            if in_class:
+                in_class = c != "]"
+            elif c == "[":
+                in_class = True
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0 and i != len(s) - 1:
+                    return False
+            i += 1
+        return True
+    return False
+
+
+def _quant(lo: int, hi: int | None) -> str:
+    if (lo, hi) == (0, None):
+        return "*"
+    if (lo, hi) == (1, None):
+        return "+"
+    if (lo, hi) == (0, 1):
+        return "?"
+    if hi is None:
+        return f"{{{lo},}}"
+    if lo == hi:
+        return f"{{{lo}}}"
+    return f"{{{lo},{hi}}}"
+
+
+def to_regex(x: tuple, leaf: Callable[[Ranges], str] = _set_regex) -> str:
+    """Python regex text of an IR; ``leaf`` renders a character set (decoded or JSON-encoded)."""
+    k = x[0]
+    if k == "none":
+        raise _TooComplex("empty language")  # callers prune empty languages first
+    if k == "eps":
+        return ""
+    if k == "set":
+        return leaf(x[1])
+    if k == "cat":
+        return "".join(to_regex(p, leaf) for p in x[1])
+    if k == "alt":
+        return "(?:" + "|".join(to_regex(p, leaf) for p in x[1]) + ")"
+    _, y, lo, hi = x
+    return _group(to_regex(y, leaf)) + _quant(lo, hi)
+
+
+# JSON string encoding of a set of decoded characters (see the module docstring).
+_SHORT = {8: "b", 9: "t", 10: "n", 12: "f", 13: "r"}
+_SPECIAL = cs(0x22, 0x5C, (0, 0x1F))
+
+
+def _hexdigit(d: int) -> str:
+    h = "0123456789abcdef"[d]
+    return f"[{h}{h.upper()}]" if h.isalpha() else h
+
+
+def enc_set_strict(r: Ranges) -> str:
+    """Like ``enc_set`` but only the one spelling ``json.dumps(ensure_ascii=False)`` writes."""
+    alts = []
+    raw = cs_diff(cs_diff(r, _SPECIAL), SURROGATES)
+    if raw:
+        alts.append(_set_regex(raw))
+    singles = "".join(e for c, e in ((0x22, '"'), (0x5C, "\\\\")) if cs_has(r, c))
+    ctl = cs_inter(r, CONTROLS)
+    singles += "".join(_SHORT[c] for lo, hi in ctl for c in range(lo, hi + 1) if c in _SHORT)
+    esc = []
+    if singles:
+        esc.append(singles if len(singles) == 1 or singles == "\\\\" else f"[{singles}]")
+    hexes = [f"{c:02x}" for lo, hi in ctl for c in range(lo, hi + 1) if c not in _SHORT]
+    if hexes:
+        esc.append("u00" + (hexes[0] if len(hexes) == 1 else "(?:" + "|".join(hexes) + ")"))
+    if esc:
+        alts.append("\\\\" + (esc[0] if len(esc) == 1 else "(?:" + "|".join(esc) + ")"))
+    if not alts:
+        raise _TooComplex("empty character set")
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+def enc_set(r: Ranges) -> str:
+    """Regex (over the JSON text) of one decoded character from ``r``, canonically escaped.
+
+    All escapes share one backslash branch: the engine's byte DFAs are not minimised, so fewer
+    alternatives mean fewer states (81 vs 138 for a string of any characters).
+    """
+    alts = []
+    raw = cs_diff(cs_diff(r, _SPECIAL), SURROGATES)
+    if raw:
+        alts.append(_set_regex(raw))
+    singles = "".join(e for c, e in ((0x22, '"'), (0x5C, "\\\\"), (0x2F, "/")) if cs_has(r, c))
+    ctl = cs_inter(r, CONTROLS)
+    singles += "".join(_SHORT[c] for lo, hi in ctl for c in range(lo, hi + 1) if c in _SHORT)
+    esc = []
+    if singles:
+        esc.append(singles if len(singles) == 1 or singles == "\\\\" else f"[{singles}]")
+    if ctl == CONTROLS:
+        esc.append("u00[01][0-9a-fA-F]")
+    elif ctl:
+        hexes = [f"{c >> 4}{_hexdigit(c & 15)}" for lo, hi in ctl for c in range(lo, hi + 1)]
+        esc.append("u00" + (hexes[0] if len(hexes) == 1 else "(?:" + "|".join(hexes) + ")"))
+    if esc:
+        alts.append("\\\\" + (esc[0] if len(esc) == 1 else "(?:" + "|".join(esc) + ")"))
+    if not alts:
+        raise _TooComplex("empty character set")
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+def enc_regex(x: tuple) -> str:
+    """Regex of the JSON string *content* (no quotes) whose decoded value is in ``x``."""
+    return to_regex(x, enc_set)
+
+
+def enc_regex_strict(x: tuple) -> str:
+    """``enc_regex`` with one spelling per string (keys that must differ textually from literals)."""
+    return to_regex(x, enc_set_strict)
+
+
+def dec_regex(x: tuple) -> str:
+    """Python regex over decoded characters (for ``re.fullmatch`` and interegular)."""
+    return to_regex(x)
+
+
+def canonical(s: str) -> str:
+    """The canonical JSON encoding of a string's content (json.dumps, ensure_ascii=False)."""
+    return json.dumps(s, ensure_ascii=False)[1:-1]
+
+
+# Every JSON string content (RFC 8259), and one "character" of it for lengths: a surrogate
+# pair escape is one code point, lone surrogate escapes are excluded so the count is exact.
+JSON_CONTENT = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*'
+JSON_CHAR = (r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})'
+             r'|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})')
+JSON_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+
+
+# ============================================================================ ECMA-262 patterns
+
+try:
+    import re._constants as _src
+    import re._parser as _sre
+except ImportError:  # Python < 3.11
+    import sre_constants as _src  # type: ignore[no-redef]
+    import sre_parse as _sre  # type: ignore[no-redef]
+
+
+class _Unsupported(Exception):
+    """A regex construct that cannot be compiled exactly (message says which)."""
+
+
+_ECMA_ESCAPES = set("dDwWsSbBtnvfr0cxukpP")
+_CATEGORIES = {
+    _src.CATEGORY_DIGIT: ECMA_DIGIT, _src.CATEGORY_NOT_DIGIT: cs_neg(ECMA_DIGIT),
+    _src.CATEGORY_SPACE: ECMA_SPACE, _src.CATEGORY_NOT_SPACE: cs_neg(ECMA_SPACE),
+    _src.CATEGORY_WORD: ECMA_WORD, _src.CATEGORY_NOT_WORD: cs_neg(ECMA_WORD),
+}
+
+
+def _ecma_to_python(p: str) -> str:
+    """Rewrite the ECMA-262 syntax Python's parser reads differently; refuse what neither has."""
+    out: list[str] = []
+    i, n, in_class = 0, len(p), False
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise _Unsupported("pattern ends with a backslash")
+            e = p[i + 1]
+            if e in "pP":
+                raise _Unsupported("Unicode property escapes (\\p{...}) are not supported")
+            if e == "c":
+                raise _Unsupported("control escapes (\\cX) are not supported")
+            if e == "k":
+                raise _Unsupported("named backreferences are not supported")
+            if e == "u" and p[i + 2:i + 3] == "{":
+                raise _Unsupported("\\u{...} escapes are not supported")
+            if e in "bB" and not in_class:
+                raise _Unsupported("word boundaries (\\b, \\B) are not supported")
+            if e.isdigit() and e != "0":
+                raise _Unsupported("backreferences are not supported")
+            if e.isascii() and e.isalpha() and e not in _ECMA_ESCAPES:
+                out.append(e)  # ECMA identity escape (Annex B): \a is "a", not BEL
+                i += 2
+                continue
+            out.append(p[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            rest = p[i + 1:i + 3]
+            if rest.startswith("]") or rest == "^]":
+                raise _Unsupported("empty classes [] and [^] are not supported")
+            in_class = True
+            out.append(c)
+            i += 1
+            if p[i:i + 1] == "^":
+                out.append("^")
+                i += 1
+            continue
+        elif c == "(" and p[i + 1:i + 3] == "?<" and p[i + 3:i + 4] not in ("=", "!"):
+            out.append("(?P<")
+            i += 3
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def pattern_ir(pattern: str) -> tuple:
+    """IR of the strings in which ``pattern`` (ECMA-262) matches somewhere (search semantics)."""
+    try:
+        p = _sre.parse(_ecma_to_python(pattern))
+    except re.error as e:
+        raise _Unsupported(f"not a supported regex ({e})") from None
+    except RecursionError:
+        raise _Unsupported("regex nested too deeply") from None
+    if p.state.flags & ~(re.UNICODE | re.ASCII):
+        raise _Unsupported("inline flags are not ECMA-262")
+    return _top(list(p))
+
+
+def _top(items: list) -> tuple:
+    if len(items) == 1:
+        op, av = items[0]
+        if op is _src.BRANCH:
+            return alt(*[_top(list(b)) for b in av[1]])
+        if op is _src.SUBPATTERN and not av[1] and not av[2]:
+            return _top(list(av[3]))
+    start = end = False
+    while items and items[0] == (_src.AT, _src.AT_BEGINNING):
+        items, start = items[1:], True
+    while items and items[-1] == (_src.AT, _src.AT_END):
+        items, end = items[:-1], True
+    return cat(EPS if start else ANYSTAR, _seq(items), EPS if end else ANYSTAR)
+
+
+def _seq(items: Iterable) -> tuple:
+    return cat(*[_atom(op, av) for op, av in items])
+
+
+def _atom(op: Any, av: Any) -> tuple:
+    if op is _src.LITERAL:
+        return ch(cs(av))
+    if op is _src.NOT_LITERAL:
+        return ch(cs_neg(cs(av)))
+    if op is _src.ANY:
+        return ch(ECMA_DOT)
+    if op is _src.IN:
+        neg, r = False, ()
+        for o, a in av:
+            if o is _src.NEGATE:
+                neg = True
+            elif o is _src.LITERAL:
+                r = cs_union(r, cs(a))
+            elif o is _src.RANGE:
+                r = cs_union(r, cs(tuple(a)))
+            elif o is _src.CATEGORY and a in _CATEGORIES:
+                r = cs_union(r, _CATEGORIES[a])
+            else:
+                raise _Unsupported(f"class item {o} not supported")
+        return ch(cs_neg(r) if neg else r)
+    if op is _src.BRANCH:
+        return alt(*[_seq(b) for b in av[1]])
+    if op is _src.SUBPATTERN:
+        if av[1] or av[2]:
+            raise _Unsupported("inline flags are not ECMA-262")
+        return _seq(av[3])
+    if op in (_src.MAX_REPEAT, _src.MIN_REPEAT):
+        lo, hi, sub = av
+        hi = None if hi is _src.MAXREPEAT else int(hi)
+        if lo > MAX_REPEAT or (hi is not None and hi > MAX_REPEAT):
+            raise _Unsupported(f"repetition count above {MAX_REPEAT}")
+        return rep(_seq(sub), int(lo), hi)
+    if op is _src.AT:
+        raise _Unsupported("anchors (^, $) are supported only at the start/end of the pattern")
+    if op in (_src.ASSERT, _src.ASSERT_NOT):
+        raise _Unsupported("lookaround assertions are not supported")
+    if op in (_src.GROUPREF, _src.GROUPREF_EXISTS):
+        raise _Unsupported("backreferences are not supported")
+    raise _Unsupported(f"regex construct {op} not supported")
+
+
+# ============================================================================ formats
+
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_H16 = r"[0-9a-fA-F]{1,4}"
+_LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
+_IPV6 = ("(?:" + "|".join([  # RFC 3986 IPv6address
+    rf"(?:{_H16}:){{6}}{_LS32}",
+    rf"::(?:{_H16}:){{5}}{_LS32}",
+    rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+    rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
+    rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
+    rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
+]) + ")")
+_LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
+_DATE = (r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+         rf"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)")
+_HH, _MM, _FRAC = r"(?:[01][0-9]|2[0-3])", r"[0-5][0-9]", r"(?:\.[0-9]+)?"
+_TIME = rf"(?:{_HH}:{_MM}:{_MM}{_FRAC}(?:[Zz]|[+-]{_HH}:{_MM})|23:59:60{_FRAC}(?:[Zz]|[+-]00:00))"
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_LDH = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_EMAIL = (rf"(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\"(?:[ !#-\[\]-~]|\\[ -~])*\")"
+          rf"@(?:{_LDH}(?:\.{_LDH})*|\[{_IPV4}\]|\[[Ii][Pp][Vv]6:{_IPV6}\])")
+
+
+def _label(n: int) -> str:
+    return rf"[A-Za-z0-9](?:[A-Za-z0-9-]{{0,{n - 2}}}[A-Za-z0-9])?"
+
+
+_HOSTNAME = (rf"(?:{_label(63)}(?:\.{_label(63)}){{0,2}}(?:\.{_label(61)})?"
+             rf"|{_label(30)}(?:\.{_label(30)}){{4,7}}|{_label(20)}(?:\.{_label(20)}){{8,11}})")
+_UNRES, _SUBD, _PCT = r"A-Za-z0-9\-._~", r"!$&'()*+,;=", r"%[0-9a-fA-F]{2}"
+_PCHAR = rf"(?:[{_UNRES}{_SUBD}:@]|{_PCT})"
+_SEG, _SEG_NZ = rf"{_PCHAR}*", rf"{_PCHAR}+"
+_QF = rf"(?:{_PCHAR}|[/?])*"
+_HOST = (rf"(?:\[(?:{_IPV6}|[vV][0-9a-fA-F]+\.[{_UNRES}{_SUBD}:]+)\]"
+         rf"|(?:[{_UNRES}{_SUBD}]|{_PCT})*)")
+_AUTH = rf"(?:(?:[{_UNRES}{_SUBD}:]|{_PCT})*@)?{_HOST}(?::[0-9]*)?"
+_PATHS = rf"//{_AUTH}(?:/{_SEG})*|/(?:{_SEG_NZ}(?:/{_SEG})*)?"
+_URI = rf"[A-Za-z][A-Za-z0-9+\-.]*:(?:{_PATHS}|{_SEG_NZ}(?:/{_SEG})*|)(?:\?{_QF})?(?:#{_QF})?"
+_RELREF = rf"(?:{_PATHS}|(?:[{_UNRES}{_SUBD}@]|{_PCT})+(?:/{_SEG})*|)(?:\?{_QF})?(?:#{_QF})?"
+STRING_FORMATS = {
+    "date-time": rf"{_DATE}[Tt]{_TIME}",
+    "date": _DATE,
+    "time": _TIME,
+    "email": _EMAIL,
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "uri": _URI,
+    "uri-reference": rf"(?:{_URI}|{_RELREF})",
+    "ipv4": _IPV4,
+    "ipv6": _IPV6,
+    "hostname": _HOSTNAME,
+}
+NUMBER_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_FORMAT_IR: dict[str, tuple] = {}
+
+
+def format_ir(name: str) -> tuple:
+    ir = _FORMAT_IR.get(name)
+    if ir is None:
+        ir = _FORMAT_IR[name] = pattern_ir(f"^{STRING_FORMATS[name]}$")
+    return ir
+
+
+# ============================================================================ automata (interegular)
+
+_FSM_CACHE: dict[str, Any] = {}
+
+
+def _fsm(rx: str) -> Any:
+    """interegular FSM of a Python regex over raw characters (cached)."""
+    f = _FSM_CACHE.get(rx)
+    if f is None:
+        import interegular
+
+        try:
+            f = interegular.parse_pattern(rx).to_fsm()
+        except Exception as e:  # interegular raises plain Exception subclasses
+            raise _Unsupported(f"regex not supported by interegular ({e})") from None
+        if len(_FSM_CACHE) > 4000:
+            _FSM_CACHE.clear()
+        _FSM_CACHE[rx] = f
+    return f
+
+
+def ir_fsm(x: tuple) -> Any:
+    if x[0] == "none":
+        return _fsm("[^\\x00-\\U0010ffff]") if False else _empty_fsm()
+    return _fsm(dec_regex(x))
+
+
+def _empty_fsm() -> Any:
+    return _fsm("a") - _fsm("a")
+
+
+def fsm_ir(f: Any) -> tuple:
+    """IR of an interegular FSM's language by state elimination (MAX_REGEX-capped)."""
+    from interegular.fsm import anything_else
+
+    f = f.reduce()
+    alphabet = f.alphabet
+    explicit = cs(*[ord(c) for c in alphabet._symbol_mapping if c is not anything_else])
+    cls: dict[Any, Ranges] = {}
+    for t, chars in alphabet.by_transition.items():
+        r = cs(*[ord(c) for c in chars if c is not anything_else])
+        if any(c is anything_else for c in chars):
+            r = cs_union(r, cs_neg(explicit))
+        cls[t] = r
+    # live = reachable and co-reachable
+    fwd = {f.initial}
+    stack = [f.initial]
+    while stack:
+        s = stack.pop()
+        for t in f.map.get(s, {}).values():
+            if t not in fwd:
+                fwd.add(t)
+                stack.append(t)
+    back = set(f.finals) & fwd
+    changed = True
+    while changed:
+        changed = False
+        for s in fwd - back:
+            if any(t in back for t in f.map.get(s, {}).values()):
+                back.add(s)
+                changed = True
+    live = back
+    if f.initial not in live:
+        return NONE
+    S, E = "start", "end"
+    out: dict[Any, dict[Any, tuple]] = {S: {f.initial: EPS}}
+    inn: dict[Any, set] = {f.initial: {S}, E: set()}
+    for s in live:
+        out.setdefault(s, {})
+        inn.setdefault(s, set())
+        per: dict[Any, Ranges] = {}
+        for t, d in f.map.get(s, {}).items():
+            if d in live:
+                per[d] = cs_union(per.get(d, ()), cls[t])
+        for d, r in per.items():
+            out[s][d] = ch(r)
+            inn.setdefault(d, set()).add(s)
+        if s in f.finals:
+            out[s][E] = EPS
+            inn[E].add(s)
+    sizes: dict[tuple[Any, Any], int] = {}
+
+    def sz(p: Any, q: Any) -> int:
+        return sizes.get((p, q), 1)
+
+    todo = set(live)
+    while todo:
+        k = min(todo, key=lambda s: ((len(inn[s]) - (s in inn[s])) * (len(out[s]) - (s in out[s])),
+                                     sum(sz(p, s) for p in inn[s]) + sum(sz(s, q) for q in out[s])))
+        todo.discard(k)
+        loop = out[k].pop(k, None)
+        inn[k].discard(k)
+        star = rep(loop, 0, None) if loop is not None else EPS
+        lsz = sz(k, k) if loop is not None else 0
+        for p in inn[k]:
+            a = out[p].pop(k)
+            for q, b in out[k].items():
+                new = cat(a, star, b)
+                nsz = sz(p, k) + lsz + sz(k, q) + 1
+                if q in out[p]:
+                    new = alt(out[p][q], new)
+                    nsz += sz(p, q)
+                if nsz > MAX_REGEX:
+                    raise _TooComplex("regex too large")
+                out[p][q] = new
+                sizes[(p, q)] = nsz
+                inn[q].add(p)
+        for q in out[k]:
+            inn[q].discard(k)
+        del out[k], inn[k]
+    return out[S].get(E, NONE)
+
+
+def is_empty(f: Any) -> bool:
+    return f.empty()
+
+
+# ============================================================================ numbers
+# Regexes over plain decimal JSON numbers (no exponent) for exact ranges: the integer part by
+# the classic digit-range split, the fraction part by a digit-wise comparison of zero-padded
+# digit strings (so 1.5, 1.50 and 1.500 are the same value).
+
+_MAX_DIGITS = 400
+
+
+def _digits(d: Decimal) -> tuple[str, str]:
+    """(integer digits, fraction digits without trailing zeros) of |d|."""
+    t = format(abs(d), "f")
+    i, _, f = t.partition(".")
+    i, f = i.lstrip("0") or "0", f.rstrip("0")
+    if len(i) + len(f) > _MAX_DIGITS:
+        raise _Unsupported(f"number {d} has too many digits")
+    return i, f
+
+
+def _dclass(a: int, b: int) -> str:
+    return str(a) if a == b else f"[{a}-{b}]"
+
+
+def _same_len(lo: str, hi: str) -> str:
+    """Digit strings of len(lo) between lo and hi (inclusive, leading zeros allowed)."""
+    if lo == hi:
+        return lo
+    n = len(lo)
+    if n == 1:
+        return _dclass(int(lo), int(hi))
+    if lo[1:] == "0" * (n - 1) and hi[1:] == "9" * (n - 1):
+        return _dclass(int(lo[0]), int(hi[0])) + f"[0-9]{{{n - 1}}}"
+    if lo[0] == hi[0]:
+        return lo[0] + _same_len(lo[1:], hi[1:])
+    parts = [lo[0] + _group(_same_len(lo[1:], "9" * (n - 1)))]
+    if int(lo[0]) + 1 <= int(hi[0]) - 1:
+        parts.append(_dclass(int(lo[0]) + 1, int(hi[0]) - 1) + f"[0-9]{{{n - 1}}}")
+    parts.append(hi[0] + _group(_same_len("0" * (n - 1), hi[1:])))
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _nat_range(a: int, b: int | None) -> str | None:
+    """Canonical naturals (no leading zeros) in [a, b]; b None = unbounded."""
+    if b is not None and a > b:
+        return None
+    sa = str(a)
+    alts = []
+    top = len(str(b)) if b is not None else len(sa)
+    for n in range(len(sa), top + 1):
+        lo = max(a, 10 ** (n - 1) if n > 1 else 0)
+        hi = min(b, 10**n - 1) if b is not None else 10**n - 1
+        if lo <= hi:
+            alts.append(_same_len(str(lo), str(hi)))
+    if b is None:
+        alts.append(f"[1-9][0-9]{{{len(sa)},}}")
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+Bound = tuple  # (digits without trailing zeros, strict) of a fraction bound, or None
+
+
+_FRAC_MEMO: dict[tuple, tuple[bool, str | None]] = {}
+
+
+def _frac(lo: Bound | None, hi: Bound | None, left: int | None) -> tuple[bool, str | None]:
+    """Fraction digit strings f between the bounds (compared zero-padded).
+
+    Returns (the empty string is allowed, regex of the non-empty ones or None). ``left``: how
+    many more digits may be non-zero (``multipleOf`` 10^-d), None = unlimited.
+    """
+    if lo is not None and lo[0] == "" and not lo[1]:
+        lo = None  # f >= 0 always holds
+    key = (lo, hi, left)
+    hit = _FRAC_MEMO.get(key)
+    if hit is not None:
+        return hit
+    res = _frac_new(lo, hi, left)
+    if len(_FRAC_MEMO) > 100_000:
+        _FRAC_MEMO.clear()
+    _FRAC_MEMO[key] = res
+    return res
+
+
+def _frac_new(lo: Bound | None, hi: Bound | None, left: int | None) -> tuple[bool, str | None]:
+    empty_ok = lo is None and (hi is None or not (hi[0] == "" and hi[1]))
+    if hi is not None and hi[0] == "":
+        if hi[1]:
+            return False, None  # f < 0
+        return (True, "0+") if lo is None else (False, None)  # f <= 0: zeros only
+    if left == 0:
+        return (True, "0+") if lo is None else (False, None)
+    if lo is None and hi is None:
+        return True, ("[0-9]+" if left is None else f"[0-9]{{1,{left}}}0*")
+    if lo == ("", True) and hi is None and left is None:
+        return False, "0*[1-9][0-9]*"
+    groups: dict[tuple[bool, str | None], list[int]] = {}
+    for d in range(10):
+        nlo: Bound | None = None
+        if lo is not None:
+            l0 = int(lo[0][0]) if lo[0] else 0
+            if d < l0:
+                continue
+            if d == l0:
+                nlo = (lo[0][1:], lo[1])
+        nhi: Bound | None = None
+        if hi is not None:
+            h0 = int(hi[0][0])
+            if d > h0:
+                continue
+            if d == h0:
+                nhi = (hi[0][1:], hi[1])
+        sub = _frac(nlo, nhi, None if left is None else left - 1)
+        if sub[0] or sub[1] is not None:
+            groups.setdefault(sub, []).append(d)
+    alts = []
+    for (emp, rx), ds in groups.items():
+        runs, start = [], ds[0]
+        for a, b in zip(ds, ds[1:] + [None]):
+            if b != a + 1:
+                runs.append((start, a))
+                start = b
+        dc = "".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+        dc = dc if len(ds) == 1 else f"[{dc}]"
+        tail = "" if rx is None else (f"(?:{rx})?" if emp else _group(rx))
+        alts.append(dc + tail)
+    if not alts:
+        return empty_ok, None
+    return empty_ok, alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+def _mag(lo: Decimal, lo_s: bool, hi: Decimal | None, hi_s: bool, left: int | None) -> str | None:
+    """Plain magnitudes ``I(.F)?`` (no sign) in the range; None if empty."""
+    if hi is not None and (hi < lo or (hi == lo and (lo_s or hi_s))):
+        return None
+    li, lf = _digits(lo)
+    alts: list[str] = []
+
+    def piece(ints: str | None, frac: tuple[bool, str | None]) -> None:
+        emp, rx = frac
+        if ints is None or (not emp and rx is None):
+            return
+        tail = "" if rx is None else (f"(?:\\.{_group(rx)})?" if emp else f"\\.{_group(rx)}")
+        alts.append(_group(ints) + tail)
+
+    if hi is not None:
+        hi_i, hf = _digits(hi)
+        if li == hi_i:
+            piece(li, _frac((lf, lo_s), (hf, hi_s), left))
+        else:
+            piece(li, _frac((lf, lo_s), None, left))
+            piece(_nat_range(int(li) + 1, int(hi_i) - 1), _frac(None, None, left))
+            piece(hi_i, _frac(None, (hf, hi_s), left))
+    else:
+        piece(li, _frac((lf, lo_s), None, left))
+        piece(_nat_range(int(li) + 1, None), _frac(None, None, left))
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+def _range_regex(lo: Decimal | None, lo_s: bool, hi: Decimal | None, hi_s: bool, left: int | None) -> str | None:
+    """Plain decimal numbers x with lo <(=) x <(=) hi (either bound may be None)."""
+    alts = []
+    if hi is None or hi > 0 or (hi == 0 and not hi_s):
+        a, a_s = (lo, lo_s) if lo is not None and lo >= 0 else (Decimal(0), False)
+        r = _mag(a, a_s, hi, hi_s, left)
+        if r:
+            alts.append(r)
+    if lo is None or lo < 0 or (lo == 0 and not lo_s):  # x = -y; "-0" is 0
+        b, b_s = (-lo, lo_s) if lo is not None else (None, False)
+        a, a_s = (-hi, hi_s) if hi is not None and hi <= 0 else (Decimal(0), False)
+        r = _mag(a, a_s, b, b_s, left)
+        if r:
+            alts.append("-" + _group(r))
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+def _int_range_regex(lo: int | None, hi: int | None) -> str | None:
+    alts = []
+    if hi is None or hi >= 0:
+        r = _nat_range(max(lo, 0) if lo is not None else 0, hi)
+        if r:
+            alts.append(r)
+    if lo is None or lo <= 0:
+        r = _nat_range(max(-hi, 0) if hi is not None else 0, -lo if lo is not None else None)
+        if r:
+            alts.append("-" + _group(r))
+    if not alts:
+        return None
+    body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    return body + r"(?:\.0+)?"
+
+
+def _value_regex(v: Decimal) -> str:
+    """Every plain decimal spelling of the number ``v`` (1 -> 1, 1.0, 1.00 ...)."""
+    i, f = _digits(v)
+    body = i + (rf"\.{f}0*" if f else r"(?:\.0+)?")
+    if v == 0:
+        return "-?" + body
+    return ("-" if v < 0 else "") + body
+
+
+def _pow10(m: Decimal) -> int | None:
+    """d if m == 10**-d (d >= 0), else None."""
+    t = m.normalize().as_tuple()
+    if t.digits == (1,) and t.exponent <= 0:  # type: ignore[operator]
+        return -int(t.exponent)
+    return None
+
+
+def _lcm(a: int, b: int) -> int:
+    from math import gcd
+
+    return a * b // gcd(a, b)
+
+
+@dataclass(frozen=True)
+class NumSpec:
+    """A set of JSON numbers: bounds, integer-only, multipleOf, enumerated or excluded values."""
+
+    integer: bool = False
+    lo: Decimal | None = None
+    lo_x: bool = False
+    hi: Decimal | None = None
+    hi_x: bool = False
+    mults: frozenset = frozenset()
+    values: frozenset | None = None
+    exclude: frozenset = frozenset()
+
+    def contains(self, v: Decimal) -> bool:
+        if self.integer and v % 1 != 0:
+            return False
+        if self.lo is not None and (v < self.lo or (v == self.lo and self.lo_x)):
+            return False
+        if self.hi is not None and (v > self.hi or (v == self.hi and self.hi_x)):
+            return False
+        if any(v % m != 0 for m in self.mults):
+            return False
+        if self.values is not None and v not in self.values:
+            return False
+        return v not in self.exclude
+
+    def __and__(self, o: "NumSpec") -> "NumSpec":
+        lo, lo_x = self.lo, self.lo_x
+        if o.lo is not None and (lo is None or o.lo > lo or (o.lo == lo and o.lo_x)):
+            lo, lo_x = o.lo, o.lo_x
+        hi, hi_x = self.hi, self.hi_x
+        if o.hi is not None and (hi is None or o.hi < hi or (o.hi == hi and o.hi_x)):
+            hi, hi_x = o.hi, o.hi_x
+        values = self.values if o.values is None else (o.values if self.values is None else self.values & o.values)
+        r = NumSpec(self.integer or o.integer, lo, lo_x, hi, hi_x, self.mults | o.mults, values,
+                    self.exclude | o.exclude)
+        if values is not None:
+            r = NumSpec(r.integer, r.lo, r.lo_x, r.hi, r.hi_x, r.mults, frozenset(v for v in values if r.contains(v)),
+                        r.exclude)
+        return r
+
+    def empty(self) -> bool:
+        if self.values is not None:
+            return not self.values
+        if self.lo is not None and self.hi is not None:
+            if self.lo > self.hi or (self.lo == self.hi and (self.lo_x or self.hi_x)):
+                return True
+        return False
+
+    def regex(self) -> str | None:
+        """Regex of the JSON number texts in the set (None: empty); _Unsupported if not exact."""
+        if self.values is not None:
+            vs = sorted(v for v in self.values if self.contains(v))
+            rxs = list(dict.fromkeys(_value_regex(v) for v in vs))
+            return None if not rxs else rxs[0] if len(rxs) == 1 else "(?:" + "|".join(rxs) + ")"
+        base = self._base()
+        if base is None or not self.exclude:
+            return base
+        f = _fsm(base) - _fsm("|".join(_value_regex(v) for v in self.exclude))
+        return None if f.empty() else to_regex(fsm_ir(f))
+
+    def _base(self) -> str | None:
+        left: int | None = None
+        k = 1
+        integer = self.integer
+        for m in self.mults:
+            d = _pow10(m)
+            if d is not None:
+                left = d if left is None else min(left, d)
+            elif m % 1 == 0:
+                k = _lcm(k, int(m))
+                integer = True
+            else:
+                raise _Unsupported(f"multipleOf {m} (only powers of ten and integers are exact)")
+        if left == 0:
+            integer = True
+        if integer:
+            lo = None if self.lo is None else int((self.lo // 1) + 1 if self.lo_x and self.lo % 1 == 0 else
+                                                  -((-self.lo) // 1))
+            hi = None if self.hi is None else int(self.hi // 1 - 1 if self.hi_x and self.hi % 1 == 0 else
+                                                  self.hi // 1)
+            if self.lo is not None and self.lo_x and self.lo % 1 != 0:
+                lo = int(-((-self.lo) // 1))
+            if k == 1:
+                return _int_range_regex(lo, hi)
+            if lo is not None and hi is not None:
+                first = -(-lo // k) * k
+                vals = list(range(first, hi + 1, k))
+                if len(vals) > MAX_REPEAT:
+                    raise _Unsupported(f"multipleOf {k} over a range of more than {MAX_REPEAT} values")
+                return NumSpec(values=frozenset(Decimal(v) for v in vals)).regex()
+            if lo is not None or hi is not None:
+                raise _Unsupported(f"multipleOf {k} with a one-sided bound")
+            for j in range(4):
+                if 10**j % k == 0:
+                    break
+            else:
+                raise _Unsupported(f"multipleOf {k} (only divisors of 1000 are exact without bounds)")
+            small = [str(v) for v in range(0, 10**j, k)]
+            sufs = [str(v).zfill(j) for v in range(0, 10**j, k)]
+            long = "[1-9][0-9]*" + ("(?:" + "|".join(sufs) + ")" if j else "")
+            return "-?(?:" + "|".join(small + [long]) + r")(?:\.0+)?"
+        if self.lo is None and self.hi is None and left is None:
+            return JSON_NUMBER
+        return _range_regex(self.lo, self.lo_x, self.hi, self.hi_x, left)
+
+
+# ============================================================================ strings
+
+
+_MATCHERS: dict[str, re.Pattern] = {}
+
+
+def _matcher(rx: str) -> re.Pattern:
+    m = _MATCHERS.get(rx)
+    if m is None:
+        if len(_MATCHERS) > 4000:
+            _MATCHERS.clear()
+        m = _MATCHERS[rx] = re.compile(rx, re.DOTALL)
+    return m
+
+
+def pattern_matches(pattern: str, s: str) -> bool:
+    """ECMA-262 search of ``pattern`` in ``s`` (exact, through the IR)."""
+    return _matcher(dec_regex(pattern_ir(pattern))).fullmatch(s) is not None
+
+
+@dataclass(frozen=True)
+class StrSpec:
+    """A set of strings: length, patterns, formats, enumerated or excluded values."""
+
+    min_len: int = 0
+    max_len: int | None = None
+    patterns: tuple = ()
+    formats: tuple = ()
+    values: frozenset | None = None
+    exclude: frozenset = frozenset()
+
+    def contains(self, s: str) -> bool:
+        if len(s) < self.min_len or (self.max_len is not None and len(s) > self.max_len):
+            return False
+        if self.values is not None and s not in self.values:
+            return False
+        if s in self.exclude or any(not pattern_matches(p, s) for p in self.patterns):
+            return False
+        return all(_matcher(dec_regex(format_ir(f))).fullmatch(s) for f in self.formats)
+
+    def __and__(self, o: "StrSpec") -> "StrSpec":
+        values = self.values if o.values is None else (o.values if self.values is None else self.values & o.values)
+        r = StrSpec(max(self.min_len, o.min_len),
+                    o.max_len if self.max_len is None else self.max_len if o.max_len is None else
+                    min(self.max_len, o.max_len),
+                    tuple(dict.fromkeys(self.patterns + o.patterns)), tuple(dict.fromkeys(self.formats + o.formats)),
+                    values, self.exclude | o.exclude)
+        if values is not None:
+            r = StrSpec(values=frozenset(v for v in values if r.contains(v)))
+        return r
+
+    def empty(self) -> bool:
+        if self.values is not None:
+            return not self.values
+        return self.max_len is not None and self.max_len < self.min_len
+
+    def _irs(self) -> list[tuple]:
+        irs = []
+        if self.min_len or self.max_len is not None:
+            irs.append(rep(ANY, self.min_len, self.max_len))
+        irs += [pattern_ir(p) for p in self.patterns]
+        irs += [format_ir(f) for f in self.formats]
+        return irs
+
+    def fsm(self) -> Any:
+        """interegular FSM of the decoded strings."""
+        if self.values is not None:
+            vs = [v for v in self.values if self.contains(v)]
+            return ir_fsm(alt(*[lit(v) for v in vs])) if vs else _empty_fsm()
+        irs = self._irs() or [ANYSTAR]
+        f = ir_fsm(irs[0])
+        for x in irs[1:]:
+            f = f & ir_fsm(x)
+        if self.exclude:
+            f = f - ir_fsm(alt(*[lit(v) for v in self.exclude]))
+        return f
+
+    def regex(self) -> str | None:
+        """Regex of the JSON string *content* (between the quotes); None if empty."""
+        if self.values is not None:
+            vs = sorted(v for v in self.values if self.contains(v))
+            return None if not vs else enc_regex(alt(*[lit(v) for v in vs]))
+        if self.min_len > MAX_REPEAT or (self.max_len is not None and self.max_len > MAX_REPEAT):
+            raise _Unsupported(f"string length bound above {MAX_REPEAT}")
+        if not self.patterns and not self.formats and not self.exclude:
+            if not self.min_len and self.max_len is None:
+                return JSON_CONTENT
+            if self.max_len is not None and self.max_len < self.min_len:
+                return None
+            return _group(JSON_CHAR) + _quant(self.min_len, self.max_len)
+        irs = self._irs()
+        if len(irs) == 1 and not self.exclude:
+            return None if irs[0] == NONE else enc_regex(irs[0])
+        f = self.fsm()
+        return None if f.empty() else enc_regex(fsm_ir(f))
+
+
+# ============================================================================ documents and $ref
+
+DEFAULT_BASE = "https://trellis.invalid/schema.json"
+_DRAFTS = {"draft-03": 3, "draft-04": 4, "draft-06": 6, "draft-07": 7, "2019-09": 2019, "2020-12": 2020}
+_SUB_ONE = ("additionalProperties", "additionalItems", "items", "not", "if", "then", "else", "contains",
+            "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
+_SUB_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
+_SUB_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+
+
+class _Document:
+    """One schema document: its resources by URI ($id), anchors, and every subschema's base URI."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.draft = 2020
+        self.dialect_known = True
+        if isinstance(root, dict) and isinstance(root.get("$schema"), str):
+            uri = root["$schema"]
+            self.dialect_known = False
+            if re.match(r"https?://json-schema\.org/", uri):
+                for k, v in _DRAFTS.items():
+                    if k in uri:
+                        self.draft, self.dialect_known = v, True
+        if self.draft == 3:
+            raise SchemaError("draft-03 schemas are not supported", pointer="/$schema")
+        self.base = DEFAULT_BASE
+        self.resources: dict[str, Any] = {}
+        self.anchors: dict[str, Any] = {}
+        self.info: dict[int, tuple[str, str]] = {}
+        self._scan(root, self.base, "")
+        self.resources.setdefault(DEFAULT_BASE, root)
+        if isinstance(root, dict):
+            self.base = self.info[id(root)][0]
+
+    def _scan(self, s: Any, base: str, ptr: str) -> None:
+        if not isinstance(s, dict):
+            return
+        idv = s.get("$id") if self.draft >= 6 else s.get("id")
+        if isinstance(idv, str) and not (self.draft <= 7 and "$ref" in s):
+            u, frag = urldefrag(_join(base, idv))
+            if idv.startswith("#"):
+                if frag and self.draft <= 7:
+                    self.anchors[f"{base}#{frag}"] = s
+            elif u:
+                base = u
+                self.resources[u] = s
+        for kw in ("$anchor", "$dynamicAnchor"):
+            if isinstance(s.get(kw), str):
+                self.anchors[f"{base}#{s[kw]}"] = s
+        self.info[id(s)] = (base, ptr)
+        for k, v in s.items():
+            p = f"{ptr}/{_esc(k)}"
+            if k in _SUB_ONE and isinstance(v, (dict, bool)):
+                self._scan(v, base, p)
+            elif k in _SUB_MAP and isinstance(v, dict):
+                for kk, vv in v.items():
+                    self._scan(vv, base, f"{p}/{_esc(kk)}")
+            elif k in _SUB_LIST and isinstance(v, list):
+                for i, vv in enumerate(v):
+                    self._scan(vv, base, f"{p}/{i}")
+
+    def where(self, s: Any, base: str, ptr: str) -> tuple[str, str]:
+        return self.info.get(id(s), (base, ptr))
+
+    def resolve(self, ref: str, base: str, ptr: str) -> tuple[Any, str, str]:
+        """(schema, pointer, base URI) that ``ref`` names, from a schema with base URI ``base``."""
+        u, frag = urldefrag(_join(base, ref))
+        if u not in self.resources:
+            raise SchemaError(f"unresolvable $ref {ref!r} (only references inside the schema document are "
+                              "supported)", pointer=ptr)
+        obj = self.resources[u]
+        p = self.info.get(id(obj), (u, ""))[1]
+        if frag and not frag.startswith("/"):
+            a = self.anchors.get(f"{u}#{frag}")
+            if a is None:
+                raise SchemaError(f"$ref {ref!r}: no anchor {frag!r}", pointer=ptr)
+            obj = a
+        else:
+            for part in frag.split("/")[1:] if frag else []:
+                key = unquote(part).replace("~1", "/").replace("~0", "~")
+                try:
+                    obj = obj[int(key)] if isinstance(obj, list) else obj[key]
+                except (KeyError, ValueError, IndexError, TypeError):
+                    raise SchemaError(f"$ref {ref!r} points to nothing", pointer=ptr) from None
+                p += "/" + _esc(key)
+        b2, p2 = self.info.get(id(obj), (u, p))
+        return obj, p2, b2
+
+
+# ============================================================================ schema nodes
+# A node is the meaning of a subschema split by JSON type ("shallow": children are node ids).
+
+ANY_ID, NEVER_ID = 0, 1
+
+
+@dataclass(frozen=True)
+class ArrSpec:
+    prefix: tuple = ()
+    items: int = ANY_ID
+    min_items: int = 0
+    max_items: int | None = None
+
+    def elem(self, i: int) -> int:
+        return self.prefix[i] if i < len(self.prefix) else self.items
+
+
+@dataclass(frozen=True)
+class Source:
+    """One object schema's properties / patternProperties / additionalProperties."""
+
+    props: tuple = ()  # ((key, node), ...)
+    patterns: tuple = ()  # ((pattern, node), ...)
+    additional: int = ANY_ID
+
+
+@dataclass(frozen=True)
+class ObjSpec:
+    order: tuple = ()  # declared keys, in order
+    sources: tuple = ()  # allOf-merged object schemas: every source applies to every key
+    required: tuple = ()
+    min_props: int = 0
+    max_props: int | None = None
+    names: tuple = ()  # propertyNames node ids
+
+
+@dataclass(frozen=True)
+class Shallow:
+    null: bool = False
+    true: bool = False
+    false: bool = False
+    nums: tuple = ()
+    strs: tuple = ()
+    arrs: tuple = ()
+    objs: tuple = ()
+
+    def empty(self) -> bool:
+        return not (self.null or self.true or self.false or self.nums or self.strs or self.arrs or self.objs)
+
+
+ANY_SHALLOW = Shallow(True, True, True, (NumSpec(),), (StrSpec(),), (ArrSpec(),), (ObjSpec(),))
+NEVER_SHALLOW = Shallow()
+_GENERIC = {"nums": NumSpec(), "strs": StrSpec(), "arrs": ArrSpec(), "objs": ObjSpec()}
+
+
+def _alts(xs: Iterable, generic: Any) -> tuple:
+    out = []
+    for x in xs:
+        if x == generic:
+            return (generic,)
+        if x not in out:
+            out.append(x)
+    return tuple(out)
+
+
+def union(*shs: Shallow) -> Shallow:
+    return Shallow(any(s.null for s in shs), any(s.true for s in shs), any(s.false for s in shs),
+                   *[_alts([x for s in shs for x in getattr(s, f)], g) for f, g in _GENERIC.items()])
+
+
+_ANNOTATIONS = {"title", "description", "default", "examples", "example", "$comment", "$schema", "$id", "id",
+                "$anchor", "$dynamicAnchor", "$vocabulary", "deprecated", "readOnly", "writeOnly",
+                "contentMediaType", "contentEncoding", "contentSchema", "$defs", "definitions", "discriminator",
+                "xml", "externalDocs", "markdownDescription", "enumDescriptions"}
+_TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
+
+
+class _Builder:
+    """Schema locations -> nodes (ids), their shallow meaning, intersections and disjointness."""
+
+    def __init__(self, doc: _Document, *, lenient: bool, closed_objects: bool, format_assertion: bool) -> None:
+        self.doc = doc
+        self.formats = format_assertion
+        self.lenient = lenient
+        self.closed = closed_objects
+        self.ignored: list[IgnoredKeyword] = []
+        self.shallows: list[Shallow | None] = [ANY_SHALLOW, NEVER_SHALLOW]
+        self.kinds: list[tuple] = [("any",), ("never",)]
+        self.ptrs: list[str] = ["", ""]
+        self._loc: dict[int, int] = {}
+        self._and: dict[frozenset, int] = {}
+        self._fixed: dict[Shallow, int] = {}
+        self._busy: set[int] = set()
+
+    # -- errors
+    def refuse(self, keyword: str, ptr: str, reason: str) -> None:
+        """Raise SchemaError, or record the keyword as ignored in lenient mode."""
+        if not self.lenient:
+            raise SchemaError(f"{keyword}: {reason}", pointer=f"{ptr}/{_esc(keyword)}")
+        self.ignored.append(IgnoredKeyword(keyword, f"{ptr}/{_esc(keyword)}", reason))
+
+    # -- ids
+    def _new(self, kind: tuple, ptr: str, sh: Shallow | None = None) -> int:
+        self.shallows.append(sh)
+        self.kinds.append(kind)
+        self.ptrs.append(ptr)
+        return len(self.kinds) - 1
+
+    def location(self, s: Any, ptr: str, base: str) -> int:
+        if s is True:
+            return ANY_ID
+        if s is False:
+            return NEVER_ID
+        if not isinstance(s, dict):
+            raise SchemaError("a schema must be an object or a boolean", pointer=ptr)
+        nid = self._loc.get(id(s))
+        if nid is None:
+            base, ptr = self.doc.where(s, base, ptr)
+            nid = self._loc[id(s)] = self._new(("loc", s, base), ptr)
+        return nid
+
+    def fixed(self, sh: Shallow, ptr: str = "") -> int:
+        if sh == ANY_SHALLOW:
+            return ANY_ID
+        if sh.empty():
+            return NEVER_ID
+        nid = self._fixed.get(sh)
+        if nid is None:
+            nid = self._fixed[sh] = self._new(("fixed",), ptr, sh)
+        return nid
+
+    def and_id(self, ids: Iterable[int]) -> int:
+        members: set[int] = set()
+        for i in ids:
+            if i == NEVER_ID:
+                return NEVER_ID
+            if i == ANY_ID:
+                continue
+            k = self.kinds[i]
+            members.update(k[1] if k[0] == "and" else (i,))
+        if not members:
+            return ANY_ID
+        if len(members) == 1:
+            return next(iter(members))
+        fs = frozenset(members)
+        nid = self._and.get(fs)
+        if nid is None:
+            nid = self._and[fs] = self._new(("and", fs), self.ptrs[min(fs)])
+        return nid
+
+    def shallow(self, nid: int) -> Shallow:
+        sh = self.shallows[nid]
+        if sh is not None:
+            return sh
+        if nid in self._busy:
+            raise SchemaError("circular $ref/allOf with no object or array in between", pointer=self.ptrs[nid])
+        self._busy.add(nid)
+        try:
+            k = self.kinds[nid]
+            if k[0] == "loc":
+                sh = self._interpret(k[1], self.ptrs[nid], k[2])
+            else:
+                sh = self.inter(*[self.shallow(m) for m in sorted(k[1])])
+        finally:
+            self._busy.discard(nid)
+        self.shallows[nid] = sh
+        return sh
+
+    def try_shallow(self, nid: int) -> Shallow | None:
+        return None if nid in self._busy else self.shallow(nid)
+
+    # -- set operations
+    def inter(self, *shs: Shallow) -> Shallow:
+        out = shs[0]
+        for s in shs[1:]:
+            out = self._inter2(out, s)
+        return out
+
+    def _inter2(self, a: Shallow, b: Shallow) -> Shallow:
+        nums = [x & y for x in a.nums for y in b.nums]
+        strs = [x & y for x in a.strs for y in b.strs]
+        arrs = [self._arr_and(x, y) for x in a.arrs for y in b.arrs]
+        objs = [self._obj_and(x, y) for x in a.objs for y in b.objs]
+        return Shallow(a.null and b.null, a.true and b.true, a.false and b.false,
+                       _alts([x for x in nums if not x.empty()], _GENERIC["nums"]),
+                       _alts([x for x in strs if not x.empty()], _GENERIC["strs"]),
+                       _alts([x for x in arrs if x is not None], _GENERIC["arrs"]),
+                       _alts([x for x in objs if x is not None], _GENERIC["objs"]))
+
+    def _arr_and(self, a: ArrSpec, b: ArrSpec) -> ArrSpec | None:
+        n = max(len(a.prefix), len(b.prefix))
+        lo = max(a.min_items, b.min_items)
+        hi = b.max_items if a.max_items is None else a.max_items if b.max_items is None else min(a.max_items,
+                                                                                                  b.max_items)
+        if hi is not None and hi < lo:
+            return None
+        return ArrSpec(tuple(self.and_id((a.elem(i), b.elem(i))) for i in range(n)),
+                       self.and_id((a.items, b.items)), lo, hi)
+
+    def _obj_and(self, a: ObjSpec, b: ObjSpec) -> ObjSpec | None:
+        hi = b.max_props if a.max_props is None else a.max_props if b.max_props is None else min(a.max_props,
+                                                                                                  b.max_props)
+        lo = max(a.min_props, b.min_props)
+        if hi is not None and hi < lo:
+            return None
+        return ObjSpec(a.order + tuple(k for k in b.order if k not in a.order), a.sources + b.sources,
+                       a.required + tuple(k for k in b.required if k not in a.required), lo, hi,
+                       a.names + tuple(n for n in b.names if n not in a.names))
+
+    # -- values of keys
+    def source_value(self, src: Source, key: str) -> list[int]:
+        ids = [v for k, v in src.props if k == key]
+        ids += [v for p, v in src.patterns if pattern_matches(p, key)]
+        return ids if ids else [src.additional]
+
+    def names_ok(self, o: ObjSpec, key: str) -> bool:
+        for n in o.names:
+            sh = self.shallow(n)
+            if not any(s.contains(key) for s in sh.strs):
+                return False
+        return True
+
+    def key_value(self, o: ObjSpec, key: str) -> int:
+        """The node every value of ``key`` must match in objects of ``o`` (NEVER: key not allowed)."""
+        if not self.names_ok(o, key):
+            return NEVER_ID
+        return self.and_id([v for s in o.sources for v in self.source_value(s, key)])
+
+    # -- disjointness (for oneOf and for deciding unions): True only when provable
+    def disjoint(self, a: Shallow, b: Shallow, depth: int = 3) -> bool:
+        if (a.null and b.null) or (a.true and b.true) or (a.false and b.false):
+            return False
+        for x in a.nums:
+            for y in b.nums:
+                if not _num_disjoint(x, y):
+                    return False
+        for x in a.strs:
+            for y in b.strs:
+                if not _str_disjoint(x, y):
+                    return False
+        for x in a.arrs:
+            for y in b.arrs:
+                if not self._arr_disjoint(x, y, depth):
+                    return False
+        for x in a.objs:
+            for y in b.objs:
+                if not self._obj_disjoint(x, y, depth):
+                    return False
+        return True
+
+    def _ids_disjoint(self, i: int, j: int, depth: int) -> bool:
+        if depth <= 0:
+            return False
+        a, b = self.try_shallow(i), self.try_shallow(j)
+        return a is not None and b is not None and self.disjoint(a, b, depth - 1)
+
+    def _arr_disjoint(self, x: ArrSpec, y: ArrSpec, depth: int) -> bool:
+        lo = max(x.min_items, y.min_items)
+        hi = [m for m in (x.max_items, y.max_items) if m is not None]
+        if hi and min(hi) < lo:
+            return True
+        return any(self._ids_disjoint(x.elem(i), y.elem(i), depth) for i in range(min(lo, 8)))
+
+    def _obj_disjoint(self, x: ObjSpec, y: ObjSpec, depth: int) -> bool:
+        lo = max(x.min_props, y.min_props)
+        hi = [m for m in (x.max_props, y.max_props) if m is not None]
+        if hi and min(hi) < lo:
+            return True
+        for k in list(dict.fromkeys(x.required + y.required))[:16]:
+            if self._ids_disjoint(self.key_value(x, k), self.key_value(y, k), depth):
+                return True
+        return False
+
+    # -- keyword interpretation
+    def _interpret(self, s: dict, ptr: str, base: str) -> Shallow:
+        if "$ref" in s and self.doc.draft <= 7:
+            return self.shallow(self._ref(s, "$ref", ptr, base))  # siblings of $ref are ignored
+        for kw in ("$dynamicRef", "$recursiveRef"):
+            if kw in s:
+                self.refuse(kw, ptr, "dynamic references are not supported")
+        for kw in ("disallow", "extends", "divisibleBy"):
+            if kw in s:
+                self.refuse(kw, ptr, "draft-03 keyword")
+        parts = [self._own(s, ptr, base)]
+        if "$ref" in s:
+            parts.append(self.shallow(self._ref(s, "$ref", ptr, base)))
+        if "allOf" in s:
+            subs = [self.shallow(i) for i in self._list(s, "allOf", ptr, base)]
+            parts.extend(subs)
+            if subs and all(not x.empty() for x in subs) and self.inter(*subs).empty():
+                raise SchemaError("allOf: the branches have no value in common", pointer=f"{ptr}/allOf")
+        if "anyOf" in s:
+            parts.append(union(*[self.shallow(i) for i in self._list(s, "anyOf", ptr, base)]))
+        if "oneOf" in s:
+            subs = [self.shallow(i) for i in self._list(s, "oneOf", ptr, base)]
+            for i in range(len(subs)):
+                for j in range(i + 1, len(subs)):
+                    if not self.disjoint(subs[i], subs[j]):
+                        self.refuse("oneOf", ptr, f"branches {i} and {j} may both match (exactly-one cannot be "
+                                                  "enforced); treated as anyOf")
+                        break
+                else:
+                    continue
+                break
+            parts.append(union(*subs))
+        if "not" in s:
+            parts.append(self._not(s["not"], ptr, base))
+        if "if" in s:
+            branch = "then" if s["if"] is True or s["if"] == {} else "else" if s["if"] is False else None
+            if branch is None:
+                self.refuse("if", ptr, "if/then/else is not supported")
+            elif branch in s:  # a constant condition: the chosen branch always applies
+                parts.append(self.shallow(self.location(s[branch], f"{ptr}/{branch}", base)))
+        return self.inter(*parts)
+
+    def _ref(self, s: dict, kw: str, ptr: str, base: str) -> int:
+        ref = s[kw]
+        if not isinstance(ref, str):
+            raise SchemaError("$ref must be a string", pointer=f"{ptr}/{kw}")
+        obj, p, b = self.doc.resolve(ref, base, f"{ptr}/{kw}")
+        return self.location(obj, p, b)
+
+    def _list(self, s: dict, kw: str, ptr: str, base: str) -> list[int]:
+        v = s[kw]
+        if not isinstance(v, list) or not v:
+            raise SchemaError(f"{kw} must be a non-empty array of schemas", pointer=f"{ptr}/{kw}")
+        return [self.location(x, f"{ptr}/{kw}/{i}", base) for i, x in enumerate(v)]
+
+    def _types(self, s: dict, ptr: str) -> set[str]:
+        if "type" not in s:
+            return set(_TYPES)
+        t = s["type"]
+        ts = [t] if isinstance(t, str) else t
+        if not isinstance(ts, list) or not ts or not all(isinstance(x, str) for x in ts):
+            raise SchemaError("type must be a type name or a non-empty array of them", pointer=f"{ptr}/type")
+        bad = [x for x in ts if x not in _TYPES]
+        if bad:
+            raise SchemaError(f"unknown type {bad[0]!r}", pointer=f"{ptr}/type")
+        out = set(ts)
+        if "number" in out:
+            out.add("integer")
+        if s.get("nullable") is True:
+            out.add("null")
+        return out
+
+    def _own(self, s: dict, ptr: str, base: str) -> Shallow:
+        types = self._types(s, ptr)
+        if s.get("required") is True or s.get("required") is False:
+            self.refuse("required", ptr, "draft-03 boolean required")
+        sh = Shallow("null" in types, "boolean" in types, "boolean" in types,
+                     (self._numspec(s, ptr, "number" not in types),) if "integer" in types else (),
+                     (self._strspec(s, ptr),) if "string" in types else (),
+                     (self._arrspec(s, ptr, base),) if "array" in types else (),
+                     (self._objspec(s, ptr, base),) if "object" in types else ())
+        sh = Shallow(sh.null, sh.true, sh.false, tuple(x for x in sh.nums if not x.empty()),
+                     tuple(x for x in sh.strs if not x.empty()), sh.arrs, sh.objs)
+        for kw in ("enum", "const"):
+            if kw not in s:
+                continue
+            vals = s[kw] if kw == "enum" else [s[kw]]
+            if not isinstance(vals, list) or not vals:
+                raise SchemaError("enum must be a non-empty array", pointer=f"{ptr}/{kw}")
+            before = sh
+            sh = self.inter(sh, union(*[self._const(v) for v in vals]))
+            if sh.empty() and not before.empty():
+                raise SchemaError(f"{kw}: no value has an allowed type", pointer=f"{ptr}/{kw}")
+        return sh
+
+    def const_id(self, v: Any) -> int:
+        return self.fixed(self._const(v))
+
+    def _const(self, v: Any) -> Shallow:
+        if v is None:
+            return Shallow(null=True)
+        if v is True or v is False:
+            return Shallow(true=v is True, false=v is False)
+        d = _num(v)
+        if d is not None:
+            return Shallow(nums=(NumSpec(values=frozenset([d])),))
+        if isinstance(v, str):
+            return Shallow(strs=(StrSpec(values=frozenset([v])),))
+        if isinstance(v, list):
+            return Shallow(arrs=(ArrSpec(tuple(self.const_id(x) for x in v), NEVER_ID, len(v), len(v)),))
+        if isinstance(v, dict):
+            src = Source(tuple((k, self.const_id(x)) for k, x in v.items()), (), NEVER_ID)
+            return Shallow(objs=(ObjSpec(tuple(v), (src,), tuple(v)),))
+        raise SchemaError(f"{type(v).__name__} is not a JSON value")
+
+    def _count(self, s: dict, kw: str, ptr: str) -> int | None:
+        if kw not in s:
+            return None
+        d = _num(s[kw])
+        if d is None or d < 0 or d % 1 != 0:
+            raise SchemaError(f"{kw} must be a non-negative integer", pointer=f"{ptr}/{kw}")
+        return int(d)
+
+    def _numspec(self, s: dict, ptr: str, integer: bool) -> NumSpec:
+        spec = NumSpec(integer=integer)
+        for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+            if kw in s and not isinstance(s[kw], bool) and _num(s[kw]) is None:
+                raise SchemaError(f"{kw} must be a number", pointer=f"{ptr}/{kw}")
+        lo, hi = _num(s.get("minimum")), _num(s.get("maximum"))
+        lo_x = s.get("exclusiveMinimum") is True
+        hi_x = s.get("exclusiveMaximum") is True
+        spec = spec & NumSpec(lo=lo, lo_x=lo_x and lo is not None, hi=hi, hi_x=hi_x and hi is not None)
+        xlo, xhi = _num(s.get("exclusiveMinimum")), _num(s.get("exclusiveMaximum"))
+        if xlo is not None and not isinstance(s.get("exclusiveMinimum"), bool):
+            spec = spec & NumSpec(lo=xlo, lo_x=True)
+        if xhi is not None and not isinstance(s.get("exclusiveMaximum"), bool):
+            spec = spec & NumSpec(hi=xhi, hi_x=True)
+        fmt = s.get("format") if self.formats else None
+        if isinstance(fmt, str) and fmt in NUMBER_FORMATS:
+            a, b = NUMBER_FORMATS[fmt]
+            spec = spec & NumSpec(integer=True, lo=Decimal(a), hi=Decimal(b))
+        if "multipleOf" in s:
+            m = _num(s["multipleOf"])
+            if m is None or m <= 0:
+                raise SchemaError("multipleOf must be a positive number", pointer=f"{ptr}/multipleOf")
+            trial = spec & NumSpec(mults=frozenset([m]))
+            try:
+                trial.regex()
+                spec = trial
+            except _Unsupported as e:
+                self.refuse("multipleOf", ptr, str(e))
+        return spec
+
+    def _strspec(self, s: dict, ptr: str) -> StrSpec:
+        lo, hi = self._count(s, "minLength", ptr), self._count(s, "maxLength", ptr)
+        for kw, v in (("minLength", lo), ("maxLength", hi)):
+            if v is not None and v > MAX_REPEAT:
+                self.refuse(kw, ptr, f"string length bounds above {MAX_REPEAT} are too large to compile")
+                lo, hi = (None, hi) if kw == "minLength" else (lo, None)
+        pats: tuple = ()
+        if "pattern" in s:
+            p = s["pattern"]
+            if not isinstance(p, str):
+                raise SchemaError("pattern must be a string", pointer=f"{ptr}/pattern")
+            try:
+                pattern_ir(p)
+                pats = (p,)
+            except _Unsupported as e:
+                self.refuse("pattern", ptr, str(e))
+        fmts: tuple = ()
+        fmt = s.get("format") if self.formats else None
+        if fmt is not None:
+            if not isinstance(fmt, str):
+                raise SchemaError("format must be a string", pointer=f"{ptr}/format")
+            if fmt in STRING_FORMATS:
+                fmts = (fmt,)
+            elif fmt not in NUMBER_FORMATS:
+                self.refuse("format", ptr, f"format {fmt!r} is not supported")
+        return StrSpec(lo or 0, hi, pats, fmts)
+
+    def _arrspec(self, s: dict, ptr: str, base: str) -> ArrSpec:
+        prefix: tuple = ()
+        items = ANY_ID
+        if "prefixItems" in s:
+            if not isinstance(s["prefixItems"], list):
+                raise SchemaError("prefixItems must be an array of schemas", pointer=f"{ptr}/prefixItems")
+            prefix = tuple(self.location(x, f"{ptr}/prefixItems/{i}", base) for i, x in enumerate(s["prefixItems"]))
+            if "items" in s:
+                items = self.location(s["items"], f"{ptr}/items", base)
+        elif isinstance(s.get("items"), list):
+            prefix = tuple(self.location(x, f"{ptr}/items/{i}", base) for i, x in enumerate(s["items"]))
+            if "additionalItems" in s:
+                items = self.location(s["additionalItems"], f"{ptr}/additionalItems", base)
+        elif "items" in s:
+            items = self.location(s["items"], f"{ptr}/items", base)
+        lo, hi = self._count(s, "minItems", ptr) or 0, self._count(s, "maxItems", ptr)
+        if s.get("uniqueItems") is True and (hi is None or hi > 1):
+            self.refuse("uniqueItems", ptr, "uniqueness of items cannot be enforced by a grammar")
+        if "contains" in s:
+            self.refuse("contains", ptr, "contains is not supported")
+        if "unevaluatedItems" in s and s["unevaluatedItems"] not in (True, {}):
+            self.refuse("unevaluatedItems", ptr, "unevaluatedItems is not supported")
+        for kw, v in (("minItems", lo), ("maxItems", hi)):
+            if v is not None and v > MAX_REPEAT:
+                self.refuse(kw, ptr, f"item counts above {MAX_REPEAT} are too large to compile")
+                lo, hi = (0, hi) if kw == "minItems" else (lo, None)
+        return ArrSpec(prefix, items, lo, hi)
+
+    def _objspec(self, s: dict, ptr: str, base: str) -> ObjSpec:
+        props = s.get("properties", {})
+        if not isinstance(props, dict):
+            raise SchemaError("properties must be an object", pointer=f"{ptr}/properties")
+        pp = s.get("patternProperties", {})
+        if not isinstance(pp, dict):
+            raise SchemaError("patternProperties must be an object", pointer=f"{ptr}/patternProperties")
+        req = s.get("required", [])
+        if isinstance(req, bool):
+            req = []
+        if not isinstance(req, list) or not all(isinstance(k, str) for k in req):
+            raise SchemaError("required must be an array of strings", pointer=f"{ptr}/required")
+        additional = NEVER_ID if self.closed else ANY_ID
+        if "additionalProperties" in s:
+            additional = self.location(s["additionalProperties"], f"{ptr}/additionalProperties", base)
+        pats = []
+        for p, v in pp.items():
+            try:
+                pattern_ir(p)
+                pats.append((p, self.location(v, f"{ptr}/patternProperties/{_esc(p)}", base)))
+            except _Unsupported as e:
+                self.refuse("patternProperties", ptr, f"pattern {p!r}: {e}; additional properties allowed")
+                additional = ANY_ID
+        src = Source(tuple((k, self.location(v, f"{ptr}/properties/{_esc(k)}", base)) for k, v in props.items()),
+                     tuple(pats), additional)
+        srcs = () if src == Source() else (src,)
+        lo, hi = self._count(s, "minProperties", ptr) or 0, self._count(s, "maxProperties", ptr)
+        for kw, v in (("minProperties", lo), ("maxProperties", hi)):
+            if v is not None and v > 64:
+                self.refuse(kw, ptr, "property counts above 64 are too large to compile")
+                lo, hi = (0, hi) if kw == "minProperties" else (lo, None)
+        names: tuple = ()
+        if "propertyNames" in s:
+            names = (self.location(s["propertyNames"], f"{ptr}/propertyNames", base),)
+        for kw in ("dependentRequired", "dependentSchemas", "dependencies"):
+            v = s.get(kw)
+            if isinstance(v, dict) and any(x not in ([], True, {}) for x in v.values()):
+                self.refuse(kw, ptr, f"{kw} is not supported")
+        if "unevaluatedProperties" in s and s["unevaluatedProperties"] not in (True, {}):
+            self.refuse("unevaluatedProperties", ptr, "unevaluatedProperties is not supported")
+        return ObjSpec(tuple(props), srcs, tuple(dict.fromkeys(req)), lo, hi, names)
+
+    def _not(self, sub: Any, ptr: str, base: str) -> Shallow:
+        nid = self.location(sub, f"{ptr}/not", base)
+        try:
+            return _complement(self.shallow(nid))
+        except _Unsupported as e:
+            self.refuse("not", ptr, str(e))
+            return ANY_SHALLOW
+
+
+def _complement(sh: Shallow) -> Shallow:
+    """Every JSON value not in ``sh``, when that is expressible exactly."""
+    nums: tuple = (NumSpec(),)
+    if sh.nums:
+        if sh.nums == (NumSpec(),):
+            nums = ()
+        elif all(x.values is not None for x in sh.nums):
+            nums = (NumSpec(exclude=frozenset(v for x in sh.nums for v in x.values)),)
+        else:
+            raise _Unsupported("not: only types and enumerated numbers can be negated")
+    strs: tuple = (StrSpec(),)
+    if sh.strs:
+        if sh.strs == (StrSpec(),):
+            strs = ()
+        elif all(x.values is not None for x in sh.strs):
+            strs = (StrSpec(exclude=frozenset(v for x in sh.strs for v in x.values)),)
+        else:
+            raise _Unsupported("not: only types and enumerated strings can be negated")
+    for f, g in (("arrs", ArrSpec()), ("objs", ObjSpec())):
+        if getattr(sh, f) and getattr(sh, f) != (g,):
+            raise _Unsupported("not: only types of arrays/objects can be negated")
+    return Shallow(not sh.null, not sh.true, not sh.false, nums, strs, () if sh.arrs else (ArrSpec(),),
+                   () if sh.objs else (ObjSpec(),))
+
+
+def _num_disjoint(x: NumSpec, y: NumSpec) -> bool:
+    z = x & y
+    if z.empty():
+        return True
+    try:
+        rx, ry = x.regex(), y.regex()
+    except _Unsupported:
+        return False
+    if rx is None or ry is None:
+        return True
+    return (_fsm(rx) & _fsm(ry)).empty()
+
+
+def _str_disjoint(x: StrSpec, y: StrSpec) -> bool:
+    z = x & y
+    if z.empty():
+        return True
+    try:
+        return (x.fsm() & y.fsm()).empty()
+    except (_Unsupported, _TooComplex):
+        return False
+
+
+# ============================================================================ grammar emission
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """A class of object keys: one declared key, or the other keys matching pattern/name classes
+    ``mask`` of ``langs``; with the value node per ObjSpec alternative (NEVER_ID: not allowed)."""
+
+    key: str | None
+    langs: tuple
+    mask: int
+    values: tuple
+
+
+def _not_in(words: Iterable[str]) -> tuple:
+    """IR of every string except ``words``: proper trie prefixes, or a divergence then anything.
+
+    One shared ``ANY*`` tail keeps the (unminimised) byte DFA linear in the trie size.
+    """
+    trie: dict = {}
+    for w in words:
+        node = trie
+        for c in w:
+            node = node.setdefault(c, {})
+        node[None] = True
+
+    def diverge(node: dict) -> tuple:
+        chars = [c for c in node if c is not None]
+        return alt(ch(cs_neg(cs(*[ord(c) for c in chars]))), *[cat(lit(c), diverge(node[c])) for c in chars])
+
+    def prefix(node: dict) -> tuple:
+        chars = [c for c in node if c is not None]
+        return alt(*([] if None in node else [EPS]), *[cat(lit(c), prefix(node[c])) for c in chars])
+
+    return alt(cat(diverge(trie), ANYSTAR), prefix(trie))
+
+
+_START = 0
+KEY_PRIORITY = 100  # declared-key literals beat every key-class regex (see _Emitter._cells)
+Val = tuple  # ("c", class) | ("lit", "null"|"true"|"false") | ("S"|"N", regex) | ("O"|"A", class)
+
+
+@dataclass
+class _Automaton:
+    """A determinised object/array automaton: edges (src, cell index or -1, Val, dst); state 0 starts."""
+
+    edges: list
+    accepting: set
+    n: int
+
+
+class _Emitter:
+    def __init__(self, b: _Builder, *, whitespace: str, max_ws: int) -> None:
+        self.b = b
+        self.flex = whitespace == "flexible"
+        self.max_ws = max_ws
+        self.cells: dict[int, list[_Cell]] = {}
+        self._cell_memo: dict[tuple, list[_Cell]] = {}
+        self.exact_keys: dict[tuple, bool] = {}
+        self._regions: dict[tuple, tuple | None] = {}
+        self._region_rx: dict[tuple, str | None] = {}
+        self.cls: dict[int, int] = {}
+        self.rep: dict[int, int] = {}
+        self.parts: dict[tuple[int, str], Any] = {}
+        self.autos: dict[tuple[str, int], _Automaton] = {}
+        self.scalar: dict[tuple[int, str], str | None] = {}
+        self.terms: dict[tuple[str, str], str] = {}
+        self.ptr = ""
+
+    # -- errors
+    def fail(self, msg: str) -> None:
+        raise SchemaError(msg, pointer=self.ptr)
+
+    def soften(self, keyword: str, reason: str) -> None:
+        """Lenient fallback to a looser (superset) construction, or SchemaError in strict mode."""
+        if not self.b.lenient:
+            raise SchemaError(f"{keyword}: {reason}", pointer=self.ptr)
+        self.b.ignored.append(IgnoredKeyword(keyword, self.ptr, reason))
+
+    def grammar(self, root: int) -> str:
+        if root == NEVER_ID:
+            raise SchemaError("the schema matches no JSON value")
+        nodes = self._closure(root)
+        self._classes(nodes)
+        rc = self.cls[root]
+        todo, seen = [rc], {rc}
+        while todo:
+            c = todo.pop()
+            for v in self._class_vals(c):
+                if v[0] in ("c", "O", "A") and v[1] not in seen:
+                    seen.add(v[1])
+                    todo.append(v[1])
+        prod = self._productive(seen)
+        self.ptr = ""
+        if not prod[("c", rc)]:
+            raise SchemaError("the schema matches no JSON value (or only infinitely deep ones)")
+        return self._text(rc, prod)
+
+    # -- phase 1: every node reachable from the root, with its key cells
+    def _closure(self, root: int) -> list[int]:
+        b = self.b
+        seen, order, stack = set(), [], [root]
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            order.append(n)
+            self.ptr = b.ptrs[n]
+            sh = b.shallow(n)
+            for a in sh.arrs:
+                stack.extend(a.prefix)
+                stack.append(a.items)
+            if sh.objs:
+                self.cells[n] = self._cells(sh.objs)
+                for c in self.cells[n]:
+                    stack.extend(v for v in c.values if v != NEVER_ID)
+        return [n for n in order if n != NEVER_ID]
+
+    def _cells(self, objs: tuple) -> list[_Cell]:
+        """The key classes of an object node: declared keys (literals), then classes of other keys.
+
+        Two exact schemes. Default: an other-keys regex may match a declared key, provided that
+        in every state where it is in the lexer context, the declared key's literal is too (it
+        then wins the tie by Lark's literal-over-regex rule) or is cut out of the regex
+        (``_region_regex``; states that allow other keys also take every allowed declared key,
+        validated against its own schema, so only forbidden keys are cut). A key repeated out of
+        order is thus accepted when each of its values is valid. With ``minProperties`` (where
+        repeats must not count) other-keys regexes exclude every declared key instead.
+        """
+        hit = self._cell_memo.get(objs)
+        if hit is not None:
+            return hit
+        b = self.b
+        declared = list(dict.fromkeys(k for o in objs for k in o.order + o.required))
+        cells = [_Cell(k, (), 0, tuple(b.key_value(o, k) for o in objs)) for k in declared]
+        langs = tuple(dict.fromkeys([("p", p) for o in objs for s in o.sources for p, _ in s.patterns] +
+                                    [("n", n) for o in objs for n in o.names]))
+        if len(langs) > 6:
+            self.fail("more than 6 patternProperties/propertyNames in one object cannot be compiled")
+        index = {x: i for i, x in enumerate(langs)}
+        for mask in range(2 ** len(langs)):
+            vals = []
+            for o in objs:
+                if any(not mask >> index[("n", n)] & 1 for n in o.names):
+                    vals.append(NEVER_ID)
+                    continue
+                ids = []
+                for s in o.sources:
+                    ids += [v for p, v in s.patterns if mask >> index[("p", p)] & 1] or [s.additional]
+                vals.append(b.and_id(ids))
+            if all(v == NEVER_ID for v in vals):
+                continue
+            try:
+                if self._region(langs, mask) is None:
+                    continue
+            except (_Unsupported, _TooComplex) as e:
+                self.soften("patternProperties", f"key classes too complex ({e}); any other key allowed")
+                cells = [c for c in cells if c.key is not None] + [_Cell(None, (), 0, tuple(ANY_ID for _ in objs))]
+                break
+            cells.append(_Cell(None, langs, mask, tuple(vals)))
+        self._cell_memo[objs] = cells
+        self.exact_keys[objs] = any(o.min_props > 0 for o in objs)
+        return cells
+
+    def _lang_fsm(self, lang: tuple) -> Any:
+        if lang[0] == "p":
+            return ir_fsm(pattern_ir(lang[1]))
+        sh = self.b.shallow(lang[1])
+        f = _empty_fsm()
+        for s in sh.strs:
+            f = f | s.fsm()
+        return f
+
+    def _region(self, langs: tuple, mask: int) -> tuple | None:
+        """("all",) | ("ir", IR) | ("fsm", FSM): the keys matching every class of ``mask`` (not
+        excluding the others: higher-priority terminals take those, see ``_text``); None when
+        no key matches exactly the classes of ``mask``."""
+        key = (langs, mask)
+        if key in self._regions:
+            return self._regions[key]
+        members = [i for i in range(len(langs)) if mask >> i & 1]
+        r: tuple | None
+        if not members:
+            r = ("all",)
+        elif len(members) == 1 and langs[members[0]][0] == "p":
+            r = ("ir", pattern_ir(langs[members[0]][1]))
+        else:
+            f = ir_fsm(ANYSTAR)
+            for i in members:
+                f = f & self._lang_fsm(langs[i])
+            r = ("fsm", f)
+        if len(langs) > 1 or not members:  # is "exactly these classes" non-empty?
+            f = ir_fsm(r[1]) if r[0] == "ir" else r[1] if r[0] == "fsm" else ir_fsm(ANYSTAR)
+            for i in range(len(langs)):
+                if not mask >> i & 1:
+                    f = f - self._lang_fsm(langs[i])
+            if f.empty():
+                r = None
+        elif r is not None and r[0] == "ir" and r[1] == NONE:
+            r = None
+        self._regions[key] = r
+        return r
+
+    def _region_regex(self, cell: _Cell, cut: frozenset, cut_masks: frozenset, exact: bool,
+                      declared: bool) -> str | None:
+        """JSON content regex of ``cell``'s keys minus the keys ``cut`` and the key classes
+        ``cut_masks`` (one spelling per key unless ``exact``: a declared key spelled
+        differently must not slip past its literal)."""
+        key = (cell.langs, cell.mask, cut, cut_masks, exact, declared)
+        if key in self._region_rx:
+            return self._region_rx[key]
+        enc = enc_regex if exact else enc_regex_strict
+        region = self._region(cell.langs, cell.mask)
+        out: str | None
+        if region is None:
+            out = None
+        elif region[0] == "all" and not cut_masks:
+            out = enc(_not_in(sorted(cut))) if cut else (enc(ANYSTAR) if declared else JSON_CONTENT)
+        elif region[0] == "ir" and not cut_masks and not any(_matcher(dec_regex(region[1])).fullmatch(k)
+                                                               for k in cut):
+            out = enc(region[1])
+        else:
+            f = ir_fsm(region[1]) if region[0] == "ir" else region[1] if region[0] == "fsm" else ir_fsm(ANYSTAR)
+            for m in cut_masks:
+                other = self._region(cell.langs, m)
+                if other is not None:
+                    f = f - (ir_fsm(other[1]) if other[0] == "ir" else other[1])
+            if cut:
+                f = f - ir_fsm(alt(*[lit(k) for k in sorted(cut)]))
+            out = None if f.empty() else enc(fsm_ir(f))
+        self._region_rx[key] = out
+        return out
+
+    # -- phase 2: bisimulation classes (equal meaning -> one rule)
+    def _sig(self, n: int, cls: dict[int, int]) -> tuple:
+        sh = self.b.shallow(n)
+        c = lambda v: -1 if v == NEVER_ID else cls[v]  # noqa: E731
+        arrs = tuple((tuple(c(p) for p in a.prefix), c(a.items), a.min_items, a.max_items) for a in sh.arrs)
+        objs: tuple = ()
+        if sh.objs:
+            objs = (tuple((x.key, x.langs, x.mask, tuple(c(v) for v in x.values)) for x in self.cells[n]),
+                    tuple((o.order, o.required, o.min_props, o.max_props) for o in sh.objs))
+        return (sh.null, sh.true, sh.false, sh.nums, sh.strs, arrs, objs)
+
+    def _classes(self, nodes: list[int]) -> None:
+        cls = {n: 0 for n in nodes}
+        count = 1
+        while True:
+            sigs = {n: self._sig(n, cls) for n in nodes}
+            ids: dict[tuple, int] = {}
+            new = {n: ids.setdefault((cls[n], sigs[n]), len(ids)) for n in nodes}
+            cls = new
+            if len(ids) == count:
+                break
+            count = len(ids)
+        self.cls = cls
+        for n in nodes:
+            self.rep.setdefault(cls[n], n)
+        for n in nodes:
+            if self.rep[cls[n]] == n:
+                s = sigs[n]
+                self.parts[(cls[n], "A")] = s[5]
+                self.parts[(cls[n], "O")] = s[6]
+
+    # -- phase 3: values, automata
+    def _shallow_c(self, c: int) -> Shallow:
+        return self.b.shallow(self.rep[c])
+
+    def scalar_rx(self, c: int, kind: str) -> str | None:
+        """The one regex of class ``c``'s strings ("S", content only) or numbers ("N")."""
+        key = (c, kind)
+        if key in self.scalar:
+            return self.scalar[key]
+        n = self.rep[c]
+        self.ptr = self.b.ptrs[n]
+        specs = self._shallow_c(c).strs if kind == "S" else self._shallow_c(c).nums
+        rxs = []
+        for sp in specs:
+            try:
+                r = sp.regex()
+            except (_Unsupported, _TooComplex) as e:
+                self.soften("pattern" if kind == "S" else "multipleOf", f"{e}; constraint dropped")
+                r = JSON_CONTENT if kind == "S" else JSON_NUMBER
+            if r is not None:
+                rxs.append(r)
+        if kind == "S" and JSON_CONTENT in rxs:
+            rxs = [JSON_CONTENT]
+        if kind == "N" and JSON_NUMBER in rxs:
+            rxs = [JSON_NUMBER]
+        rxs = list(dict.fromkeys(rxs))
+        out = None if not rxs else rxs[0] if len(rxs) == 1 else "(?:" + "|".join(rxs) + ")"
+        self.scalar[key] = out
+        return out
+
+    def _class_vals(self, c: int) -> list[Val]:
+        """Every Val that class ``c``'s rules mention (building its automata)."""
+        sh = self._shallow_c(c)
+        out: list[Val] = []
+        for kind, f in (("O", "objs"), ("A", "arrs")):
+            if getattr(sh, f):
+                a = self.automaton(kind, c)
+                out += [e[2] for e in a.edges]
+        return out
+
+    def automaton(self, kind: str, c: int) -> _Automaton:
+        a = self.autos.get((kind, c))
+        if a is None:
+            n = self.rep[c]
+            self.ptr = self.b.ptrs[n]
+            a = self.autos[(kind, c)] = self._obj_auto(n) if kind == "O" else self._arr_auto(n)
+        return a
+
+    def _obj_auto(self, n: int) -> _Automaton:
+        """Declared keys in order (optional ones skippable), then other keys; counts for min/max.
+
+        A branch state is (branch, next declared index, pairs so far, pairs that count for
+        minProperties). Default key scheme (see ``_cells``): once other keys are allowed, every
+        allowed key cell is a transition, declared ones included. Exact scheme: other keys never
+        equal a declared key, so the first of them counts for minProperties (later ones might
+        repeat it and do not).
+        """
+        sh = self.b.shallow(n)
+        cells = self.cells[n]
+        exact = self.exact_keys[sh.objs]
+        key_cell = {x.key: i for i, x in enumerate(cells) if x.key is not None}
+        branches = []
+        for bi, o in enumerate(sh.objs):
+            vals = {i: x.values[bi] for i, x in enumerate(cells) if x.values[bi] != NEVER_ID}
+            ordc, ok = [], True
+            for k in dict.fromkeys(o.order + o.required):
+                i = key_cell[k]
+                if i in vals:
+                    ordc.append((i, k in o.required))
+                elif k in o.required:
+                    ok = False
+            if not ok:
+                continue
+            used = {i for i, _ in ordc}
+            extras = [i for i in vals if exact and i not in used or not exact]
+            cap = o.max_props if o.max_props is not None else 0
+            branches.append((tuple(ordc), tuple(extras), o.min_props, o.max_props, cap, vals))
+
+        def trans(m: tuple) -> list:
+            bi, i, cnt, mc = m
+            ordc, extras, lo, hi, cap, vals = branches[bi]
+            if hi is not None and cnt >= hi:
+                return []
+            nc = min(cnt + 1, cap)
+            out = []
+            for j in range(i, len(ordc)):
+                ci, req = ordc[j]
+                out.append((ci, vals[ci], (bi, j + 1, nc, min(mc + 1, lo))))
+                if req:
+                    return out
+            nm = min(mc + 1, lo) if exact and i <= len(ordc) else mc  # the first other key counts
+            return out + [(e, vals[e], (bi, len(ordc) + 1, nc, nm)) for e in extras]
+
+        def acc(m: tuple) -> bool:
+            bi, i, cnt, mc = m
+            ordc, _, lo, _, _, _ = branches[bi]
+            return mc >= lo and not any(req for _, req in ordc[i:])
+
+        return self._determinise([(bi, 0, 0, 0) for bi in range(len(branches))], trans, acc)
+
+    def _arr_auto(self, n: int) -> _Automaton:
+        arrs = self.b.shallow(n).arrs
+
+        def trans(m: tuple) -> list:
+            bi, i = m
+            a = arrs[bi]
+            if a.max_items is not None and i >= a.max_items:
+                return []
+            v = a.elem(i)
+            if v == NEVER_ID:
+                return []
+            nxt = i + 1 if a.max_items is not None else min(i + 1, max(len(a.prefix), a.min_items))
+            return [(-1, v, (bi, nxt))]
+
+        def acc(m: tuple) -> bool:
+            return m[1] >= arrs[m[0]].min_items
+
+        return self._determinise([(bi, 0) for bi in range(len(arrs))], trans, acc)
+
+    def _determinise(self, start: list, trans: Callable, acc: Callable) -> _Automaton:
+        ids: dict[frozenset, int] = {}
+        queue = [(_START, frozenset(start))]
+        edges, accepting, n = [], set(), 1
+        while queue:
+            sid, mem = queue.pop()
+            if any(acc(m) for m in mem):
+                accepting.add(sid)
+            by_cell: dict[int, dict[int, set]] = {}
+            for m in mem:
+                for ci, v, t in trans(m):
+                    by_cell.setdefault(ci, {}).setdefault(self.cls[v], set()).add(t)
+            for ci in sorted(by_cell):
+                for val, targets in self._refine(by_cell[ci]):
+                    key = frozenset(targets)
+                    tid = ids.get(key)
+                    if tid is None:
+                        tid = ids[key] = n
+                        n += 1
+                        if n > MAX_AUTOMATON:
+                            self.fail(f"object/array automaton above {MAX_AUTOMATON} states (counts too large)")
+                        queue.append((tid, key))
+                    edges.append((sid, ci, val, tid))
+        return _Automaton(edges, accepting, n)
+
+    def _refine(self, groups: dict[int, set]) -> list[tuple[Val, set]]:
+        """Split the values one key (or array position) may take into parts a parser tells apart."""
+        if len(groups) == 1:
+            ((c, t),) = groups.items()
+            return [(("c", c), t)]
+        out: list[tuple[Val, set]] = []
+        shs = {c: self._shallow_c(c) for c in groups}
+        for name in ("null", "true", "false"):
+            ts = set().union(*[t for c, t in groups.items() if getattr(shs[c], name)])
+            if ts:
+                out.append((("lit", name), ts))
+        for kind, f in (("S", "strs"), ("N", "nums")):
+            have = [(self.scalar_rx(c, kind), t) for c, t in groups.items() if getattr(shs[c], f)]
+            have = [(r, t) for r, t in have if r is not None]
+            if len(have) == 1:
+                out.append(((kind, have[0][0]), have[0][1]))
+            elif have:
+                out += [((kind, r), t) for r, t in self._venn(kind, have)]
+        for kind, f in (("O", "objs"), ("A", "arrs")):
+            have = [(c, t) for c, t in groups.items() if getattr(shs[c], f)]
+            if not have:
+                continue
+            ts = set().union(*[t for _, t in have])
+            if len({repr(self.parts[(c, kind)]) for c, _ in have}) == 1:
+                out.append(((kind, have[0][0]), ts))
+                continue
+            what = "objects" if kind == "O" else "arrays"
+            self.soften("anyOf", f"alternatives allow different {what} at the same place, which cannot be "
+                                 f"decided left to right; any {what[:-1]} accepted there")
+            out.append(((kind, self.cls[ANY_ID] if ANY_ID in self.cls else self._any_class()), ts))
+        return out
+
+    def _any_class(self) -> int:
+        c = max(self.cls.values(), default=-1) + 1
+        self.cls[ANY_ID] = c
+        self.rep[c] = ANY_ID
+        self.cells[ANY_ID] = self._cells(ANY_SHALLOW.objs)
+        self.parts[(c, "O")] = ("any",)
+        self.parts[(c, "A")] = ("any",)
+        return c
+
+    def _venn(self, kind: str, items: list[tuple[str, set]]) -> list[tuple[str, set]]:
+        try:
+            regions: list[tuple[Any, set]] = []
+            for rx, ts in items:
+                f = _fsm(rx)
+                new = []
+                for g, gts in regions:
+                    a, d = g & f, g - f
+                    if not a.empty():
+                        new.append((a, gts | ts))
+                    if not d.empty():
+                        new.append((d, gts))
+                    f = f - g
+                if not f.empty():
+                    new.append((f, set(ts)))
+                regions = new
+            return [(to_regex(fsm_ir(g)), ts) for g, ts in regions]
+        except (_Unsupported, _TooComplex) as e:
+            self.soften("anyOf", f"overlapping {'string' if kind == 'S' else 'number'} alternatives too complex "
+                                 f"to separate ({e}); their union accepted with every continuation")
+            return [("(?:" + "|".join(r for r, _ in items) + ")", set().union(*[t for _, t in items]))]
+
+    # -- productivity: only rules that derive some text are emitted (the engine relies on it)
+    def _productive(self, classes: set[int]) -> dict[tuple, bool]:
+        prod: dict[tuple, bool] = {}
+        for c in classes:
+            prod[("c", c)] = False
+            for k in ("O", "A"):
+                prod[(k, c)] = False
+
+        def val_ok(v: Val) -> bool:
+            if v[0] in ("lit", "S", "N"):
+                return True
+            return prod.get((v[0], v[1]), False)
+
+        changed = True
+        while changed:
+            changed = False
+            for c in classes:
+                sh = self._shallow_c(c)
+                for k in ("O", "A"):
+                    if prod[(k, c)] or not (sh.objs if k == "O" else sh.arrs):
+                        continue
+                    a = self.automaton(k, c)
+                    if self._live(a, val_ok)[1]:
+                        prod[(k, c)] = changed = True
+                if not prod[("c", c)]:
+                    scal = (sh.null or sh.true or sh.false or (sh.strs and self.scalar_rx(c, "S") is not None)
+                            or (sh.nums and self.scalar_rx(c, "N") is not None))
+                    if scal or prod[("O", c)] or prod[("A", c)]:
+                        prod[("c", c)] = changed = True
+        self._val_ok = val_ok
+        return prod
+
+    def _live(self, a: _Automaton, ok: Callable) -> tuple[set, bool]:
+        """(states on a productive path from start to acceptance, whether one exists)."""
+        good = [e for e in a.edges if ok(e[2])]
+        fwd = {_START}
+        changed = True
+        while changed:
+            changed = False
+            for s, _, _, d in good:
+                if s in fwd and d not in fwd:
+                    fwd.add(d)
+                    changed = True
+        back = set(a.accepting)
+        changed = True
+        while changed:
+            changed = False
+            for s, _, _, d in good:
+                if d in back and s not in back:
+                    back.add(s)
+                    changed = True
+        live = fwd & back
+        return live, _START in live
+
+    # -- phase 4: text
+    def _term(self, kind: str, text: str, priority: int = 0) -> str:
+        """Name of the terminal ("lit": literal text, "re": Python regex), defined once."""
+        name = self.terms.get((kind, text, priority))
+        if name is None:
+            name = self.terms[(kind, text, priority)] = f"T{len(self.terms)}" + (f".{priority}" if priority else "")
+        return name.split(".")[0]
+
+    def _val(self, v: Val) -> str:
+        if v[0] == "c":
+            return f"v{v[1]}"
+        if v[0] == "lit":
+            return v[1].upper()
+        if v[0] == "S":
+            return self._term("re", f'"{v[1]}"')
+        if v[0] == "N":
+            return self._term("re", v[1])
+        return f"v{v[0].lower()}{v[1]}"
+
+    def _key(self, cell: _Cell, cut: frozenset, cut_masks: frozenset, exact: bool, declared: bool) -> str:
+        if cell.key is not None:
+            if any(0xD800 <= ord(ch_) <= 0xDFFF for ch_ in cell.key):
+                self.fail(f"property name {cell.key!r} contains a lone surrogate")
+            return self._term("lit", f'"{canonical(cell.key)}"', KEY_PRIORITY)
+        rx = self._region_regex(cell, cut, cut_masks, exact, declared)
+        if rx is None:
+            self.fail("a patternProperties class contains only keys not allowed there")
+        # More classes matched = higher priority: a key matching patterns p and q is lexed as
+        # the {p, q} class, not as {p} (whose regex does not exclude q).
+        n = len(cell.langs)
+        rank = sorted(range(2 ** n), key=lambda m: (bin(m).count("1"), m)).index(cell.mask)
+        return self._term("re", f'"{rx}"', 1 + rank)
+
+    def _text(self, root: int, prod: dict) -> str:
+        rules: dict[str, list[str]] = {"start": [f"v{root}"]}
+
+        def rule(name: str, rhs: str) -> None:
+            rules.setdefault(name, []).append(rhs)
+
+        done: set[tuple] = set()
+        todo: list[tuple] = [("c", root)]
+        ok = self._val_ok
+        while todo:
+            item = todo.pop()
+            if item in done:
+                continue
+            done.add(item)
+            kind, c = item
+            self.ptr = self.b.ptrs[self.rep[c]]
+            sh = self._shallow_c(c)
+            if kind == "c":
+                alts = []
+                if sh.strs and self.scalar_rx(c, "S") is not None:
+                    alts.append(self._val(("S", self.scalar_rx(c, "S"))))
+                if sh.nums and self.scalar_rx(c, "N") is not None:
+                    alts.append(self._val(("N", self.scalar_rx(c, "N"))))
+                alts += [n.upper() for n in ("null", "true", "false") if getattr(sh, n)]
+                for k in ("O", "A"):
+                    if prod[(k, c)]:
+                        alts.append(f"v{k.lower()}{c}")
+                        todo.append((k, c))
+                for x in alts:
+                    rule(f"v{c}", x)
+                continue
+            a = self.automaton(kind, c)
+            live, _ = self._live(a, ok)
+            edges = [e for e in a.edges if e[0] in live and e[3] in live and ok(e[2])]
+            cells = self.cells[self.rep[c]] if kind == "O" else []
+            exact = kind == "O" and self.exact_keys[sh.objs]
+            names = frozenset(x.key for x in cells if x.key is not None)
+            cuts: dict[int, set] = {}
+            cut_masks: dict[int, set] = {}
+            if kind == "O":
+                # Where a key-class regex is in the lexer context, every key (class) it could
+                # match that has no transition there must be cut out of it (see _cells).
+                here: dict[int, set] = {}
+                for s_, ci, _, _ in edges:
+                    here.setdefault(s_, set()).add(ci)
+                masks = {x.mask: i for i, x in enumerate(cells) if x.key is None}
+                for s_, ci, _, _ in edges:
+                    x = cells[ci]
+                    if x.key is not None:
+                        continue
+                    ok_here = here.get(s_, set())
+                    cuts.setdefault(ci, set()).update(
+                        names if exact else {y.key for j, y in enumerate(cells) if y.key is not None and j not in ok_here})
+                    for m in range(2 ** len(x.langs)):
+                        if m != x.mask and m & x.mask == x.mask and masks.get(m) not in ok_here:
+                            cut_masks.setdefault(ci, set()).add(m)
+            open_, close = ("LBRACE", "RBRACE") if kind == "O" else ("LSQB", "RSQB")
+            nt = f"{kind.lower()}{c}_"
+            alts = [f"{open_} {close}"] if _START in a.accepting else []
+            alts += [f"{open_} {nt}{q} {close}" for q in sorted(a.accepting & live) if q != _START]
+            for x in alts:
+                rule(f"v{kind.lower()}{c}", x)
+            for s, ci, v, d in edges:
+                if v[0] in ("c", "O", "A"):
+                    todo.append(("c" if v[0] == "c" else v[0], v[1]))
+                if kind == "A":
+                    sym = self._val(v)
+                else:
+                    key = self._key(cells[ci], frozenset(cuts.get(ci, ())), frozenset(cut_masks.get(ci, ())), exact,
+                                    bool(names))
+                    sym = f"{key} COLON {self._val(v)}"
+                rule(f"{nt}{d}", sym if s == _START else f"{nt}{s} COMMA {sym}")
+        if sum(map(len, rules.values())) > MAX_RULES:
+            self.fail(f"the grammar would have more than {MAX_RULES} rules")
+        ws = f"[ \t\n\r]{{0,{self.max_ws}}}"
+        punct = {"LBRACE": "{", "RBRACE": "}", "LSQB": "[", "RSQB": "]", "COMMA": ",", "COLON": ":"}
+        lines = [f"{name}: " + " | ".join(rhs) for name, rhs in rules.items()] + [""]
+        for name, p in punct.items():
+            if not self.flex:
+                lines.append(f'{name}: "{p}"')
+            else:
+                before = ws if name in ("RBRACE", "RSQB", "COMMA", "COLON") else ""
+                after = ws if name in ("LBRACE", "LSQB", "COMMA", "COLON") else ""
+                lines.append(f"{name}: /{_lark_regex(before + re.escape(p) + after)}/")
+        lines += ['NULL: "null"', 'TRUE: "true"', 'FALSE: "false"']
+        for (kind, text, _), name in self.terms.items():
+            if kind == "lit":
+                lines.append(f'{name}: "{_lark_str(text)}"')
+            else:
+                lines.append(f"{name}: /{_lark_regex(text)}/")
+        return "\n".join(lines) + "\n"
+
+
+def _lark_str(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _lark_regex(rx: str) -> str:
+    """A Python regex as the body of a Lark /.../ literal (Lark unescapes \\uXXXX itself)."""
+    out = []
+    for c in rx:
+        o = ord(c)
+        if c == "/":
+            out.append("\\/")
+        elif c == '"':  # Lark's unescaping turns \\" into \" (losing the backslash): spell it \u0022
+            out.append("\\u0022")
+        elif 32 <= o < 127:
+            out.append(c)
+        elif o <= 0xFFFF:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(f"\\U{o:08x}")
+    return "".join(out)
