@@ -38,7 +38,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
         drafter = drafter_from_name(args.speculate, vocab_size=model.vocab_size, generator=gen, model=model.model)
         strategy = spec = Speculative(drafter, max_nodes=args.max_draft_nodes, generator=gen)
-    stream = generate(model, prompt, grammar=args.grammar, max_new_tokens=args.max_new_tokens,
+    stream = generate(model, prompt, grammar=args.grammar, schema=_schema_arg(args.schema),
+                      max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                       repetition_penalty=args.repetition_penalty, stop=[_unescape(s) for s in args.stop or ()],
                       seed=args.seed, strategy=strategy, stream=True)
@@ -58,6 +59,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"[speculative: {ss.rounds} rounds, {ss.mean_accepted:.2f} accepted draft tokens/round"
                   f"{', acceptance ' + by if by else ''}]", file=sys.stderr)
     return 0
+
+
+def _schema_arg(value: str | None) -> Any:
+    """--schema: a path to a JSON file, else JSON text (both go to ``JsonSchema``)."""
+    if value is None:
+        return None
+    from pathlib import Path
+
+    path = Path(value).expanduser()
+    return path if "\n" not in value and len(value) < 4096 and path.is_file() else value
 
 
 def _unescape(text: str) -> str:
@@ -104,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("prompt", help="the prompt text, or - to read it from stdin")
     g.add_argument("--model", default=None, help="HF directory or .gguf path (default: embedded Gemma 3 270M)")
     g.add_argument("--grammar", default=None, help="grammar: a shipped name (json.lark), a path, or Lark text")
+    g.add_argument("--schema", default=None, metavar="FILE_OR_JSON",
+                   help="JSON Schema the output must satisfy: a .json file or the schema's JSON text")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-k", type=int, default=0)

@@ -96,6 +96,7 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
              stream: bool = False, tools: Sequence[Any] | None = None, tool_choice: str = "auto",
              parallel_tool_calls: bool = False,
              tool_prompt: Callable[[Sequence[Tool], str], str] | None = format_tools_prompt,
+             schema: Any = None,
              ) -> GenerationResult | GenerationStream:
     """Generate a continuation of ``prompt``.
 
@@ -111,11 +112,20 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
     calls with ``parallel_tool_calls``, and parsed into ``result.tool_calls``
     (``trellis.constrain.tools``). A text prompt is wrapped by ``tool_prompt(tools, prompt)``
     (``None``: used as is).
+
+    ``schema``: a JSON Schema (dict, JSON text, pydantic model class, or a ``JsonSchema`` with its
+    options); the output is then one JSON value valid under it (``trellis.constrain.json_schema``).
     """
     from trellis.models import load
 
     handle = load(model)
     vocab = handle.vocab
+    if schema is not None:
+        if grammar is not None or tools:
+            raise ValueError("pass one of grammar=, schema= or tools=")
+        from trellis.constrain.json_schema import JsonSchema
+
+        grammar = schema if isinstance(schema, JsonSchema) else JsonSchema(schema)
     tool_list = [as_tool(t) for t in tools] if tools else []
     if tool_list:
         if grammar is not None:

@@ -166,7 +166,8 @@ def run_tests(code: str, tests: str | Sequence[str] | TestSuite, *, entry_point:
     strings, or a parsed ``TestSuite``; ``entry_point`` (the function ``candidate`` names) overrides
     the suite's. ``timeout``: wall-clock seconds for the program and all its tests; ``case_timeout``:
     seconds per case (SIGALRM inside the child; a failed case, the run goes on). ``cpu_seconds``
-    defaults to ``ceil(timeout)``. ``memory_mb``: address-space limit (0: none). ``python``: the
+    defaults to ``ceil(timeout) + 1``: the CPU limit is a backstop, and the one second of slack
+    keeps it from racing the wall-clock limit (CPU time also counts interpreter start-up). ``memory_mb``: address-space limit (0: none). ``python``: the
     interpreter (default: this one). Raises ``SandboxError`` only when the sandbox cannot start.
     """
     suite = tests if isinstance(tests, TestSuite) else parse_tests(tests, entry_point=entry_point)
@@ -191,7 +192,7 @@ def run_tests(code: str, tests: str | Sequence[str] | TestSuite, *, entry_point:
         "nonce": nonce, "fd": write_fd, "workdir": workdir, "program": code, "preamble": suite.preamble,
         "entry_point": suite.entry_point, "cases": [{"setup": c.setup, "source": c.source} for c in suite.cases],
         "case_timeout": case_timeout, "landlock": _LANDLOCK, "drop_uid": drop, "pidns": "pidns" in layers,
-        "limits": {"cpu_seconds": int(cpu_seconds if cpu_seconds is not None else max(1, -(-timeout // 1))),
+        "limits": {"cpu_seconds": int(cpu_seconds if cpu_seconds is not None else max(1, -(-timeout // 1)) + 1),
                    "memory_bytes": int(memory_mb) << 20, "file_bytes": int(file_mb) << 20,
                    "open_files": 256, "processes": int(max_processes)},
     }

@@ -1,7 +1,9 @@
 """``compile(grammar, vocab) -> Constraint``, with a disk cache of the compiled tables.
 
-``grammar`` is one of: a ``Regex``; the name of a grammar shipped in ``trellis/grammars/``
-(``"json.lark"`` or ``"json"``); a path to a ``.lark`` file; or raw Lark grammar text.
+``grammar`` is one of: a ``Regex``; a ``JsonSchema`` (compiled through its Lark text; the
+constraint's ``ignored_keywords`` lists what lenient mode ignored); the name of a grammar shipped
+in ``trellis/grammars/`` (``"json.lark"`` or ``"json"``); a path to a ``.lark`` file; or raw
+Lark grammar text.
 
 The cache lives under ``platformdirs.user_cache_dir("trellis")`` (override: ``TRELLIS_CACHE_DIR``;
 ``TRELLIS_CACHE_DIR=""`` or ``cache=False`` disables it). Entries are pickles keyed by
@@ -26,13 +28,14 @@ from typing import Union
 
 from trellis.constrain.cfg import CFGConstraint, CompiledGrammar, compile_lark
 from trellis.constrain.errors import GrammarError
+from trellis.constrain.json_schema import JsonSchema
 from trellis.constrain.regex import Regex, RegexConstraint
 from trellis.tokens import Vocabulary
 
 CACHE_FORMAT = 2  # 2: vocabulary walks keyed by global lexer state
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 
-GrammarSpec = Union[str, os.PathLike, Regex]
+GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]
 
 
 def _version() -> str:
@@ -161,15 +164,21 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     """
     if isinstance(grammar, Regex):
         return grammar.compile(vocab)
-    text, source = load_grammar_text(grammar)
+    ignored: tuple = ()
+    if isinstance(grammar, JsonSchema):
+        text, source, ignored = grammar.to_lark(), "<json schema>", grammar.ignored_keywords
+    else:
+        text, source = load_grammar_text(grammar)
     # One constraint per (grammar, vocabulary) per process: its lexer-state tables and mask cache
     # are the expensive part, and states are immutable values, so callers can share it.
-    key = (text, source, start, vocab.fingerprint(), precompute)
+    key = (text, source, start, vocab.fingerprint(), precompute) + ((ignored,) if ignored else ())
     hit = _COMPILED.get(key)
     if hit is not None:
         _COMPILED.move_to_end(key)
         return hit
     c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
+    if isinstance(grammar, JsonSchema):
+        c.ignored_keywords = ignored  # type: ignore[attr-defined]
     _COMPILED[key] = c
     while len(_COMPILED) > _COMPILED_MAX:
         _COMPILED.popitem(last=False)

@@ -4,35 +4,43 @@
 are *all* valid instances of the schema (drafts 2020-12, 2019-09, 07, 06 and 04 spellings);
 ``trellis.constrain.compile(JsonSchema(...), vocab)`` compiles it like any grammar. Honesty rule:
 a keyword the grammar cannot enforce exactly raises ``SchemaError`` naming the keyword and its
-JSON pointer, unless ``lenient=True``, where it is ignored and listed in ``ignored_keywords``.
+JSON pointer, unless ``lenient=True``, where it is ignored (the language grows) and listed in
+``ignored_keywords``. Malformed schemas (not JSON, unknown ``$ref``, empty ``enum``, a ``type``
+no ``enum`` value has, contradictory ``allOf``, a schema matching nothing) raise ``SchemaError``.
 
 What the language is (the documented narrowings: valid instances outside it are rejected,
 an invalid instance is never accepted)
 ---------------------------------------------------------------------------------------------
 * **Property order.** Declared ``properties`` come in the order the schema lists them (for
   ``allOf`` merges: first schema first), then required-but-undeclared keys in ``required``
-  order, then any other (``patternProperties`` / ``additionalProperties``) keys. Declared keys
-  appear at most once; duplicates among additional keys are not detected.
+  order, then the other (``patternProperties`` / ``additionalProperties``) keys; ``order_keys``
+  puts an instance in that order. Where other keys are allowed, a declared key may come again
+  among them, each value checked against its own schema (valid whichever duplicate a parser
+  keeps); closed objects never repeat a key. Repeated other keys are not detected, so
+  ``minProperties`` counts declared keys in order plus one other key (refused when it needs more).
 * **additionalProperties** absent means "any other key" as the spec says; ``closed_objects=True``
-  treats it as ``false`` (what most LLM tools do).
-* **Strings** are UTF-8 text. A string with no constraint accepts every JSON escape; a
-  constrained one (``pattern``, ``format``, ``enum``, ``const``, keys, ``propertyNames``)
-  accepts characters raw, except ``"`` ``\\`` and control characters, which must be escaped
-  (``\\"`` ``\\\\`` ``\\n`` ... or ``\\u00XX``); ``/`` may also be ``\\/``. ``\\uXXXX`` escapes of
-  other characters are rejected there. Declared keys must be written in that canonical form
-  without ``\\/``. Length counts code points (``minLength``/``maxLength`` accept every escape;
-  a surrogate pair escape counts one, lone surrogate escapes are rejected).
-* **Numbers.** Unconstrained numbers accept all JSON numbers. Integers are written without an
-  exponent (``1.0`` is an integer, ``1e2`` is rejected); numbers with bounds, ``multipleOf``,
-  ``enum`` or ``const`` likewise use plain decimal notation. Bounds are exact (decimal arithmetic).
-* **Whitespace.** ``"compact"`` (default): none at all, one byte string per value — fewest
-  tokens, and a weak model cannot loop on spaces. ``"flexible"``: a run of at most
-  ``max_whitespace`` bytes of ``[ \\t\\n\\r]`` after ``{ [ , :`` and before ``} ] , :``, which
-  covers ``json.dumps(x, indent=2)``; never before or after the whole value.
-* **Formats** (asserted, as in the format-assertion vocabulary): date-time, date, time, email,
-  uuid, uri, uri-reference, ipv4, ipv6, hostname; int32/int64 on numbers. Leap seconds are
-  accepted only as ``23:59:60`` with ``Z`` or a ``+-00:00`` offset; hostnames (at most 253
-  bytes) as at most four labels, or up to 8 labels of <= 30 bytes, or 12 of <= 20.
+  treats it as ``false`` in schemas that declare ``properties`` or ``patternProperties`` (what most
+  LLM tools do, and what small models need); free-form ``{"type": "object"}`` stays open.
+* **Strings** are UTF-8 text. A string with no constraint accepts every JSON escape. A
+  constrained one (``minLength``/``maxLength``, ``pattern``, ``format``, ``enum``, ``const``,
+  ``not``) spells characters raw, except ``"`` ``\\`` and control characters, which must be
+  escaped (``\\"``, ``\\n``, ``\\u001f`` ...); ``/`` may also be ``\\/``; ``\\uXXXX`` of other
+  characters is rejected. Object keys of schemas with declared properties must be spelled as
+  ``json.dumps`` does (one spelling: no ``\\/``). Lengths count code points; a bound above 16
+  compiles as rules over 16-character lexemes, one above 8192 is refused.
+* **Numbers.** Unconstrained numbers accept all JSON numbers. Integers, and numbers with
+  bounds, ``multipleOf``, ``enum`` or ``const``, are written in plain decimal notation
+  (``1.0`` is an integer, ``1e2`` is rejected). Bounds are exact (decimal arithmetic).
+* **Whitespace.** ``"compact"`` (default): none at all, one spelling per value — fewest tokens,
+  and a weak model cannot loop on spaces. ``"flexible"``: a run of at most ``max_whitespace``
+  bytes of ``[ \\t\\n\\r]`` after ``{ [ , :`` and before ``} ] , :``, which covers
+  ``json.dumps(x, indent=2)``; never before or after the whole value.
+* **Formats** are asserted (the format-assertion vocabulary; ``format_assertion=False`` makes them
+  annotations as 2020-12 does by default): date-time, date, time, email (RFC 5321 mailbox), uuid,
+  uri, uri-reference (RFC 3986), ipv4, ipv6, hostname; int32/int64 on numbers. Leap seconds are
+  accepted only as ``23:59:60`` with ``Z`` or a ``+-00:00`` offset; hostnames (at most 253 bytes)
+  as up to four labels, 8 labels of <= 30 bytes or 12 of <= 20, and labels with ``--`` in
+  positions 3-4 (IDNA A-labels, whose punycode a regex cannot check) are rejected.
 * **Patterns** use ECMA-262 semantics (``\\d \\w`` ASCII, ``\\s`` Unicode space, ``.`` excludes
   line terminators, ``$`` only at the end) with search semantics: unanchored unless ``^``/``$``.
 
@@ -41,14 +49,17 @@ Supported: ``type`` (and type arrays), ``enum``, ``const``, ``properties``, ``re
 ``maxProperties``, ``items``, ``prefixItems``, array ``items`` + ``additionalItems``,
 ``minItems``, ``maxItems``, ``minLength``, ``maxLength``, ``pattern``, ``format``, ``minimum``,
 ``maximum``, ``exclusiveMinimum``/``exclusiveMaximum`` (number and draft-04 boolean forms),
-``multipleOf`` (powers of ten, integer divisors of 100, or bounded integer ranges), ``allOf``
-(merged), ``anyOf``, ``oneOf`` (when its branches are provably disjoint), ``not`` of types or
-scalar enums, ``$ref`` with ``$defs``/``definitions``/``$id``/``$anchor``/JSON pointers
-(recursion included), ``nullable`` (OpenAPI). Annotations are ignored.
-Refused: ``uniqueItems: true``, ``contains``, ``if``, ``dependentRequired``,
+``multipleOf`` (powers of ten; a/10^d with a dividing 1000; any value over a bounded range),
+``allOf`` (merged), ``anyOf``, ``oneOf`` (when its branches are provably disjoint), ``not`` of
+types or enumerated scalars, ``if`` with a constant condition, ``$ref`` with ``$defs``/
+``definitions``/``$id``/``$anchor``/JSON pointers (recursion included; draft <= 7 ignores
+``$ref`` siblings), ``nullable`` (OpenAPI). Annotations and unknown keywords are ignored, as the
+spec says. Refused: ``uniqueItems: true``, ``contains``, ``if`` on data, ``dependentRequired``,
 ``dependentSchemas``, ``dependencies``, ``unevaluated*``, ``$dynamicRef``, ``$recursiveRef``,
-other ``multipleOf``/``not`` forms, unknown formats, draft-3 keywords, remote ``$ref``, and
-unions that cannot be decided left to right (e.g. two overlapping object alternatives).
+other ``multipleOf``/``not`` forms, unknown formats, draft-03 keywords, remote ``$ref``, custom
+``$schema`` dialects, regex features without an exact automaton (lookaround, backreferences,
+``\\b``, ``\\p{..}``), and unions that cannot be decided left to right (e.g. two alternatives
+with different objects at the same place).
 
 Grammar shape
 -------------
@@ -58,8 +69,9 @@ quotes included), so a parser state never has two competing string terminals. Ob
 arrays are left-linear rules of a *deterministic* automaton over (key class, value) pairs or
 items: every ``anyOf`` alternative is an automaton, the union is determinised, and values of
 one key that differ between alternatives are split by type and by regex (Venn regions), so the
-grammar is LALR(1) and its contextual lexer collision-free. Key classes partition all strings:
-declared keys are literals, other keys are regexes excluding them.
+grammar is LALR(1) and its contextual lexer collision-free. Declared keys are literals with the
+highest terminal priority; the other key classes are regexes ranked by how many patterns they
+match, each cut of the keys that have no transition where it is in the lexer context.
 """
 
 from __future__ import annotations
@@ -68,19 +80,26 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Iterable, Literal, Sequence
+from decimal import Decimal
+from fractions import Fraction
+from math import gcd
+from typing import Any, Callable, Iterable, Literal
 from urllib.parse import unquote, urldefrag, urljoin
 
 from trellis.constrain.errors import SchemaError
 
-__all__ = ["IgnoredKeyword", "JsonSchema", "schema_to_lark"]
+__all__ = ["IgnoredKeyword", "JsonSchema", "order_keys", "schema_to_lark"]
 
 MAX_WHITESPACE = 64
 # Bounds on what one schema may expand into; beyond them the schema is refused (SchemaError),
 # never silently loosened.
-MAX_REPEAT = 2048  # longest bounded length / item count / counter we unroll
-MAX_REGEX = 60_000  # size (IR nodes) of one terminal regex
+MAX_REPEAT = 2048  # longest bounded regex repetition, or range of enumerated multiples
+MAX_ITEMS = 1024  # largest minItems/maxItems (one automaton state per count; Lark's LALR
+# construction is superlinear: 2048 items took 34 s)
+MAX_STRING = 8192  # longest string length bound (chunks of CHUNK characters; Lark's LALR
+# construction is superlinear: 40 000 took 110 s)
+MAX_REGEX_CHARS = 20_000  # longest regex text of one terminal built from an automaton
+MAX_REGEX = 60_000  # IR nodes of one regex built from an automaton
 MAX_AUTOMATON = 4096  # states of one object/array automaton
 MAX_RULES = 40_000
 
@@ -98,8 +117,12 @@ class IgnoredKeyword:
 class JsonSchema:
     """A JSON Schema as a grammar: ``compile(JsonSchema(schema), vocab)`` or ``.to_lark()``.
 
-    ``schema``: a dict/bool, JSON text, a path to a ``.json`` file, or a pydantic model class
-    (``model_json_schema()``). See the module docstring for the exact language and options.
+    ``schema``: a dict/bool, JSON text, a path to a ``.json`` file (``os.PathLike``), or a
+    pydantic model class (``model_json_schema()``). ``whitespace``: ``"compact"`` or
+    ``"flexible"`` (runs of at most ``max_whitespace`` bytes); ``lenient``: ignore (and list)
+    what cannot be enforced instead of raising; ``closed_objects``: a missing
+    ``additionalProperties`` means ``false`` where ``properties``/``patternProperties`` are declared; ``format_assertion``: enforce ``format``. The
+    translation runs once, on first use. See the module docstring for the exact language.
     """
 
     schema: Any
@@ -143,6 +166,92 @@ def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = 
     root = b.location(doc.root, "", doc.base)
     text = _Emitter(b, whitespace=whitespace, max_ws=max_whitespace).grammar(root)
     return text, tuple(b.ignored)
+
+
+def order_keys(schema: Any, instance: Any) -> Any:
+    """``instance`` with object keys in the order the grammar expects (best effort).
+
+    Declared properties first in schema order (following ``$ref``, ``allOf``/``anyOf``/
+    ``oneOf``, ``properties``, ``patternProperties``, ``additionalProperties``, items), then the
+    other keys as they were. Key order never changes validity, so this only picks the spelling of
+    a document to check or to show a model; an instance whose alternatives disagree on the order
+    may still be out of order.
+    """
+    doc = _Document(_load(schema))
+    return _order(doc, [(doc.root, doc.base)], instance, 0)
+
+
+def _expand(doc: "_Document", cands: list, depth: int = 0) -> list:
+    out = []
+    for s, base in cands:
+        if not isinstance(s, dict) or depth > 20:
+            continue
+        base = doc.where(s, base, "")[0]
+        out.append((s, base))
+        subs = []
+        if isinstance(s.get("$ref"), str):
+            try:
+                obj, _, b = doc.resolve(s["$ref"], base, "")
+                subs.append((obj, b))
+            except SchemaError:
+                pass
+        for kw in ("allOf", "anyOf", "oneOf"):
+            if isinstance(s.get(kw), list):
+                subs += [(x, base) for x in s[kw]]
+        subs += [(s[kw], base) for kw in ("then", "else") if kw in s]
+        out += _expand(doc, subs, depth + 1)
+    return out
+
+
+def _order(doc: "_Document", cands: list, inst: Any, depth: int) -> Any:
+    cands = _expand(doc, cands)
+    if isinstance(inst, dict) and depth < 64:
+        keys: list = []
+        for s, _ in cands:  # const/enum objects: their own key order
+            for v in ([s["const"]] if "const" in s else []) + (s["enum"] if isinstance(s.get("enum"), list) else []):
+                if isinstance(v, dict) and set(v) == set(inst):
+                    keys += [k for k in v if k not in keys]
+        for kw in ("properties", "required"):
+            for s, _ in cands:
+                if isinstance(s.get(kw), (dict, list)):
+                    keys += [k for k in s[kw] if isinstance(k, str) and k in inst and k not in keys]
+        keys += [k for k in inst if k not in keys]
+        out = {}
+        for k in keys:
+            sub = []
+            for s, b in cands:
+                props = s.get("properties") if isinstance(s.get("properties"), dict) else {}
+                if k in props:
+                    sub.append((props[k], b))
+                pats = [v for p, v in (s.get("patternProperties") or {}).items() if _matches_safely(p, k)]
+                sub += [(v, b) for v in pats]
+                if k not in props and not pats and "additionalProperties" in s:
+                    sub.append((s["additionalProperties"], b))
+            out[k] = _order(doc, sub, inst[k], depth + 1)
+        return out
+    if isinstance(inst, list) and depth < 64:
+        items = []
+        for i, x in enumerate(inst):
+            sub = []
+            for s, b in cands:
+                pre = s.get("prefixItems") if isinstance(s.get("prefixItems"), list) else (
+                    s.get("items") if isinstance(s.get("items"), list) else [])
+                if i < len(pre):
+                    sub.append((pre[i], b))
+                elif "items" in s and not isinstance(s["items"], list):
+                    sub.append((s["items"], b))
+                elif "additionalItems" in s:
+                    sub.append((s["additionalItems"], b))
+            items.append(_order(doc, sub, x, depth + 1))
+        return items
+    return inst
+
+
+def _matches_safely(pattern: Any, key: str) -> bool:
+    try:
+        return isinstance(pattern, str) and pattern_matches(pattern, key)
+    except _Unsupported:
+        return False
 
 
 # ============================================================================ loading
@@ -289,7 +398,7 @@ EPS = ("eps",)
 
 
 class _TooComplex(Exception):
-    """A regex grew past MAX_REGEX while being built."""
+    """A regex (or automaton product) grew past its size limit while being built."""
 
 
 def ch(r: Ranges) -> tuple:
@@ -382,15 +491,6 @@ def rep(x: tuple, lo: int, hi: int | None) -> tuple:
         if a == 0 and b == 1 and hi is None:  # (y?){m,} == y*
             return ("rep", y, 0, None)
     return ("rep", x, lo, hi)
-
-
-def size(x: tuple, _memo: dict | None = None) -> int:
-    k = x[0]
-    if k in ("set", "eps", "none"):
-        return 1
-    if k == "rep":
-        return 1 + size(x[1])
-    return 1 + sum(size(p) for p in x[1])
 
 
 ANY = ch(ANYCHAR)
@@ -509,9 +609,24 @@ _SHORT = {8: "b", 9: "t", 10: "n", 12: "f", 13: "r"}
 _SPECIAL = cs(0x22, 0x5C, (0, 0x1F))
 
 
-def _hexdigit(d: int) -> str:
-    h = "0123456789abcdef"[d]
-    return f"[{h}{h.upper()}]" if h.isalpha() else h
+def _hex_escapes(codes: list[int], upper: bool) -> str:
+    """Regex of the two hex digits after ``\\u00`` for control characters ``codes`` (< 0x20),
+    grouped by first digit (few alternatives keep the unminimised byte DFA small)."""
+    if not codes:
+        return ""
+    alts = []
+    for hi in (0, 1):
+        lows = [c & 15 for c in codes if c >> 4 == hi]
+        if not lows:
+            continue
+        digits = "".join("0123456789abcdef"[d] for d in lows)
+        if upper:
+            digits += "".join("0123456789abcdef"[d].upper() for d in lows if d >= 10)
+        alts.append(f"{hi}" + (digits if len(digits) == 1 else "[0-9a-fA-F]" if len(digits) == 22 else
+                               f"[{digits}]"))
+    if len(alts) == 2 and alts[0][1:] == alts[1][1:]:
+        return "[01]" + alts[0][1:]
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
 def enc_set_strict(r: Ranges) -> str:
@@ -526,9 +641,9 @@ def enc_set_strict(r: Ranges) -> str:
     esc = []
     if singles:
         esc.append(singles if len(singles) == 1 or singles == "\\\\" else f"[{singles}]")
-    hexes = [f"{c:02x}" for lo, hi in ctl for c in range(lo, hi + 1) if c not in _SHORT]
+    hexes = _hex_escapes([c for lo, hi in ctl for c in range(lo, hi + 1) if c not in _SHORT], False)
     if hexes:
-        esc.append("u00" + (hexes[0] if len(hexes) == 1 else "(?:" + "|".join(hexes) + ")"))
+        esc.append("u00" + hexes)
     if esc:
         alts.append("\\\\" + (esc[0] if len(esc) == 1 else "(?:" + "|".join(esc) + ")"))
     if not alts:
@@ -552,11 +667,8 @@ def enc_set(r: Ranges) -> str:
     esc = []
     if singles:
         esc.append(singles if len(singles) == 1 or singles == "\\\\" else f"[{singles}]")
-    if ctl == CONTROLS:
-        esc.append("u00[01][0-9a-fA-F]")
-    elif ctl:
-        hexes = [f"{c >> 4}{_hexdigit(c & 15)}" for lo, hi in ctl for c in range(lo, hi + 1)]
-        esc.append("u00" + (hexes[0] if len(hexes) == 1 else "(?:" + "|".join(hexes) + ")"))
+    if ctl:
+        esc.append("u00" + _hex_escapes([c for lo, hi in ctl for c in range(lo, hi + 1)], True))
     if esc:
         alts.append("\\\\" + (esc[0] if len(esc) == 1 else "(?:" + "|".join(esc) + ")"))
     if not alts:
@@ -584,12 +696,11 @@ def canonical(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)[1:-1]
 
 
-# Every JSON string content (RFC 8259), and one "character" of it for lengths: a surrogate
-# pair escape is one code point, lone surrogate escapes are excluded so the count is exact.
+# Every JSON string content (RFC 8259).
 JSON_CONTENT = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*'
-JSON_CHAR = (r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})'
-             r'|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})')
 JSON_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+JSON_UNIT = enc_set(ANYCHAR)  # one character of a constrained string
+CHUNK = 16  # length-bounded strings longer than this are split into CHUNK-character lexemes
 
 
 # ============================================================================ ECMA-262 patterns
@@ -768,7 +879,10 @@ _EMAIL = (rf"(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\"(?:[ !#-\[\]-~]|\\[ -~])*\")"
 
 
 def _label(n: int) -> str:
-    return rf"[A-Za-z0-9](?:[A-Za-z0-9-]{{0,{n - 2}}}[A-Za-z0-9])?"
+    """LDH labels of 1..n characters, without "--" in positions 3-4 (RFC 5891 reserves those for
+    A-labels, whose punycode validity a regex cannot check: they are rejected)."""
+    x, h = "[A-Za-z0-9]", "[A-Za-z0-9-]"
+    return rf"{x}(?:{x}|{h}(?:{x}|{x}{x}|-{x}|(?:{x}{h}|-{x}){h}{{0,{n - 5}}}{x}))?"
 
 
 _HOSTNAME = (rf"(?:{_label(63)}(?:\.{_label(63)}){{0,2}}(?:\.{_label(61)})?"
@@ -827,10 +941,46 @@ def _fsm(rx: str) -> Any:
     return f
 
 
+MAX_PRODUCT = 30_000  # states of an FSM product we are willing to build
+
+
+def fsm_and(f: Any, g: Any) -> Any:
+    if len(f.states) * len(g.states) > MAX_PRODUCT:
+        raise _TooComplex("regex intersection too large")
+    return f & g
+
+
+def fsm_sub(f: Any, g: Any) -> Any:
+    if len(f.states) * len(g.states) > MAX_PRODUCT:
+        raise _TooComplex("regex difference too large")
+    return f - g
+
+
+def ir_len(x: tuple) -> tuple[int, int | None]:
+    """(min, max) length in characters of the strings of an IR (max None: unbounded)."""
+    k = x[0]
+    if k in ("none", "eps"):
+        return 0, 0
+    if k == "set":
+        return 1, 1
+    if k == "cat":
+        lo, hi = 0, 0
+        for p in x[1]:
+            a, b = ir_len(p)
+            lo += a
+            hi = None if hi is None or b is None else hi + b
+        return lo, hi
+    if k == "alt":
+        ls = [ir_len(p) for p in x[1]]
+        return min(a for a, _ in ls), (None if any(b is None for _, b in ls) else max(b for _, b in ls))
+    _, y, m, n = x
+    a, b = ir_len(y)
+    return a * m, (None if n is None or b is None else b * n)
+
+
 def ir_fsm(x: tuple) -> Any:
-    if x[0] == "none":
-        return _fsm("[^\\x00-\\U0010ffff]") if False else _empty_fsm()
-    return _fsm(dec_regex(x))
+    """interegular FSM of an IR over decoded characters (cached by regex text)."""
+    return _empty_fsm() if x[0] == "none" else _fsm(dec_regex(x))
 
 
 def _empty_fsm() -> Any:
@@ -919,8 +1069,46 @@ def fsm_ir(f: Any) -> tuple:
     return out[S].get(E, NONE)
 
 
-def is_empty(f: Any) -> bool:
-    return f.empty()
+def _compress(x: tuple) -> tuple:
+    """Nested optional chains from state elimination, ``a(?:a(?:a)?)?``, as counts ``a{1,3}``
+    (interegular's recursive parser overflows on ~100 levels of nesting)."""
+    k = x[0]
+    if k == "rep":
+        y = _compress(x[1])
+        if x[2] == 0 and x[3] == 1 and y[0] == "rep" and y[2] == 1 and y[3] is not None:
+            return ("rep", y[1], 0, y[3])
+        return rep(y, x[2], x[3])
+    if k == "alt":
+        return alt(*[_compress(p) for p in x[1]])
+    if k != "cat":
+        return x
+    parts = [_compress(p) for p in x[1]]
+    out: list[tuple] = []
+    for p in reversed(parts):  # fold x x{a,b} -> x{a+1,b+1} from the right
+        nxt = out[0] if out else None
+        if nxt is not None and nxt[0] == "rep" and nxt[1] == p and nxt[3] is not None:
+            out[0] = ("rep", p, nxt[2] + 1, nxt[3] + 1)
+            continue
+        out.insert(0, p)
+    return cat(*out)
+
+
+def _depth(x: tuple) -> int:
+    if x[0] in ("cat", "alt"):
+        return 1 + max((_depth(p) for p in x[1]), default=0)
+    return 1 + _depth(x[1]) if x[0] == "rep" else 1
+
+
+def fsm_regex(f: Any, encode: Callable[[tuple], str]) -> str:
+    """``encode(fsm_ir(f))``, refused (_TooComplex) when the regex is too long or too deeply
+    nested to compile."""
+    ir = _compress(fsm_ir(f))
+    if _depth(ir) > 80:
+        raise _TooComplex("regex nested too deeply")
+    rx = encode(ir)
+    if len(rx) > MAX_REGEX_CHARS:
+        raise _TooComplex(f"regex of {len(rx)} characters")
+    return rx
 
 
 # ============================================================================ numbers
@@ -1126,17 +1314,7 @@ def _value_regex(v: Decimal) -> str:
     return ("-" if v < 0 else "") + body
 
 
-def _pow10(m: Decimal) -> int | None:
-    """d if m == 10**-d (d >= 0), else None."""
-    t = m.normalize().as_tuple()
-    if t.digits == (1,) and t.exponent <= 0:  # type: ignore[operator]
-        return -int(t.exponent)
-    return None
-
-
 def _lcm(a: int, b: int) -> int:
-    from math import gcd
-
     return a * b // gcd(a, b)
 
 
@@ -1198,53 +1376,72 @@ class NumSpec:
         base = self._base()
         if base is None or not self.exclude:
             return base
-        f = _fsm(base) - _fsm("|".join(_value_regex(v) for v in self.exclude))
-        return None if f.empty() else to_regex(fsm_ir(f))
+        f = fsm_sub(_fsm(base), _fsm("|".join(_value_regex(v) for v in self.exclude)))
+        return None if f.empty() else fsm_regex(f, to_regex)
 
     def _base(self) -> str | None:
-        left: int | None = None
-        k = 1
-        integer = self.integer
+        unit = Fraction(1) if self.integer else None  # every value is a multiple of unit
         for m in self.mults:
-            d = _pow10(m)
-            if d is not None:
-                left = d if left is None else min(left, d)
-            elif m % 1 == 0:
-                k = _lcm(k, int(m))
-                integer = True
-            else:
-                raise _Unsupported(f"multipleOf {m} (only powers of ten and integers are exact)")
-        if left == 0:
-            integer = True
-        if integer:
-            lo = None if self.lo is None else int((self.lo // 1) + 1 if self.lo_x and self.lo % 1 == 0 else
-                                                  -((-self.lo) // 1))
-            hi = None if self.hi is None else int(self.hi // 1 - 1 if self.hi_x and self.hi % 1 == 0 else
-                                                  self.hi // 1)
-            if self.lo is not None and self.lo_x and self.lo % 1 != 0:
-                lo = int(-((-self.lo) // 1))
-            if k == 1:
-                return _int_range_regex(lo, hi)
-            if lo is not None and hi is not None:
-                first = -(-lo // k) * k
-                vals = list(range(first, hi + 1, k))
+            f = Fraction(m)
+            unit = f if unit is None else Fraction(_lcm(unit.numerator, f.numerator), gcd(unit.denominator,
+                                                                                          f.denominator))
+        lo, lo_x, hi, hi_x = self.lo, self.lo_x, self.hi, self.hi_x
+        if unit is None:
+            return JSON_NUMBER if lo is None and hi is None else _range_regex(lo, lo_x, hi, hi_x, None)
+        if unit.numerator == 1 and re.fullmatch("10*", str(unit.denominator)):  # 1, 0.1, 0.01 ...
+            d = len(str(unit.denominator)) - 1
+            if d == 0:
+                a = None if lo is None else int(-((-lo) // 1)) + (1 if lo_x and lo % 1 == 0 else 0)
+                b = None if hi is None else int(hi // 1) - (1 if hi_x and hi % 1 == 0 else 0)
+                return _int_range_regex(a, b)
+            return _range_regex(lo, lo_x, hi, hi_x, d)
+        if lo is not None and hi is not None:  # enumerate the multiples in range
+            k0 = -((-Fraction(lo)) // unit)
+            vals = []
+            k = k0
+            while k * unit <= Fraction(hi):
+                v = k * unit
+                if not ((v == lo and lo_x) or (v == hi and hi_x)):
+                    vals.append(Decimal(v.numerator) / Decimal(v.denominator))
                 if len(vals) > MAX_REPEAT:
-                    raise _Unsupported(f"multipleOf {k} over a range of more than {MAX_REPEAT} values")
-                return NumSpec(values=frozenset(Decimal(v) for v in vals)).regex()
-            if lo is not None or hi is not None:
-                raise _Unsupported(f"multipleOf {k} with a one-sided bound")
-            for j in range(4):
-                if 10**j % k == 0:
-                    break
-            else:
-                raise _Unsupported(f"multipleOf {k} (only divisors of 1000 are exact without bounds)")
-            small = [str(v) for v in range(0, 10**j, k)]
-            sufs = [str(v).zfill(j) for v in range(0, 10**j, k)]
-            long = "[1-9][0-9]*" + ("(?:" + "|".join(sufs) + ")" if j else "")
-            return "-?(?:" + "|".join(small + [long]) + r")(?:\.0+)?"
-        if self.lo is None and self.hi is None and left is None:
-            return JSON_NUMBER
-        return _range_regex(self.lo, self.lo_x, self.hi, self.hi_x, left)
+                    raise _Unsupported(f"multipleOf {unit} over a range of more than {MAX_REPEAT} values")
+                k += 1
+            return NumSpec(values=frozenset(vals)).regex()
+        if lo is not None or hi is not None:
+            raise _Unsupported(f"multipleOf {unit} with a one-sided bound")
+        return _multiple_regex(unit)
+
+
+def _multiple_regex(unit: Fraction) -> str:
+    """Plain decimals that are multiples of ``unit`` = a / 10**d with a dividing 10**j (j, d <= 3).
+
+    x is a multiple iff X = x * 10**d is an integer (fraction digits past d are zeros) whose last
+    j digits are a multiple of a; those digits are the last integer digits and the first d
+    fraction digits of x, so the regex enumerates them.
+    """
+    d = next((d for d in range(4) if 10**d % unit.denominator == 0), None)
+    a = None if d is None else unit.numerator * 10**d // unit.denominator
+    j = None if a is None else next((j for j in range(4) if 10**j % a == 0), None)
+    if d is None or j is None:
+        raise _Unsupported(f"multipleOf {unit} (only a / 10^d with a dividing 1000 is exact without bounds)")
+    nat = "(?:0|[1-9][0-9]*)"
+
+    def frac(pad: str) -> tuple:
+        t = pad.rstrip("0")
+        zeros = rep(lit("0"), 0, None)
+        return alt(EPS, cat(lit("."), rep(lit("0"), 1, None))) if not t else cat(lit("." + t), zeros)
+
+    alts = []
+    for v in range(0, 10**j, a):
+        s = str(v).zfill(j)
+        if j <= d:
+            fr = alt(*[frac(str(p).zfill(d - j) + s if d > j else s) for p in range(10 ** (d - j))])
+            alts.append(nat + to_regex(fr))
+        else:
+            si, sf = s[: j - d], s[j - d:]
+            ints = f"(?:{int(si)}|[1-9][0-9]*{si})"
+            alts.append(ints + to_regex(frac(sf)))
+    return "-?(?:" + "|".join(alts) + ")"
 
 
 # ============================================================================ strings
@@ -1304,11 +1501,13 @@ class StrSpec:
         return self.max_len is not None and self.max_len < self.min_len
 
     def _irs(self) -> list[tuple]:
-        irs = []
+        irs = [pattern_ir(p) for p in self.patterns] + [format_ir(f) for f in self.formats]
         if self.min_len or self.max_len is not None:
-            irs.append(rep(ANY, self.min_len, self.max_len))
-        irs += [pattern_ir(p) for p in self.patterns]
-        irs += [format_ir(f) for f in self.formats]
+            lens = [ir_len(x) for x in irs]
+            implied = any(a >= self.min_len and b is not None and self.max_len is not None and b <= self.max_len
+                          or a >= self.min_len and self.max_len is None for a, b in lens)
+            if not implied:
+                irs.insert(0, rep(ANY, self.min_len, self.max_len))
         return irs
 
     def fsm(self) -> Any:
@@ -1319,29 +1518,38 @@ class StrSpec:
         irs = self._irs() or [ANYSTAR]
         f = ir_fsm(irs[0])
         for x in irs[1:]:
-            f = f & ir_fsm(x)
+            f = fsm_and(f, ir_fsm(x))
         if self.exclude:
-            f = f - ir_fsm(alt(*[lit(v) for v in self.exclude]))
+            f = fsm_sub(f, ir_fsm(alt(*[lit(v) for v in self.exclude])))
         return f
+
+    def chunked(self) -> tuple[int, int | None] | None:
+        """(min, max) when this is a long length-only spec, compiled as chunk rules (see
+        ``_Emitter._chunk_rules``) rather than as one regex."""
+        if self.values is not None or self.patterns or self.formats or self.exclude:
+            return None
+        if self.min_len > CHUNK or (self.max_len is not None and self.max_len > CHUNK):
+            return self.min_len, self.max_len
+        return None
 
     def regex(self) -> str | None:
         """Regex of the JSON string *content* (between the quotes); None if empty."""
         if self.values is not None:
             vs = sorted(v for v in self.values if self.contains(v))
             return None if not vs else enc_regex(alt(*[lit(v) for v in vs]))
-        if self.min_len > MAX_REPEAT or (self.max_len is not None and self.max_len > MAX_REPEAT):
-            raise _Unsupported(f"string length bound above {MAX_REPEAT}")
         if not self.patterns and not self.formats and not self.exclude:
             if not self.min_len and self.max_len is None:
                 return JSON_CONTENT
             if self.max_len is not None and self.max_len < self.min_len:
                 return None
-            return _group(JSON_CHAR) + _quant(self.min_len, self.max_len)
+            return _group(JSON_UNIT) + _quant(self.min_len, self.max_len)
         irs = self._irs()
+        if any(max(ir_len(x)[0], ir_len(x)[1] or 0) > MAX_REPEAT for x in irs):
+            raise _Unsupported(f"string length bound above {MAX_REPEAT} with a pattern or format")
         if len(irs) == 1 and not self.exclude:
             return None if irs[0] == NONE else enc_regex(irs[0])
         f = self.fsm()
-        return None if f.empty() else enc_regex(fsm_ir(f))
+        return None if f.empty() else fsm_regex(f, enc_regex)
 
 
 # ============================================================================ documents and $ref
@@ -1863,8 +2071,8 @@ class _Builder:
     def _strspec(self, s: dict, ptr: str) -> StrSpec:
         lo, hi = self._count(s, "minLength", ptr), self._count(s, "maxLength", ptr)
         for kw, v in (("minLength", lo), ("maxLength", hi)):
-            if v is not None and v > MAX_REPEAT:
-                self.refuse(kw, ptr, f"string length bounds above {MAX_REPEAT} are too large to compile")
+            if v is not None and v > MAX_STRING:
+                self.refuse(kw, ptr, f"string length bounds above {MAX_STRING} are too large to compile")
                 lo, hi = (None, hi) if kw == "minLength" else (lo, None)
         pats: tuple = ()
         if "pattern" in s:
@@ -1910,8 +2118,8 @@ class _Builder:
         if "unevaluatedItems" in s and s["unevaluatedItems"] not in (True, {}):
             self.refuse("unevaluatedItems", ptr, "unevaluatedItems is not supported")
         for kw, v in (("minItems", lo), ("maxItems", hi)):
-            if v is not None and v > MAX_REPEAT:
-                self.refuse(kw, ptr, f"item counts above {MAX_REPEAT} are too large to compile")
+            if v is not None and v > MAX_ITEMS:
+                self.refuse(kw, ptr, f"item counts above {MAX_ITEMS} are too large to compile")
                 lo, hi = (0, hi) if kw == "minItems" else (lo, None)
         return ArrSpec(prefix, items, lo, hi)
 
@@ -1927,7 +2135,10 @@ class _Builder:
             req = []
         if not isinstance(req, list) or not all(isinstance(k, str) for k in req):
             raise SchemaError("required must be an array of strings", pointer=f"{ptr}/required")
-        additional = NEVER_ID if self.closed else ANY_ID
+        # closed_objects closes objects that declare keys; a free-form {"type": "object"} and a
+        # wrapper ({"anyOf": [...]} around object branches) stay open, or the wrapper's {} would
+        # intersect every branch down to the empty object.
+        additional = NEVER_ID if self.closed and (props or pp) else ANY_ID
         if "additionalProperties" in s:
             additional = self.location(s["additionalProperties"], f"{ptr}/additionalProperties", base)
         pats = []
@@ -2001,7 +2212,10 @@ def _num_disjoint(x: NumSpec, y: NumSpec) -> bool:
         return False
     if rx is None or ry is None:
         return True
-    return (_fsm(rx) & _fsm(ry)).empty()
+    try:
+        return fsm_and(_fsm(rx), _fsm(ry)).empty()
+    except _TooComplex:
+        return False
 
 
 def _str_disjoint(x: StrSpec, y: StrSpec) -> bool:
@@ -2009,7 +2223,7 @@ def _str_disjoint(x: StrSpec, y: StrSpec) -> bool:
     if z.empty():
         return True
     try:
-        return (x.fsm() & y.fsm()).empty()
+        return fsm_and(x.fsm(), y.fsm()).empty()
     except (_Unsupported, _TooComplex):
         return False
 
@@ -2072,14 +2286,15 @@ class _Emitter:
         self.max_ws = max_ws
         self.cells: dict[int, list[_Cell]] = {}
         self._cell_memo: dict[tuple, list[_Cell]] = {}
-        self.exact_keys: dict[tuple, bool] = {}
         self._regions: dict[tuple, tuple | None] = {}
         self._region_rx: dict[tuple, str | None] = {}
         self.cls: dict[int, int] = {}
         self.rep: dict[int, int] = {}
         self.parts: dict[tuple[int, str], Any] = {}
         self.autos: dict[tuple[str, int], _Automaton] = {}
-        self.scalar: dict[tuple[int, str], str | None] = {}
+        self._scalars: dict[tuple[int, str], Val | None] = {}
+        self._chunks: set[str] = set()
+        self._extra_rules: list[tuple[str, str]] = []
         self.terms: dict[tuple[str, str], str] = {}
         self.ptr = ""
 
@@ -2090,8 +2305,8 @@ class _Emitter:
     def soften(self, keyword: str, reason: str) -> None:
         """Lenient fallback to a looser (superset) construction, or SchemaError in strict mode."""
         if not self.b.lenient:
-            raise SchemaError(f"{keyword}: {reason}", pointer=self.ptr)
-        self.b.ignored.append(IgnoredKeyword(keyword, self.ptr, reason))
+            raise SchemaError(f"{keyword}: {reason}", pointer=f"{self.ptr}/{keyword}")
+        self.b.ignored.append(IgnoredKeyword(keyword, f"{self.ptr}/{keyword}", reason))
 
     def grammar(self, root: int) -> str:
         if root == NEVER_ID:
@@ -2136,13 +2351,12 @@ class _Emitter:
     def _cells(self, objs: tuple) -> list[_Cell]:
         """The key classes of an object node: declared keys (literals), then classes of other keys.
 
-        Two exact schemes. Default: an other-keys regex may match a declared key, provided that
-        in every state where it is in the lexer context, the declared key's literal is too (it
-        then wins the tie by Lark's literal-over-regex rule) or is cut out of the regex
-        (``_region_regex``; states that allow other keys also take every allowed declared key,
-        validated against its own schema, so only forbidden keys are cut). A key repeated out of
-        order is thus accepted when each of its values is valid. With ``minProperties`` (where
-        repeats must not count) other-keys regexes exclude every declared key instead.
+        An other-keys regex may match a declared key, provided that in every state where it is
+        in the lexer context the declared key's literal is too (it wins: declared-key literals
+        have the highest terminal priority) or is cut out of the regex (``_text``). States that
+        allow other keys also take every allowed declared key again, validated against its own
+        schema, so only keys forbidden there are cut and the regexes stay small (the engine's
+        byte DFAs are not minimised: a complement of 4 keys was 1,600 states).
         """
         hit = self._cell_memo.get(objs)
         if hit is not None:
@@ -2176,7 +2390,6 @@ class _Emitter:
                 break
             cells.append(_Cell(None, langs, mask, tuple(vals)))
         self._cell_memo[objs] = cells
-        self.exact_keys[objs] = any(o.min_props > 0 for o in objs)
         return cells
 
     def _lang_fsm(self, lang: tuple) -> Any:
@@ -2204,13 +2417,13 @@ class _Emitter:
         else:
             f = ir_fsm(ANYSTAR)
             for i in members:
-                f = f & self._lang_fsm(langs[i])
+                f = fsm_and(f, self._lang_fsm(langs[i]))
             r = ("fsm", f)
         if len(langs) > 1 or not members:  # is "exactly these classes" non-empty?
             f = ir_fsm(r[1]) if r[0] == "ir" else r[1] if r[0] == "fsm" else ir_fsm(ANYSTAR)
             for i in range(len(langs)):
                 if not mask >> i & 1:
-                    f = f - self._lang_fsm(langs[i])
+                    f = fsm_sub(f, self._lang_fsm(langs[i]))
             if f.empty():
                 r = None
         elif r is not None and r[0] == "ir" and r[1] == NONE:
@@ -2218,15 +2431,14 @@ class _Emitter:
         self._regions[key] = r
         return r
 
-    def _region_regex(self, cell: _Cell, cut: frozenset, cut_masks: frozenset, exact: bool,
-                      declared: bool) -> str | None:
+    def _region_regex(self, cell: _Cell, cut: frozenset, cut_masks: frozenset, declared: bool) -> str | None:
         """JSON content regex of ``cell``'s keys minus the keys ``cut`` and the key classes
-        ``cut_masks`` (one spelling per key unless ``exact``: a declared key spelled
+        ``cut_masks``, one spelling per key when keys are ``declared`` (a declared key spelled
         differently must not slip past its literal)."""
-        key = (cell.langs, cell.mask, cut, cut_masks, exact, declared)
+        key = (cell.langs, cell.mask, cut, cut_masks, declared)
         if key in self._region_rx:
             return self._region_rx[key]
-        enc = enc_regex if exact else enc_regex_strict
+        enc = enc_regex_strict
         region = self._region(cell.langs, cell.mask)
         out: str | None
         if region is None:
@@ -2241,10 +2453,10 @@ class _Emitter:
             for m in cut_masks:
                 other = self._region(cell.langs, m)
                 if other is not None:
-                    f = f - (ir_fsm(other[1]) if other[0] == "ir" else other[1])
+                    f = fsm_sub(f, ir_fsm(other[1]) if other[0] == "ir" else other[1])
             if cut:
-                f = f - ir_fsm(alt(*[lit(k) for k in sorted(cut)]))
-            out = None if f.empty() else enc(fsm_ir(f))
+                f = fsm_sub(f, ir_fsm(alt(*[lit(k) for k in sorted(cut)])))
+            out = None if f.empty() else fsm_regex(f, enc)
         self._region_rx[key] = out
         return out
 
@@ -2283,31 +2495,76 @@ class _Emitter:
     def _shallow_c(self, c: int) -> Shallow:
         return self.b.shallow(self.rep[c])
 
-    def scalar_rx(self, c: int, kind: str) -> str | None:
-        """The one regex of class ``c``'s strings ("S", content only) or numbers ("N")."""
+    def scalar(self, c: int, kind: str) -> Val | None:
+        """Class ``c``'s strings ("S": one content regex, or "SC": chunk rules) or numbers ("N")."""
         key = (c, kind)
-        if key in self.scalar:
-            return self.scalar[key]
+        if key in self._scalars:
+            return self._scalars[key]
         n = self.rep[c]
         self.ptr = self.b.ptrs[n]
-        specs = self._shallow_c(c).strs if kind == "S" else self._shallow_c(c).nums
-        rxs = []
-        for sp in specs:
-            try:
-                r = sp.regex()
-            except (_Unsupported, _TooComplex) as e:
-                self.soften("pattern" if kind == "S" else "multipleOf", f"{e}; constraint dropped")
-                r = JSON_CONTENT if kind == "S" else JSON_NUMBER
-            if r is not None:
-                rxs.append(r)
-        if kind == "S" and JSON_CONTENT in rxs:
-            rxs = [JSON_CONTENT]
-        if kind == "N" and JSON_NUMBER in rxs:
-            rxs = [JSON_NUMBER]
-        rxs = list(dict.fromkeys(rxs))
-        out = None if not rxs else rxs[0] if len(rxs) == 1 else "(?:" + "|".join(rxs) + ")"
-        self.scalar[key] = out
+        sh = self._shallow_c(c)
+        specs = list(sh.strs if kind == "S" else sh.nums)
+        out: Val | None = None
+        chunked = [sp.chunked() for sp in specs] if kind == "S" else []
+        if len(specs) == 1 and chunked and chunked[0] is not None:
+            out = ("SC", chunked[0])
+        else:
+            if any(x is not None for x in chunked):
+                self.soften("maxLength", "a long length-bounded string cannot be combined with other string "
+                                         "alternatives; its bounds are dropped")
+                specs = [StrSpec() if x is not None else sp for sp, x in zip(specs, chunked)]
+            rxs = []
+            for sp in specs:
+                try:
+                    r = sp.regex()
+                except (_Unsupported, _TooComplex) as e:
+                    if kind == "S" and (sp.min_len or sp.max_len is not None):
+                        self.soften("maxLength", f"{e}; the length bounds are dropped")
+                        sp = StrSpec(patterns=sp.patterns, formats=sp.formats, values=sp.values, exclude=sp.exclude)
+                        try:
+                            r = sp.regex()
+                        except (_Unsupported, _TooComplex) as e2:
+                            self.soften("pattern", f"{e2}; constraint dropped")
+                            r = JSON_CONTENT
+                    else:
+                        self.soften("pattern" if kind == "S" else "multipleOf", f"{e}; constraint dropped")
+                        r = JSON_CONTENT if kind == "S" else JSON_NUMBER
+                if r is not None:
+                    rxs.append(r)
+            generic = JSON_CONTENT if kind == "S" else JSON_NUMBER
+            rxs = [generic] if generic in rxs else list(dict.fromkeys(rxs))
+            if rxs:
+                out = (kind, rxs[0] if len(rxs) == 1 else "(?:" + "|".join(rxs) + ")")
+        self._scalars[key] = out
         return out
+
+    def _chunk_rules(self, lo: int, hi: int | None) -> str:
+        """Rules for strings of lo..hi characters: CHUNK-character lexemes counted by the parser.
+
+        One regex ``U{lo,hi}`` would be a byte DFA of ~60 states per character (unminimised
+        UTF-8 and escapes); here the lexer DFA is CHUNK characters deep whatever the bound.
+        Greedy lexing is exact: a full chunk lexeme ends unless ``"`` follows, which only the
+        (at most CHUNK-character) tail terminal accepts.
+        """
+        name = f"sc{lo}_{'inf' if hi is None else hi}"
+        if name in self._chunks:
+            return name
+        self._chunks.add(name)
+        k, u = CHUNK, _group(JSON_UNIT)
+        dq, chunk = self._term("lit", '"'), self._term("re", f"{u}{{{k}}}")
+        top = hi // k if hi is not None else -(-lo // k)
+        if top > MAX_AUTOMATON:
+            self.fail(f"string length bound above {k * MAX_AUTOMATON}")
+        rules = [(f"{name}_0", dq)] + [(f"{name}_{c}", f"{name}_{c - 1} {chunk}") for c in range(1, top + 1)]
+        if hi is None:
+            rules.append((f"{name}_{top}", f"{name}_{top} {chunk}"))
+        for c in range(top + 1):
+            t_hi = k if hi is None or c < top else hi - c * k
+            t_lo = max(0, lo - c * k)
+            if t_lo <= t_hi:
+                rules.append((name, f"{name}_{c} " + self._term("re", f'{u}{_quant(t_lo, t_hi)}"')))
+        self._extra_rules += rules
+        return name
 
     def _class_vals(self, c: int) -> list[Val]:
         """Every Val that class ``c``'s rules mention (building its automata)."""
@@ -2331,14 +2588,14 @@ class _Emitter:
         """Declared keys in order (optional ones skippable), then other keys; counts for min/max.
 
         A branch state is (branch, next declared index, pairs so far, pairs that count for
-        minProperties). Default key scheme (see ``_cells``): once other keys are allowed, every
-        allowed key cell is a transition, declared ones included. Exact scheme: other keys never
-        equal a declared key, so the first of them counts for minProperties (later ones might
-        repeat it and do not).
+        minProperties, whether an other-keys class was used). Once other keys are allowed,
+        every allowed key cell is a transition, the branch's own declared keys included when an
+        other-keys class is among them (see ``_cells``). For minProperties only keys known to be
+        distinct count: declared keys in order, and the first key of an other-keys class (it is
+        no declared key: those are lexed as their literals).
         """
         sh = self.b.shallow(n)
         cells = self.cells[n]
-        exact = self.exact_keys[sh.objs]
         key_cell = {x.key: i for i, x in enumerate(cells) if x.key is not None}
         branches = []
         for bi, o in enumerate(sh.objs):
@@ -2353,12 +2610,20 @@ class _Emitter:
             if not ok:
                 continue
             used = {i for i, _ in ordc}
-            extras = [i for i in vals if exact and i not in used or not exact]
+            # Own declared keys come again after the others only where a key-class regex is
+            # allowed (to keep their literals in its lexer context); a closed object never repeats.
+            regions = any(cells[i].key is None for i in vals)
+            extras = [i for i in vals if i not in used or regions]
             cap = o.max_props if o.max_props is not None else 0
-            branches.append((tuple(ordc), tuple(extras), o.min_props, o.max_props, cap, vals))
+            lo = o.min_props
+            if lo > len(ordc) + regions:
+                self.soften("minProperties", f"{lo} properties would need several additional property names "
+                                             "that are distinct, which a grammar cannot check; minProperties ignored")
+                lo = 0
+            branches.append((tuple(ordc), tuple(extras), lo, o.max_props, cap, vals))
 
         def trans(m: tuple) -> list:
-            bi, i, cnt, mc = m
+            bi, i, cnt, mc, rf = m
             ordc, extras, lo, hi, cap, vals = branches[bi]
             if hi is not None and cnt >= hi:
                 return []
@@ -2366,18 +2631,20 @@ class _Emitter:
             out = []
             for j in range(i, len(ordc)):
                 ci, req = ordc[j]
-                out.append((ci, vals[ci], (bi, j + 1, nc, min(mc + 1, lo))))
+                out.append((ci, vals[ci], (bi, j + 1, nc, min(mc + 1, lo), rf)))
                 if req:
                     return out
-            nm = min(mc + 1, lo) if exact and i <= len(ordc) else mc  # the first other key counts
-            return out + [(e, vals[e], (bi, len(ordc) + 1, nc, nm)) for e in extras]
+            for e in extras:
+                first = cells[e].key is None and not rf
+                out.append((e, vals[e], (bi, len(ordc) + 1, nc, min(mc + 1, lo) if first else mc, rf or first)))
+            return out
 
         def acc(m: tuple) -> bool:
-            bi, i, cnt, mc = m
+            bi, i, cnt, mc, rf = m
             ordc, _, lo, _, _, _ = branches[bi]
             return mc >= lo and not any(req for _, req in ordc[i:])
 
-        return self._determinise([(bi, 0, 0, 0) for bi in range(len(branches))], trans, acc)
+        return self._determinise([(bi, 0, 0, 0, False) for bi in range(len(branches))], trans, acc)
 
     def _arr_auto(self, n: int) -> _Automaton:
         arrs = self.b.shallow(n).arrs
@@ -2435,12 +2702,17 @@ class _Emitter:
             if ts:
                 out.append((("lit", name), ts))
         for kind, f in (("S", "strs"), ("N", "nums")):
-            have = [(self.scalar_rx(c, kind), t) for c, t in groups.items() if getattr(shs[c], f)]
-            have = [(r, t) for r, t in have if r is not None]
-            if len(have) == 1:
-                out.append(((kind, have[0][0]), have[0][1]))
+            have = [(self.scalar(c, kind), t) for c, t in groups.items() if getattr(shs[c], f)]
+            have = [(v, t) for v, t in have if v is not None]
+            if len(have) == 1 or (have and len({v for v, _ in have}) == 1):
+                out.append((have[0][0], set().union(*[t for _, t in have])))
             elif have:
-                out += [((kind, r), t) for r, t in self._venn(kind, have)]
+                if any(v[0] == "SC" for v, _ in have):
+                    self.soften("maxLength", "alternatives with long length-bounded strings at the same place "
+                                             "cannot be told apart; any string accepted there")
+                    out.append((("S", JSON_CONTENT), set().union(*[t for _, t in have])))
+                    continue
+                out += [((kind, r), t) for r, t in self._venn(kind, [(v[1], t) for v, t in have])]
         for kind, f in (("O", "objs"), ("A", "arrs")):
             have = [(c, t) for c, t in groups.items() if getattr(shs[c], f)]
             if not have:
@@ -2471,16 +2743,16 @@ class _Emitter:
                 f = _fsm(rx)
                 new = []
                 for g, gts in regions:
-                    a, d = g & f, g - f
+                    a, d = fsm_and(g, f), fsm_sub(g, f)
                     if not a.empty():
                         new.append((a, gts | ts))
                     if not d.empty():
                         new.append((d, gts))
-                    f = f - g
+                    f = fsm_sub(f, g)
                 if not f.empty():
                     new.append((f, set(ts)))
                 regions = new
-            return [(to_regex(fsm_ir(g)), ts) for g, ts in regions]
+            return [(fsm_regex(g, to_regex), ts) for g, ts in regions]
         except (_Unsupported, _TooComplex) as e:
             self.soften("anyOf", f"overlapping {'string' if kind == 'S' else 'number'} alternatives too complex "
                                  f"to separate ({e}); their union accepted with every continuation")
@@ -2511,8 +2783,8 @@ class _Emitter:
                     if self._live(a, val_ok)[1]:
                         prod[(k, c)] = changed = True
                 if not prod[("c", c)]:
-                    scal = (sh.null or sh.true or sh.false or (sh.strs and self.scalar_rx(c, "S") is not None)
-                            or (sh.nums and self.scalar_rx(c, "N") is not None))
+                    scal = (sh.null or sh.true or sh.false or (sh.strs and self.scalar(c, "S") is not None)
+                            or (sh.nums and self.scalar(c, "N") is not None))
                     if scal or prod[("O", c)] or prod[("A", c)]:
                         prod[("c", c)] = changed = True
         self._val_ok = val_ok
@@ -2557,14 +2829,16 @@ class _Emitter:
             return self._term("re", f'"{v[1]}"')
         if v[0] == "N":
             return self._term("re", v[1])
+        if v[0] == "SC":
+            return self._chunk_rules(*v[1])
         return f"v{v[0].lower()}{v[1]}"
 
-    def _key(self, cell: _Cell, cut: frozenset, cut_masks: frozenset, exact: bool, declared: bool) -> str:
+    def _key(self, cell: _Cell, cut: frozenset, cut_masks: frozenset, declared: bool) -> str:
         if cell.key is not None:
             if any(0xD800 <= ord(ch_) <= 0xDFFF for ch_ in cell.key):
                 self.fail(f"property name {cell.key!r} contains a lone surrogate")
             return self._term("lit", f'"{canonical(cell.key)}"', KEY_PRIORITY)
-        rx = self._region_regex(cell, cut, cut_masks, exact, declared)
+        rx = self._region_regex(cell, cut, cut_masks, declared)
         if rx is None:
             self.fail("a patternProperties class contains only keys not allowed there")
         # More classes matched = higher priority: a key matching patterns p and q is lexed as
@@ -2592,10 +2866,10 @@ class _Emitter:
             sh = self._shallow_c(c)
             if kind == "c":
                 alts = []
-                if sh.strs and self.scalar_rx(c, "S") is not None:
-                    alts.append(self._val(("S", self.scalar_rx(c, "S"))))
-                if sh.nums and self.scalar_rx(c, "N") is not None:
-                    alts.append(self._val(("N", self.scalar_rx(c, "N"))))
+                for k in ("S", "N"):
+                    v = self.scalar(c, k) if (sh.strs if k == "S" else sh.nums) else None
+                    if v is not None:
+                        alts.append(self._val(v))
                 alts += [n.upper() for n in ("null", "true", "false") if getattr(sh, n)]
                 for k in ("O", "A"):
                     if prod[(k, c)]:
@@ -2608,7 +2882,6 @@ class _Emitter:
             live, _ = self._live(a, ok)
             edges = [e for e in a.edges if e[0] in live and e[3] in live and ok(e[2])]
             cells = self.cells[self.rep[c]] if kind == "O" else []
-            exact = kind == "O" and self.exact_keys[sh.objs]
             names = frozenset(x.key for x in cells if x.key is not None)
             cuts: dict[int, set] = {}
             cut_masks: dict[int, set] = {}
@@ -2625,7 +2898,7 @@ class _Emitter:
                         continue
                     ok_here = here.get(s_, set())
                     cuts.setdefault(ci, set()).update(
-                        names if exact else {y.key for j, y in enumerate(cells) if y.key is not None and j not in ok_here})
+                        y.key for j, y in enumerate(cells) if y.key is not None and j not in ok_here)
                     for m in range(2 ** len(x.langs)):
                         if m != x.mask and m & x.mask == x.mask and masks.get(m) not in ok_here:
                             cut_masks.setdefault(ci, set()).add(m)
@@ -2641,10 +2914,12 @@ class _Emitter:
                 if kind == "A":
                     sym = self._val(v)
                 else:
-                    key = self._key(cells[ci], frozenset(cuts.get(ci, ())), frozenset(cut_masks.get(ci, ())), exact,
+                    key = self._key(cells[ci], frozenset(cuts.get(ci, ())), frozenset(cut_masks.get(ci, ())),
                                     bool(names))
                     sym = f"{key} COLON {self._val(v)}"
                 rule(f"{nt}{d}", sym if s == _START else f"{nt}{s} COMMA {sym}")
+        for name, rhs in self._extra_rules:
+            rule(name, rhs)
         if sum(map(len, rules.values())) > MAX_RULES:
             self.fail(f"the grammar would have more than {MAX_RULES} rules")
         ws = f"[ \t\n\r]{{0,{self.max_ws}}}"
