@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from trellis.constrain.base import Constraint, State, Unconstrained, fill_masks, tree_masks
+from trellis.constrain.base import Constraint, State, Unconstrained, fill_masks, refine_scores, tree_masks
 from trellis.lm import LanguageModel
 from trellis.mask import apply_bitmask_
 from trellis.sampling import log_softmax, repetition_penalty, warp
@@ -85,22 +85,26 @@ class Decoder:
         return Hypothesis(tokens=toks, prompt_len=len(toks), state=self.constraint.start())
 
     # ------------------------------------------------------------------ distributions
-    def _shape(self, logits: Tensor, hyps: Sequence[Hypothesis], bitmask: Tensor | None) -> Tensor:
+    def _shape(self, logits: Tensor, hyps: Sequence[Hypothesis], bitmask: Tensor | None,
+               states: Sequence[State | None] = ()) -> Tensor:
         """raw logits [B, V] -> penalised, masked (``bitmask`` [B, W], None = no constraint), warped
-        scores [B, V] (float32, -inf = impossible)."""
+        scores [B, V] (float32, -inf = impossible). A constraint that steers by scores (``refine``,
+        e.g. ``Budgeted``) sees the masked scores of each row's ``states`` before warping."""
         scores = logits.float()
         if self.repetition_penalty != 1.0:
             scores = repetition_penalty(scores, [h.tokens for h in hyps], self.repetition_penalty)
         if bitmask is not None:
             apply_bitmask_(scores, bitmask)
+            scores = refine_scores(self.constraint, states, scores)
         return warp(scores, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
 
     def scores(self, hyps: Sequence[Hypothesis]) -> Tensor:
         """[B, V] masked + warped logits for each hypothesis, one batched forward. Greedy takes the
         argmax; log-probs are their log-softmax."""
         logits = self.lm.logits([h.tokens for h in hyps])  # [B, V]
-        bitmask = fill_masks(self.constraint, [h.state for h in hyps], logits.shape[-1]) if self.constrained else None
-        return self._shape(logits, hyps, bitmask)
+        states = [h.state for h in hyps]
+        bitmask = fill_masks(self.constraint, states, logits.shape[-1]) if self.constrained else None
+        return self._shape(logits, hyps, bitmask, states)
 
     def log_probs(self, hyps: Sequence[Hypothesis]) -> Tensor:
         """[B, V] masked, warped, renormalised log-probabilities (one batched forward)."""
@@ -118,7 +122,7 @@ class Decoder:
         toks = tree.tokens.tolist()
         seqs = [hyp] + [replace(hyp, tokens=hyp.tokens + tuple(toks[j] for j in tree.path_to(i)))
                         for i in range(len(tree))] if self.repetition_penalty != 1.0 else [hyp] * (len(tree) + 1)
-        return self._shape(logits, seqs, bitmask), states
+        return self._shape(logits, seqs, bitmask, states), states
 
     def tree_log_probs(self, hyp: Hypothesis, tree: TokenTree) -> tuple[Tensor, list[State | None]]:
         """[N+1, V] log-probs for every node of a draft tree (see ``tree_scores``)."""

@@ -11,7 +11,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from trellis.constrain.base import Constraint, Unconstrained
+from trellis.constrain.base import Constraint, Unconstrained, is_unconstrained
+from trellis.constrain.budget import Budgeted
 from trellis.constrain.tools import (Tool, ToolCall, ToolCallError, as_tool, format_tools_prompt, parse_tool_calls,
                                      tool_constraint)
 from trellis.decoder import Decoder, Hypothesis
@@ -96,7 +97,7 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
              stream: bool = False, tools: Sequence[Any] | None = None, tool_choice: str = "auto",
              parallel_tool_calls: bool = False,
              tool_prompt: Callable[[Sequence[Tool], str], str] | None = format_tools_prompt,
-             schema: Any = None,
+             schema: Any = None, finish_in_budget: bool = True,
              ) -> GenerationResult | GenerationStream:
     """Generate a continuation of ``prompt``.
 
@@ -115,6 +116,10 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
 
     ``schema``: a JSON Schema (dict, JSON text, pydantic model class, or a ``JsonSchema`` with its
     options); the output is then one JSON value valid under it (``trellis.constrain.json_schema``).
+
+    ``finish_in_budget`` (constrained only): near ``max_new_tokens`` the output is steered to close
+    in time, so it still parses (``trellis.constrain.budget.Budgeted``; an output that finishes
+    within the budget on its own is unchanged under greedy decoding).
     """
     from trellis.models import load
 
@@ -144,7 +149,10 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     if strategy is None:
         strategy = Greedy() if temperature == 0 else Sample(generator=generator)
-    decoder = Decoder(language_model(handle.model), _constraint(grammar, vocab), temperature=temperature,
+    constraint = _constraint(grammar, vocab)
+    if finish_in_budget and not is_unconstrained(constraint) and constraint.vocab is not None:
+        constraint = Budgeted(constraint, max_new_tokens)
+    decoder = Decoder(language_model(handle.model), constraint, temperature=temperature,
                       top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
                       stop=tuple(s.encode() for s in stop), vocab=vocab)
     root = decoder.start(ids)

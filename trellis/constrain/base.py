@@ -111,3 +111,10 @@ def forced_tokens(constraint: Any, state: State) -> list[int]:
     """
     fn = getattr(constraint, "forced_tokens", None)
     return list(fn(state)) if fn is not None else []
+
+
+def refine_scores(constraint: Any, states: Sequence[State | None], scores: Tensor) -> Tensor:
+    """``constraint.refine(states, scores)`` for a constraint that also steers by the masked scores
+    (``Budgeted``), else ``scores`` unchanged. ``states[i]`` is row i's state (``None``: pruned)."""
+    fn = getattr(constraint, "refine", None)
+    return fn(states, scores) if fn is not None else scores

@@ -4,6 +4,11 @@ uncertain — Shannon entropy H_t of the masked, warped distribution above a thr
 and rerank the top-k candidate tokens by lookahead: each candidate is extended greedily by L
 tokens and scored by the mean log-prob of the candidate and its lookahead; the best one is kept.
 
+Beyond AdaDec, a pause can also weigh what the lookahead achieves, as NeuroLogic A*esque does
+(``search/lookahead.py``): with lexical ``clauses`` or a ``value`` function the score becomes
+mean log-prob + ``lam`` * (clauses satisfied + value) of the lookahead. Without them (the default)
+it is AdaDec's likelihood-only rerank.
+
 AdaDec learns tau per model from where greedy decoding goes wrong; ``EntropyGate.calibrate`` instead
 picks tau so that a requested fraction of greedy steps on held-out prompts would pause.
 """
@@ -11,7 +16,7 @@ picks tau so that a requested fraction of greedy steps on held-out prompts would
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -19,6 +24,7 @@ import torch
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import entropy
 from trellis.search.base import run_steps
+from trellis.search.lookahead import Clause, satisfied
 from trellis.search.tree import SearchResult, TreeRecorder
 
 
@@ -27,11 +33,15 @@ class EntropyGate:
     """Greedy decoding that pauses where H_t > ``threshold`` (nats) and then reranks the top ``k``
     tokens by ``depth``-token greedy lookaheads (ONE batched ``decoder.log_probs`` call per
     lookahead token for all k). ``logprob`` stays the sum of masked, renormalised log-probs of the
-    chosen tokens. Stepwise: ``steps`` yields the hypothesis after every token."""
+    chosen tokens. ``clauses``/``value``/``lam``: the optional lookahead heuristic (module
+    docstring). Stepwise: ``steps`` yields the hypothesis after every token."""
 
     threshold: float = 1.0
     k: int = 3
     depth: int = 4
+    clauses: tuple[Clause, ...] = ()
+    value: Callable[[Hypothesis], float] | None = None
+    lam: float = 1.0
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.depth < 0:
@@ -67,7 +77,14 @@ class EntropyGate:
                 t = int(best[row])
                 if torch.isfinite(lp[row, t]):
                     looks[i] = decoder.extend(looks[i], t, float(lp[row, t]))
-        return [(h.logprob - parent.logprob) / (len(h.tokens) - len(parent.tokens)) for h in looks]
+        scores = []
+        for h in looks:
+            score = (h.logprob - parent.logprob) / (len(h.tokens) - len(parent.tokens))
+            if self.clauses or self.value is not None:
+                bonus = satisfied(decoder, h, self.clauses) + (self.value(h) if self.value is not None else 0.0)
+                score += self.lam * bonus
+            scores.append(score)
+        return scores
 
     def _steps(self, decoder: Decoder, root: Hypothesis, max_new_tokens: int,
                rec: TreeRecorder) -> Iterator[Hypothesis]:
@@ -99,19 +116,21 @@ class EntropyGate:
 
     @classmethod
     def calibrate(cls, decoder: Decoder, prompts: Sequence[Sequence[int]], *, pause_rate: float,
-                  max_new_tokens: int, k: int = 3, depth: int = 4, iterations: int = 12) -> "EntropyGate":
+                  max_new_tokens: int, k: int = 3, depth: int = 4, iterations: int = 12,
+                  **options: Any) -> "EntropyGate":
         """An ``EntropyGate`` that pauses on about ``pause_rate`` of its steps on held-out ``prompts``.
 
         The rate is measured on the gate's *own* trajectories: reranking steers towards confident
         continuations, so a quantile of greedy-decoding entropies would overshoot the threshold
         (measured: 0.19 instead of 0.30 on a fake LM). Starting from that quantile, tau is bisected
         (``iterations`` runs over the prompts) until the gate's pause fraction is ``pause_rate``.
+        ``options`` (``clauses``, ``value``, ``lam``) go to the gate, for calibration and the result.
         """
         if not 0.0 <= pause_rate <= 1.0:
             raise ValueError(f"pause_rate must be in [0, 1], got {pause_rate}")
 
         def run(tau: float) -> tuple[float, list[float]]:
-            gate = cls(threshold=tau, k=k, depth=depth)
+            gate = cls(threshold=tau, k=k, depth=depth, **options)
             seen, paused = [], 0
             for p in prompts:
                 root = decoder.start(p)
@@ -127,9 +146,9 @@ class EntropyGate:
 
         _, greedy = run(float("inf"))
         if pause_rate == 0.0:
-            return cls(threshold=float("inf"), k=k, depth=depth)
+            return cls(threshold=float("inf"), k=k, depth=depth, **options)
         if pause_rate == 1.0:
-            return cls(threshold=float("-inf"), k=k, depth=depth)
+            return cls(threshold=float("-inf"), k=k, depth=depth, **options)
         lo, hi = min(greedy) - 1e-6, max(greedy)  # rate(lo) ~ 1, rate(hi) = 0
         tau = float(np.quantile(np.asarray(greedy), 1.0 - pause_rate))
         best = (float("inf"), tau)
@@ -141,4 +160,4 @@ class EntropyGate:
             else:
                 hi = tau
             tau = (lo + hi) / 2
-        return cls(threshold=best[1], k=k, depth=depth)
+        return cls(threshold=best[1], k=k, depth=depth, **options)

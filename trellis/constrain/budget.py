@@ -1,0 +1,181 @@
+"""Finish within the token budget: a constrained output that would run past ``max_new_tokens`` is
+steered to close in time, so it still parses.
+
+A weak model under a grammar can loop (digits of a number, items of an array, nested free-form
+objects) until the budget cuts it, and a cut output is not in the language. ``Budgeted(inner,
+budget)`` wraps any constraint; its states are ``(inner_state, tokens_left)``. The mask is the
+inner one (plus: with one token left only EOS). The budget acts through ``refine``, which the
+``Decoder`` applies to the masked scores of every row:
+
+* ``L(s)``, the shortest completion of inner state ``s`` in tokens, is found by breadth-first
+  search over single-byte tokens (an upper bound on the tokens any completion needs; memoised per
+  state, capped at ``max_states`` expanded states: beyond it ``L`` is unknown and nothing is
+  steered).
+* Far from the end (``left - 1 > L(s) + margin``) scores are untouched.
+* Near it, a row keeps only its ``k`` best-scored tokens whose next state can still finish in
+  time (``L(next) <= left - 2``; EOS when accepting); if none can, the first token of the shortest
+  completion. Greedy therefore picks the unbudgeted argmax whenever that can still finish: an
+  output that finishes within the budget on its own is unchanged (its own path is the witness).
+  Sampling near the end is truncated to those ``k`` tokens.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from typing import Any, Hashable, Sequence
+
+import torch
+from torch import Tensor
+
+from trellis.constrain.base import Constraint, State
+from trellis.mask import allocate_bitmask
+
+# Shortest completions are a property of the inner constraint's states: share them across the
+# Budgeted wrappers of one constraint (one per generate call).
+_PLANS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+class Budgeted:
+    """``inner`` whose outputs finish (EOS included) within ``budget`` tokens; see the module
+    docstring. ``margin``: how many spare tokens before the budget starts steering; ``k``: candidates
+    checked per row when it does; ``max_states``: search cap per shortest completion."""
+
+    def __init__(self, inner: Constraint, budget: int, *, margin: int = 32, k: int = 8,
+                 max_states: int = 2048) -> None:
+        if budget < 1:
+            raise ValueError(f"budget must be >= 1 token, got {budget}")
+        self.inner, self.budget, self.margin, self.k, self.max_states = inner, budget, margin, k, max_states
+        self.vocab = inner.vocab
+        v = self.vocab
+        self._eos = sorted(v.eos)
+        skip = set(v.eos) | set(v.special)
+        by_byte: dict[bytes, int] = {}
+        for i, b in enumerate(v.tokens):
+            if len(b) == 1 and i not in skip and b not in by_byte:
+                by_byte[b] = i
+        self._edges = sorted(by_byte.values())
+        self._edge_t = torch.tensor(self._edges, dtype=torch.long)
+        try:  # inner state -> shortest completion (None: not found within max_states)
+            self._plan: dict[Hashable, tuple[int, ...] | None] = _PLANS.setdefault(inner, {})
+        except TypeError:  # not weak-referenceable
+            self._plan = {}
+
+    # -- Constraint protocol
+    def start(self) -> State:
+        return (self.inner.start(), self.budget)
+
+    def advance(self, state: State, token: int) -> State | None:
+        s, left = state  # type: ignore[misc]
+        if left <= 1:  # the last token can only be EOS
+            return None
+        nxt = self.inner.advance(s, token)
+        return None if nxt is None else (nxt, left - 1)
+
+    def fill_mask(self, state: State, out: Tensor) -> None:
+        s, left = state  # type: ignore[misc]
+        self.inner.fill_mask(s, out)
+        if left <= 1:
+            keep = out.clone()
+            out.zero_()
+            for e in self._eos:
+                out[e >> 5] |= keep[e >> 5] & _bit(e & 31)
+
+    def is_accepting(self, state: State) -> bool:
+        return self.inner.is_accepting(state[0])  # type: ignore[index]
+
+    def forced_tokens(self, state: State) -> list[int]:
+        fn = getattr(self.inner, "forced_tokens", None)
+        s, left = state  # type: ignore[misc]
+        return list(fn(s))[: max(0, left - 1)] if fn is not None else []
+
+    def __getattr__(self, name: str) -> Any:  # ignored_keywords, tables, ... of the inner constraint
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    # -- steering
+    def completion(self, s: Hashable) -> tuple[int, ...] | None:
+        """A shortest token sequence from inner state ``s`` to an accepting state (single-byte
+        tokens), or ``None`` when none is found within ``max_states``."""
+        if s in self._plan:
+            return self._plan[s]
+        plan = self._search(s)
+        self._plan[s] = plan
+        return plan
+
+    def _search(self, s0: Hashable) -> tuple[int, ...] | None:
+        if self.inner.is_accepting(s0):
+            return ()
+        parent: dict[Hashable, tuple[Hashable, int] | None] = {s0: None}
+        queue = deque([s0])
+        row = allocate_bitmask(1, self.vocab.size)[0]
+        expanded = 0
+        while queue and expanded < self.max_states:
+            s = queue.popleft()
+            expanded += 1
+            known = self._plan.get(s, False)
+            if known is not False and s is not s0:  # a memoised tail: splice it in
+                if known is None:
+                    continue
+                return self._path(parent, s) + known
+            self.inner.fill_mask(s, row)
+            allowed = (row[self._edge_t >> 5] >> (self._edge_t & 31)) & 1
+            for t in self._edge_t[allowed.bool()].tolist():
+                nxt = self.inner.advance(s, t)
+                if nxt is None or nxt in parent:
+                    continue
+                parent[nxt] = (s, t)
+                if self.inner.is_accepting(nxt):
+                    return self._path(parent, nxt)
+                queue.append(nxt)
+        return None
+
+    @staticmethod
+    def _path(parent: dict, s: Hashable) -> tuple[int, ...]:
+        out = []
+        while parent[s] is not None:
+            s, t = parent[s]
+            out.append(t)
+        return tuple(reversed(out))
+
+    def _fits(self, s: Hashable, tokens_left: int) -> bool:
+        plan = self.completion(s)
+        return plan is not None and len(plan) <= tokens_left
+
+    def refine(self, states: Sequence[State | None], scores: Tensor) -> Tensor:
+        """Masked scores [B, V] -> the same with, near the end of the budget, only tokens that can
+        still finish in time (module docstring). Rows are edited in place; returns ``scores``."""
+        eos = set(self._eos)
+        for r, st in enumerate(states):
+            if st is None:
+                continue
+            s, left = st  # type: ignore[misc]
+            plan = self.completion(s)
+            if plan is None or left - 1 > len(plan) + self.margin:
+                continue
+            row = scores[r]
+            finite = int(torch.isfinite(row).sum())
+            if finite == 0:
+                continue
+            keep = []
+            for t in torch.topk(row, min(self.k, finite)).indices.tolist():
+                if t in eos:
+                    keep.append(t)  # finite only when the inner state accepts
+                elif left >= 2:
+                    nxt = self.inner.advance(s, t)
+                    if nxt is not None and self._fits(nxt, left - 2):
+                        keep.append(t)
+            if not keep and plan:
+                keep = [plan[0]]
+            if keep:
+                vals = row[keep].clone()
+                row.fill_(float("-inf"))
+                row[keep] = vals
+        return scores
+
+
+def _bit(i: int) -> int:
+    """Bit ``i`` of an int32 word as a Python int (bit 31 is the sign bit)."""
+    return -(1 << 31) if i == 31 else 1 << i
+
