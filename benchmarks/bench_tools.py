@@ -82,6 +82,7 @@ def judge(schema: dict[str, Any], calls: list[Any], instance: dict[str, Any]) ->
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=0, help="first N files (categories interleaved); 0 = all 253")
+    ap.add_argument("--only", nargs="*", default=None, help="only these files (stems, e.g. BFCL_java_3)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("-v", "--verbose", action="store_true", help="print every reply")
@@ -98,7 +99,8 @@ def main() -> None:
 
     rows = []
     refused: list[tuple[str, str]] = []
-    for path in files(args.limit or None):
+    paths = [DATA / f"{stem}.json" for stem in args.only] if args.only else files(args.limit or None)
+    for path in paths:
         doc = json.loads(path.read_text())
         schema, instance = doc["schema"], doc["tests"][0]["data"]
         tools = [Tool.from_schema(n, p) for n, p in functions(schema)]

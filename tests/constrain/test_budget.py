@@ -89,3 +89,21 @@ def test_last_token_is_eos_only_and_completion_is_shortest() -> None:
     assert b.advance((s2, 1), 1 + BYTES.index(b"7")) is None
     with pytest.raises(ValueError):
         Budgeted(JSON, 0)
+
+
+def test_following_a_plan_never_lengthens_it() -> None:
+    """The steering's fallback takes plan[0]; the next state's plan must then be at most one shorter,
+    or a model could be led past the budget (seen on Gemma before plans were memoised by suffix)."""
+    b = Budgeted(JSON, 64)
+    for seed in range(10):
+        _, ref = run(seed, 40, budgeted=False)
+        s = JSON.start()
+        for t in ref.new_tokens:
+            if t == 0:
+                break
+            plan = b.completion(s)
+            assert plan is not None
+            if plan:
+                nxt = JSON.advance(s, plan[0])
+                assert len(b.completion(nxt)) <= len(plan) - 1
+            s = JSON.advance(s, t)

@@ -7,10 +7,12 @@ budget)`` wraps any constraint; its states are ``(inner_state, tokens_left)``. T
 inner one (plus: with one token left only EOS). The budget acts through ``refine``, which the
 ``Decoder`` applies to the masked scores of every row:
 
-* ``L(s)``, the shortest completion of inner state ``s`` in tokens, is found by breadth-first
-  search over single-byte tokens (an upper bound on the tokens any completion needs; memoised per
-  state, capped at ``max_states`` expanded states: beyond it ``L`` is unknown and nothing is
-  steered).
+* ``L(s)``, the length of a short completion of inner state ``s`` in tokens, is found by a
+  search over single-byte tokens (and, where the grammar forces a literal, its ``forced_tokens``):
+  A*-style with the constraint's ``completion_hint`` (the CFG
+  parser's stack depth) when it has one, else breadth-first (shortest). It is an upper bound on
+  the tokens a completion needs; memoised per state and capped at ``max_states`` expanded states
+  (beyond it ``L`` is unknown and nothing is steered).
 * Far from the end (``left - 1 > L(s) + margin``) scores are untouched.
 * Near it, a row keeps only its ``k`` best-scored tokens whose next state can still finish in
   time (``L(next) <= left - 2``; EOS when accepting); if none can, the first token of the shortest
@@ -21,8 +23,9 @@ inner one (plus: with one token left only EOS). The budget acts through ``refine
 
 from __future__ import annotations
 
+import heapq
 import weakref
-from collections import deque
+from itertools import count
 from typing import Any, Hashable, Sequence
 
 import torch
@@ -96,40 +99,65 @@ class Budgeted:
 
     # -- steering
     def completion(self, s: Hashable) -> tuple[int, ...] | None:
-        """A shortest token sequence from inner state ``s`` to an accepting state (single-byte
-        tokens), or ``None`` when none is found within ``max_states``."""
+        """A short token sequence from inner state ``s`` to an accepting state (single-byte tokens;
+        shortest without a ``completion_hint``), or ``None`` when none is found within ``max_states``."""
         if s in self._plan:
             return self._plan[s]
         plan = self._search(s)
         self._plan[s] = plan
+        if plan:  # every state along the plan gets its tail, so following a plan never lengthens it
+            cur = s
+            for i, t in enumerate(plan[:-1]):
+                cur = self.inner.advance(cur, t)
+                tail = plan[i + 1:]
+                old = self._plan.get(cur)
+                if cur is None:
+                    break
+                if old is None or len(old) > len(tail):
+                    self._plan[cur] = tail
         return plan
 
     def _search(self, s0: Hashable) -> tuple[int, ...] | None:
         if self.inner.is_accepting(s0):
             return ()
+        # A*-style on length + the inner constraint's hint (CFG: parser stack depth, which falls
+        # as structures close); breadth-first without a hint. The hint is not admissible, so the
+        # plan is short, not always shortest: an upper bound, which is all the budget needs.
+        hint = getattr(self.inner, "completion_hint", None)
+        h = hint if hint is not None else (lambda _s: 0)
         parent: dict[Hashable, tuple[Hashable, int] | None] = {s0: None}
-        queue = deque([s0])
+        tie = count()
+        heap = [(h(s0), 0, next(tie), s0)]  # (length + hint, length, tie, state)
         row = allocate_bitmask(1, self.vocab.size)[0]
         expanded = 0
-        while queue and expanded < self.max_states:
-            s = queue.popleft()
+        while heap and expanded < self.max_states:
+            _, g, _, s = heapq.heappop(heap)
             expanded += 1
             known = self._plan.get(s, False)
             if known is not False and s is not s0:  # a memoised tail: splice it in
                 if known is None:
                     continue
                 return self._path(parent, s) + known
-            self.inner.fill_mask(s, row)
-            allowed = (row[self._edge_t >> 5] >> (self._edge_t & 31)) & 1
-            for t in self._edge_t[allowed.bool()].tolist():
+            forced = self._forced(s)
+            if forced:  # a forced literal (a key, a keyword): its multi-byte tokens, not its bytes
+                edges = forced[:1]
+            else:
+                self.inner.fill_mask(s, row)
+                allowed = (row[self._edge_t >> 5] >> (self._edge_t & 31)) & 1
+                edges = self._edge_t[allowed.bool()].tolist()
+            for t in edges:
                 nxt = self.inner.advance(s, t)
                 if nxt is None or nxt in parent:
                     continue
                 parent[nxt] = (s, t)
                 if self.inner.is_accepting(nxt):
                     return self._path(parent, nxt)
-                queue.append(nxt)
+                heapq.heappush(heap, (g + 1 + h(nxt), g + 1, next(tie), nxt))
         return None
+
+    def _forced(self, s: Hashable) -> list[int]:
+        fn = getattr(self.inner, "forced_tokens", None)
+        return list(fn(s)) if fn is not None else []
 
     @staticmethod
     def _path(parent: dict, s: Hashable) -> tuple[int, ...]:

@@ -397,6 +397,11 @@ class CFGConstraint:
     def is_accepting(self, state: Hashable) -> bool:
         return self.rt.is_accepting(state)  # type: ignore[arg-type]
 
+    def completion_hint(self, state: Hashable) -> int:
+        """Parser stack depth: it falls as open structures close, so ``Budgeted``'s completion
+        search expands shallow states first."""
+        return len(state[0])  # type: ignore[index]
+
     def fill_mask(self, state: Hashable, out: Tensor) -> None:
         out.copy_(torch.from_numpy(self.mask_array(state)))
 
