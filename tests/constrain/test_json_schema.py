@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.constrain.test_oracle import engine_witness
 from trellis.constrain import JsonSchema, SchemaError, compile
 from trellis.constrain.json_schema import order_keys, schema_to_lark
 from trellis.mask import allocate_bitmask, allowed_ids
@@ -287,28 +288,8 @@ _CLOSERS = list(b'"}],:0a1 ') + list(range(32, 127))
 
 def _complete(c: Any, state: Any, rng: random.Random, budget: int = 4000) -> bytes | None:
     """A byte string completing ``state`` (depth-first, closing bytes first, a little shuffled)."""
-    rt = c.rt
-    seen: set = set()
-    left = [budget]
-
-    def dfs(st: Any, depth: int) -> bytes | None:
-        if rt.is_accepting(st):
-            return b""
-        if depth == 0 or left[0] <= 0:
-            return None
-        left[0] -= 1
-        order = _CLOSERS[:9] + rng.sample(_CLOSERS[9:], len(_CLOSERS) - 9)
-        for b in order:
-            nxt = rt.walk(st[0], st[1], bytes((b,)))
-            if nxt is None or nxt in seen or not rt.viable(nxt):
-                continue
-            seen.add(nxt)
-            w = dfs(nxt, depth - 1)
-            if w is not None:
-                return bytes((b,)) + w
-        return None
-
-    return dfs(state, 300)
+    order = _CLOSERS[:9] + rng.sample(_CLOSERS[9:], len(_CLOSERS) - 9)
+    return engine_witness(c, state, max_nodes=budget, order=order, depth=300)
 
 
 GENERATIVE = [

@@ -56,7 +56,7 @@ _CLOSERS = b"\"')]}\n,:;0a x1=(-"
 _BYTE_ORDER = list(dict.fromkeys(list(_CLOSERS) + list(range(32, 127)) + list(range(256))))
 
 
-def engine_witness(c, state, max_nodes: int = 3000, order: list[int] | None = None) -> bytes | None:
+def engine_witness(c, state, max_nodes: int = 3000, order: list[int] | None = None, depth: int = 40) -> bytes | None:
     """A byte string that the engine says completes ``state`` (depth-first, closers first).
 
     Only a proposal: the test verifies it with the reference (Lark's parser), so the engine can
@@ -82,7 +82,7 @@ def engine_witness(c, state, max_nodes: int = 3000, order: list[int] | None = No
                 return bytes((b,)) + w
         return None
 
-    return dfs(state, 40)
+    return dfs(state, depth)
 
 
 def run_oracle(name: str, n_docs: int, seed: int = 0, check_fraction: float = 1.0) -> dict:
