@@ -31,8 +31,8 @@ from typing import Any, Hashable, Sequence
 import torch
 from torch import Tensor
 
-from trellis.constrain.base import Constraint, State
-from trellis.mask import allocate_bitmask
+from trellis.constrain.base import Constraint, State, forced_tokens
+from trellis.mask import allocate_bitmask, bool_to_bitmask
 
 # Shortest completions are a property of the inner constraint's states: share them across the
 # Budgeted wrappers of one constraint (one per generate call).
@@ -51,14 +51,15 @@ class Budgeted:
         self.inner, self.budget, self.margin, self.k, self.max_states = inner, budget, margin, k, max_states
         self.vocab = inner.vocab
         v = self.vocab
-        self._eos = sorted(v.eos)
+        eos = torch.zeros(v.size, dtype=torch.bool)
+        eos[sorted(v.eos)] = True
+        self._eos_row = bool_to_bitmask(eos)[0]  # AND-ed into the last token's mask
         skip = set(v.eos) | set(v.special)
         by_byte: dict[bytes, int] = {}
         for i, b in enumerate(v.tokens):
             if len(b) == 1 and i not in skip and b not in by_byte:
                 by_byte[b] = i
-        self._edges = sorted(by_byte.values())
-        self._edge_t = torch.tensor(self._edges, dtype=torch.long)
+        self._edge_t = torch.tensor(sorted(by_byte.values()), dtype=torch.long)
         try:  # inner state -> shortest completion (None: not found within max_states)
             self._plan: dict[Hashable, tuple[int, ...] | None] = _PLANS.setdefault(inner, {})
         except TypeError:  # not weak-referenceable
@@ -79,18 +80,14 @@ class Budgeted:
         s, left = state  # type: ignore[misc]
         self.inner.fill_mask(s, out)
         if left <= 1:
-            keep = out.clone()
-            out.zero_()
-            for e in self._eos:
-                out[e >> 5] |= keep[e >> 5] & _bit(e & 31)
+            out &= self._eos_row
 
     def is_accepting(self, state: State) -> bool:
         return self.inner.is_accepting(state[0])  # type: ignore[index]
 
     def forced_tokens(self, state: State) -> list[int]:
-        fn = getattr(self.inner, "forced_tokens", None)
         s, left = state  # type: ignore[misc]
-        return list(fn(s))[: max(0, left - 1)] if fn is not None else []
+        return forced_tokens(self.inner, s)[: max(0, left - 1)]
 
     def __getattr__(self, name: str) -> Any:  # ignored_keywords, tables, ... of the inner constraint
         if name.startswith("_"):
@@ -109,10 +106,9 @@ class Budgeted:
             cur = s
             for i, t in enumerate(plan[:-1]):
                 cur = self.inner.advance(cur, t)
-                tail = plan[i + 1:]
-                old = self._plan.get(cur)
                 if cur is None:
                     break
+                tail, old = plan[i + 1:], self._plan.get(cur)
                 if old is None or len(old) > len(tail):
                     self._plan[cur] = tail
         return plan
@@ -138,7 +134,7 @@ class Budgeted:
                 if known is None:
                     continue
                 return self._path(parent, s) + known
-            forced = self._forced(s)
+            forced = forced_tokens(self.inner, s)
             if forced:  # a forced literal (a key, a keyword): its multi-byte tokens, not its bytes
                 edges = forced[:1]
             else:
@@ -155,10 +151,6 @@ class Budgeted:
                 heapq.heappush(heap, (g + 1 + h(nxt), g + 1, next(tie), nxt))
         return None
 
-    def _forced(self, s: Hashable) -> list[int]:
-        fn = getattr(self.inner, "forced_tokens", None)
-        return list(fn(s)) if fn is not None else []
-
     @staticmethod
     def _path(parent: dict, s: Hashable) -> tuple[int, ...]:
         out = []
@@ -174,7 +166,7 @@ class Budgeted:
     def refine(self, states: Sequence[State | None], scores: Tensor) -> Tensor:
         """Masked scores [B, V] -> the same with, near the end of the budget, only tokens that can
         still finish in time (module docstring). Rows are edited in place; returns ``scores``."""
-        eos = set(self._eos)
+        eos = self.vocab.eos
         for r, st in enumerate(states):
             if st is None:
                 continue
@@ -201,9 +193,3 @@ class Budgeted:
                 row.fill_(float("-inf"))
                 row[keep] = vals
         return scores
-
-
-def _bit(i: int) -> int:
-    """Bit ``i`` of an int32 word as a Python int (bit 31 is the sign bit)."""
-    return -(1 << 31) if i == 31 else 1 << i
-

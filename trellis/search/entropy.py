@@ -24,7 +24,7 @@ import torch
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import entropy
 from trellis.search.base import run_steps
-from trellis.search.lookahead import Clause, satisfied
+from trellis.search.lookahead import Clause, heuristic_bonus
 from trellis.search.tree import SearchResult, TreeRecorder
 
 
@@ -77,14 +77,8 @@ class EntropyGate:
                 t = int(best[row])
                 if torch.isfinite(lp[row, t]):
                     looks[i] = decoder.extend(looks[i], t, float(lp[row, t]))
-        scores = []
-        for h in looks:
-            score = (h.logprob - parent.logprob) / (len(h.tokens) - len(parent.tokens))
-            if self.clauses or self.value is not None:
-                bonus = satisfied(decoder, h, self.clauses) + (self.value(h) if self.value is not None else 0.0)
-                score += self.lam * bonus
-            scores.append(score)
-        return scores
+        return [(h.logprob - parent.logprob) / (len(h.tokens) - len(parent.tokens))
+                + self.lam * heuristic_bonus(decoder, h, self.clauses, self.value) for h in looks]
 
     def _steps(self, decoder: Decoder, root: Hypothesis, max_new_tokens: int,
                rec: TreeRecorder) -> Iterator[Hypothesis]:

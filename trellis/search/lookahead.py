@@ -51,6 +51,12 @@ def satisfied(decoder: Decoder, hyp: Hypothesis, clauses: Sequence[Clause]) -> i
     return sum(1 for clause in clauses if any(has(p) for p in clause))
 
 
+def heuristic_bonus(decoder: Decoder, hyp: Hypothesis, clauses: Sequence[Clause],
+                    value: Callable[[Hypothesis], float] | None) -> float:
+    """C + V of the module docstring: clauses ``hyp`` satisfies plus the user value, if any."""
+    return satisfied(decoder, hyp, clauses) + (value(hyp) if value is not None else 0.0)
+
+
 @dataclass(frozen=True)
 class Lookahead(Searching):
     """NeuroLogic A*esque beam search (see the module docstring).
@@ -85,8 +91,7 @@ class Lookahead(Searching):
             raise ValueError("candidates must be >= 0 (0 = 2 * width)")
 
     def _final(self, decoder: Decoder, hyp: Hypothesis) -> float:
-        bonus = satisfied(decoder, hyp, self.clauses) + (self.value(hyp) if self.value is not None else 0.0)
-        return hyp.logprob + self.lam * bonus
+        return hyp.logprob + self.lam * heuristic_bonus(decoder, hyp, self.clauses, self.value)
 
     def _heuristics(self, decoder: Decoder, cands: list[Hypothesis], steps: int) -> list[float]:
         """h for each unfinished candidate: the best of its lookaheads (all advanced in lockstep)."""
@@ -109,8 +114,8 @@ class Lookahead(Searching):
                     looks[i] = decoder.extend(looks[i], t, float(lp[row, t]))
         scores = []
         for h, s0 in zip(looks, start):
-            bonus = satisfied(decoder, h, self.clauses) + (self.value(h) if self.value is not None else 0.0)
-            scores.append(self.alpha * (h.logprob - s0) + self.lam * bonus)
+            scores.append(self.alpha * (h.logprob - s0) + self.lam * heuristic_bonus(decoder, h, self.clauses,
+                                                                                     self.value))
         r = self.rollouts
         return [max(scores[i * r:(i + 1) * r]) for i in range(len(cands))]
 
