@@ -22,6 +22,16 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
+def optional_package(package: str) -> Any:
+    """Import an optional peer package for ``trellis.integrations.<package>``, or an ImportError
+    that says how to install it."""
+    try:
+        return import_module(package)
+    except ImportError as e:
+        raise ImportError(f"trellis.integrations.{package} needs the optional package {package!r} "
+                          f"(pip install {package}, or pip install 'trellis-decoding[dev]')") from e
+
+
 def __getattr__(name: str) -> Any:
     mod = _LAZY.get(name)
     if mod is None:

@@ -24,6 +24,7 @@ from typing import Any, Literal, Mapping
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
+from trellis.integrations import optional_package
 from trellis.integrations._replay import ReplayConstraint
 from trellis.tokens import Vocabulary
 
@@ -33,12 +34,7 @@ Syntax = Literal["lark", "json_schema", "regex", "llguidance"]
 
 
 def _llg() -> Any:
-    try:
-        import llguidance
-    except ImportError as e:  # an optional dependency: say how to get it
-        raise ImportError("trellis.integrations.llguidance needs the optional package 'llguidance' "
-                          "(pip install llguidance, or pip install 'trellis-decoding[dev]')") from e
-    return llguidance
+    return optional_package("llguidance")
 
 
 class _BytesTokenizer:

@@ -18,6 +18,7 @@ from typing import Any, Literal, Mapping
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
+from trellis.integrations import optional_package
 from trellis.integrations._replay import ReplayConstraint
 from trellis.tokens import Vocabulary
 
@@ -43,12 +44,7 @@ ws ::= [ \t\n\r]*
 
 
 def _xgr() -> Any:
-    try:
-        import xgrammar
-    except ImportError as e:  # an optional dependency: say how to get it
-        raise ImportError("trellis.integrations.xgrammar needs the optional package 'xgrammar' "
-                          "(pip install xgrammar, or pip install 'trellis-decoding[dev]')") from e
-    return xgrammar
+    return optional_package("xgrammar")
 
 
 _INFOS: dict[tuple[str, int], Any] = {}
