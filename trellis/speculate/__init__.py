@@ -1,10 +1,11 @@
 """Speculative decoding: drafters propose token trees, the target verifies them in one forward."""
 
-from trellis.speculate.base import AdaptiveLength, Draft, Drafter, SpecStats, Speculative
+from trellis.speculate.base import Draft, Drafter, SpecStats, Speculative
+from trellis.speculate.budget import DraftBudget
 from trellis.speculate.drafters import Composite, GrammarForced, LayerSkip, ModelDrafter, PromptLookup, TokenRecycling
 from trellis.speculate.verify import ChainRejectionSampler, GreedyVerifier, TreeRejectionSampler
 
 __all__ = [
-    "AdaptiveLength", "ChainRejectionSampler", "Composite", "Draft", "Drafter", "GrammarForced", "GreedyVerifier",
+    "ChainRejectionSampler", "Composite", "Draft", "DraftBudget", "Drafter", "GrammarForced", "GreedyVerifier",
     "LayerSkip", "ModelDrafter", "PromptLookup", "SpecStats", "Speculative", "TokenRecycling", "TreeRejectionSampler",
 ]

@@ -18,6 +18,7 @@ from torch import Tensor
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import log_softmax
 from trellis.search.base import run_steps
+from trellis.speculate.budget import DraftBudget
 from trellis.tokens import TokenTree
 
 
@@ -120,37 +121,6 @@ class SpecStats:
                 self.accepted_by[draft.sources[i]] = self.accepted_by.get(draft.sources[i], 0) + 1
 
 
-@dataclass
-class AdaptiveLength:
-    """Draft depth from acceptance: grow after a fully accepted draft, shrink after a rejection.
-
-    On CPU every rejected token costs real time (bench_forward (b)), so the depth tracks what the
-    target actually accepts instead of a fixed guess (the heuristic of transformers' assisted
-    generation, with a floor of ``minimum``)."""
-
-    initial: int = 4
-    minimum: int = 1
-    maximum: int = 16
-    grow: int = 2
-    shrink: int = 1
-    current: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.current = self.initial
-
-    def update(self, drafted_depth: int, accepted: int) -> None:
-        if drafted_depth == 0:
-            return
-        if accepted >= drafted_depth:
-            self.current = min(self.maximum, self.current + self.grow)
-        else:
-            self.current = max(self.minimum, self.current - self.shrink)
-
-
-def _depth(tree: TokenTree) -> int:
-    return int(tree.depths().max()) + 1 if len(tree) else 0
-
-
 @dataclass(frozen=True)
 class Speculative:
     """Draft with ``drafter``, verify the whole tree in one target forward, repeat.
@@ -158,16 +128,17 @@ class Speculative:
     ``verifier=None`` picks ``GreedyVerifier`` when ``decoder.temperature == 0`` and
     ``TreeRejectionSampler`` otherwise: outputs equal greedy decoding token for token, and sampled
     outputs follow the masked, warped target distribution exactly. ``max_nodes`` caps the tree;
-    ``length`` adapts the draft depth; ``stats`` accumulates over calls (read it, or pass a fresh one).
+    ``budget`` picks each round's node count (and depth) from measured throughput; ``stats``
+    accumulates over calls (read it, or pass a fresh one).
     """
 
     drafter: Drafter
     verifier: Verifier | None = None
-    # CPU default: on 2 cores, forwarding 3 tokens costs what 1 does but 4 cost 1.6x and 8 cost 3.1x
-    # (bench_forward (b), Gemma 3 270M, 2026-11-21); raise it on a GPU, where the curve stays flat.
-    max_nodes: int = 4
+    # 16 rows: the packed CPU GEMMs (trellis.packed) verify 16 tokens for ~1.6x one decode step on
+    # 2 cores (bench_forward (b), Gemma 3 270M, 2026-11-22); the budget decides how much to use.
+    max_nodes: int = 15
     generator: torch.Generator | None = field(default=None, compare=False)
-    length: AdaptiveLength = field(default_factory=AdaptiveLength, compare=False)
+    budget: DraftBudget = field(default_factory=DraftBudget, compare=False)
     stats: SpecStats = field(default_factory=SpecStats, compare=False)
 
     def _verifier(self, decoder: Decoder) -> Verifier:
@@ -183,8 +154,8 @@ class Speculative:
         hyp = root
         while not hyp.finished and hyp.num_new - root.num_new < max_new_tokens:
             remaining = max_new_tokens - (hyp.num_new - root.num_new)
-            depth = min(self.length.current, remaining - 1)
-            draft = self.drafter.draft(decoder, hyp, max_nodes=self.max_nodes, max_depth=depth) if depth > 0 \
+            nodes = self.budget.choose(min(self.max_nodes, remaining - 1))
+            draft = self.drafter.draft(decoder, hyp, max_nodes=nodes, max_depth=nodes) if nodes > 0 \
                 else Draft.empty()
             draft = prune(decoder, hyp, draft)
             scores, _ = decoder.tree_scores(hyp, draft.tree)  # [N+1, V], one forward
@@ -207,7 +178,7 @@ class Speculative:
                 hyp = decoder.extend(hyp, tok, float(logp[row, tok]))
                 emitted += 1
             self.stats.record(draft, path, emitted)
-            self.length.update(_depth(draft.tree), len(path))
+            self.budget.update(emitted)
             yield hyp
 
     def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
