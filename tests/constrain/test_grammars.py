@@ -151,6 +151,17 @@ def test_forced_tokens_jump_forward() -> None:
     assert forced_tokens(c, s) == []
 
 
+def test_forced_tokens_prefer_pieces_over_byte_fallback_tokens() -> None:
+    # SentencePiece layout (Gemma): a <0x00>..<0xFF> block, then pieces repeating some of its bytes.
+    pieces = (b"r", b"u", b"e", b'"')
+    toks = (b"<pad>",) + tuple(bytes([b]) for b in range(256)) + pieces + (b"",)
+    v = Vocabulary(toks, eos=frozenset([len(toks) - 1]), special=frozenset([0]))
+    c = compile("json.lark", v, cache=False)
+    s = c.advance(c.start(), 1 + ord("t"))
+    assert forced_tokens(c, s) == [257, 258, 259]  # the pieces r, u, e: never the fallback ids
+    assert b"".join(v.tokens[t] for t in forced_tokens(c, c.advance(c.start(), 1 + ord("f")))) == b"alse"
+
+
 def test_states_are_hashable_and_immutable() -> None:
     v = byte_vocab()
     c = compile("json.lark", v, cache=False)

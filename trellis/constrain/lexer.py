@@ -102,10 +102,15 @@ class TokenMatrix:
         return self.pack_ids(np.array(self.eos, dtype=np.int64))
 
     def token_of_bytes(self, data: bytes) -> int | None:
-        """A valid token id whose bytes are exactly ``data`` (the lowest such id), or None."""
+        """A valid token id whose bytes are exactly ``data``, or None. Of several, the lowest id
+        that is not a byte-fallback token: SentencePiece vocabularies (Gemma, Llama) hold
+        ``<0x22>`` as well as the piece ``"``, and a tokenizer emits the fallback only for bytes
+        no piece covers, so proposing it would be a tokenisation the model never chooses."""
         if self._by_bytes is None:
+            fallback = set(byte_fallback_ids(self.tokens))
             d: dict[bytes, int] = {}
-            for i in np.flatnonzero(self.valid).tolist():
+            ids = np.flatnonzero(self.valid).tolist()
+            for i in [i for i in ids if i not in fallback] + [i for i in ids if i in fallback]:
                 d.setdefault(self.tokens[i], i)
             self._by_bytes = d
         return self._by_bytes.get(data)
@@ -132,6 +137,15 @@ class TokenMatrix:
 
 
 _TM_CACHE: dict[str, TokenMatrix] = {}
+
+
+def byte_fallback_ids(tokens: Sequence[bytes]) -> range:
+    """The ids of a SentencePiece byte-fallback block: 256 consecutive tokens ``<0x00>`` ..
+    ``<0xFF>``, whose bytes are exactly 0x00 .. 0xFF in order (empty range if there is none)."""
+    for i, t in enumerate(tokens):
+        if t == b"\x00" and i + 256 <= len(tokens) and all(tokens[i + k] == bytes([k]) for k in range(256)):
+            return range(i, i + 256)
+    return range(0)
 
 
 def _walk(trans: np.ndarray, start: int, lengths: np.ndarray,
