@@ -1,7 +1,7 @@
 """Speculative decoding on Gemma 3 270M (CPU), all methods in ONE run on the SAME prompts.
 
 Workloads: (a) copy-heavy — Spec-Bench summarization, rag and qa plus a code-refactor prompt;
-(b) JSON extraction under json.lark (constrained + speculative vs unconstrained greedy);
+(b) JSON extraction under a JSON Schema per prompt (constrained + speculative vs unconstrained greedy);
 (c) open-ended — Spec-Bench's MT-Bench writing and roleplay.
 Methods: transformers greedy ``generate``, transformers ``prompt_lookup_num_tokens``, trellis greedy
 and trellis ``Speculative`` with each drafter. Prints tokens/s, ratios vs transformers greedy and
@@ -43,13 +43,24 @@ Refactored:
 def unit_factor(unit):
 '''
 
+def _schema(**props: str) -> dict[str, Any]:
+    types = {"str": {"type": "string"}, "int": {"type": "integer"}, "num": {"type": "number"},
+             "date": {"type": "string", "format": "date"}}
+    return {"type": "object", "properties": {k: types[v] for k, v in props.items()}, "required": list(props),
+            "additionalProperties": False}
+
+
+# (prompt, schema): workload (b) decodes under the schema, whose keys and punctuation are forced.
 EXTRACTION = [
-    'Text: "Maria Lopez is 34 years old and lives in Madrid, where she works as an architect."\n'
-    'Extract the person as JSON with keys name, age, city, job.\nJSON: ',
-    'Text: "The order #5521 of 3 blue chairs was shipped to Oslo on 2024-03-02 for 249.90 EUR."\n'
-    'Extract the order as JSON with keys id, quantity, item, city, date, price.\nJSON: ',
-    'Text: "Kenji Watanabe, a 41-year-old chef from Osaka, opened his second restaurant in Kyoto."\n'
-    'Extract the person as JSON with keys name, age, origin, job, city.\nJSON: ',
+    ('Text: "Maria Lopez is 34 years old and lives in Madrid, where she works as an architect."\n'
+     'Extract the person as JSON with keys name, age, city, job.\nJSON: ',
+     _schema(name="str", age="int", city="str", job="str")),
+    ('Text: "The order #5521 of 3 blue chairs was shipped to Oslo on 2024-03-02 for 249.90 EUR."\n'
+     'Extract the order as JSON with keys id, quantity, item, city, date, price.\nJSON: ',
+     _schema(id="int", quantity="int", item="str", city="str", date="date", price="num")),
+    ('Text: "Kenji Watanabe, a 41-year-old chef from Osaka, opened his second restaurant in Kyoto."\n'
+     'Extract the person as JSON with keys name, age, origin, job, city.\nJSON: ',
+     _schema(name="str", age="int", origin="str", job="str", city="str")),
 ]
 
 
@@ -66,27 +77,32 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--per-category", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--max-nodes", type=int, default=4)
+    ap.add_argument("--max-nodes", type=int, default=15, help="node cap; DraftBudget picks 0/2/6/15 under it")
+    ap.add_argument("--methods", default="", help="comma-separated subset of method names (hf-greedy always runs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     from trellis import Decoder, Greedy, HFLanguageModel, load
-    from trellis.speculate import Composite, GrammarForced, PromptLookup, Speculative, TokenRecycling
+    from trellis.speculate import Composite, GrammarForced, LayerSkip, PromptLookup, Speculative, TokenRecycling
 
     h = load()
     model, tok = h.model, h.tokenizer
     n = args.new_tokens
     workloads: dict[str, dict[str, list[str]]] = {
         "a": {**spec_bench(["summarization", "rag", "qa"], args.per_category), "code-refactor": [REFACTOR]},
-        "b": {"json-extraction": EXTRACTION[: max(1, args.per_category)]},
+        "b": {"json-extraction": [p for p, _ in EXTRACTION[: max(1, args.per_category)]]},
         "c": spec_bench(["writing", "roleplay"], args.per_category),
     }
     try:
         from trellis.constrain.compile import compile as compile_grammar
 
-        json_constraint: Any = compile_grammar("json.lark", h.vocab)
+        from trellis.constrain import JsonSchema
+
+        schema_of = {p: compile_grammar(JsonSchema(sch), h.vocab) for p, sch in EXTRACTION}
+        json_constraint: Any = True
+        current: dict[str, Any] = {}  # the schema constraint of the prompt being run
     except Exception as e:  # the grammar engine is optional for workloads (a) and (c)
-        print(f"(b) skipped: json.lark did not compile ({type(e).__name__}: {e})")
+        print(f"(b) skipped: a schema did not compile ({type(e).__name__}: {e})")
         json_constraint = None
 
     lm = HFLanguageModel(model)
@@ -103,8 +119,13 @@ def main() -> None:
         lm.reset()  # every method pays its own prefill
         t0 = time.perf_counter()
         hyp = strategy(dec, dec.start(ids), max_new_tokens=n)[0]
+        sec = time.perf_counter() - t0
         acc = strategy.stats.mean_accepted if hasattr(strategy, "stats") else 0.0
-        return time.perf_counter() - t0, list(hyp.new_tokens), acc
+        if hasattr(strategy, "budget"):
+            favourites[strategy.budget.favourite] = favourites.get(strategy.budget.favourite, 0) + 1
+        return sec, list(hyp.new_tokens), acc
+
+    favourites: dict[int, int] = {}  # the node budget each speculative run used most
 
     methods: dict[str, Callable[[list[int]], tuple[float, list[int], float]]] = {
         "hf-greedy": lambda ids: hf(ids),
@@ -114,16 +135,23 @@ def main() -> None:
         "recycling": lambda ids: trellis_run(ids, Speculative(TokenRecycling(h.vocab_size), max_nodes=args.max_nodes)),
         "auto": lambda ids: trellis_run(ids, Speculative(Composite([PromptLookup(), TokenRecycling(h.vocab_size)]),
                                                          max_nodes=args.max_nodes)),
+        "layer-skip": lambda ids: trellis_run(ids, Speculative(LayerSkip(model), max_nodes=args.max_nodes)),
     }
     json_methods: dict[str, Callable[[list[int]], tuple[float, list[int], float]]] = {
         "hf-greedy": methods["hf-greedy"],
         "trellis-greedy": methods["trellis-greedy"],
-        "json-greedy": lambda ids: trellis_run(ids, Greedy(), json_constraint),
+        "json-greedy": lambda ids: trellis_run(ids, Greedy(), current["c"]),
         "json-spec": lambda ids: trellis_run(ids, Speculative(Composite([GrammarForced(), PromptLookup(),
                                                                            TokenRecycling(h.vocab_size)]),
-                                                              max_nodes=args.max_nodes), json_constraint),
+                                                              max_nodes=args.max_nodes), current["c"]),
     }
+    if args.methods:
+        keep = {"hf-greedy", "trellis-greedy", "json-greedy", *args.methods.split(",")}
+        methods = {k: v for k, v in methods.items() if k in keep}
+        json_methods = {k: v for k, v in json_methods.items() if k in keep}
     methods["hf-greedy"]([2, 651, 1234])  # warm-up
+    trellis_run([2, 651, 1234], Speculative(PromptLookup(), max_nodes=args.max_nodes))  # builds the packed GEMMs
+    pooled: dict[str, list[tuple[int, float]]] = {}  # workload (a): (tokens, seconds) per method, all prompts
     summary: list[str] = []
     for wl, cats in workloads.items():
         table = json_methods if wl == "b" else methods
@@ -135,13 +163,17 @@ def main() -> None:
             identical = True
             for prompt in prompts:
                 ids = tok(prompt).input_ids
+                if wl == "b":
+                    current["c"] = schema_of[prompt]
                 outs: dict[str, list[int]] = {}
                 for name, fn in table.items():
                     sec, toks, a = fn(ids)
                     tps[name].append(len(toks) / sec)
+                    if wl == "a":
+                        pooled.setdefault(name, []).append((len(toks), sec))
                     acc[name].append(a)
                     outs[name] = toks
-                for name in ("prompt-lookup", "recycling", "auto"):
+                for name in ("prompt-lookup", "recycling", "auto", "layer-skip"):
                     if name in outs:
                         identical &= outs[name] == outs["trellis-greedy"]
                 if "json-spec" in outs:
@@ -155,8 +187,20 @@ def main() -> None:
                 print(f"    {m:<18} {med[m]:7.2f} {med[m] / base:12.2f}x {pld:9.2f}x {statistics.mean(acc[m]):10.2f}")
             print(f"    speculative outputs identical to greedy: {identical}")
             best = max((m for m in table if m not in ("hf-greedy", "hf-prompt-lookup", "trellis-greedy", "json-greedy")),
-                       key=lambda m: med[m])
-            summary.append(f"{cat}: best {best} {med[best] / base:.2f}x hf-greedy")
+                       key=lambda m: med[m], default=None)
+            if best is not None:
+                summary.append(f"{cat}: best {best} {med[best] / base:.2f}x hf-greedy")
+    if pooled:
+        rate = {m: sum(t for t, _ in v) / sum(s for _, s in v) for m, v in pooled.items()}
+        print("\n(a) pooled over every copy-heavy prompt (total tokens / total seconds):")
+        for m, r in rate.items():
+            pld = r / rate["hf-prompt-lookup"] if "hf-prompt-lookup" in rate else float("nan")
+            print(f"    {m:<18} {r:7.2f} tok/s {r / rate['hf-greedy']:6.2f}x hf-greedy {pld:6.2f}x hf-pld")
+        best = max((m for m in rate if m not in ("hf-greedy", "hf-prompt-lookup", "trellis-greedy")),
+                   key=rate.__getitem__, default=None)
+        if best is not None:
+            summary.insert(0, f"(a) pooled best {best} {rate[best] / rate['hf-greedy']:.2f}x hf-greedy")
+    print(f"node budget used most per speculative run: {dict(sorted(favourites.items()))}")
     print("\nSUMMARY bench_speculate: " + "; ".join(summary))
 
 
