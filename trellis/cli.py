@@ -129,8 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--speculate", default=None, metavar="DRAFTER",
                    help="speculative decoding, lossless: prompt-lookup, recycling, grammar-forced, auto, layer-skip, "
                         "draft:MODEL")
-    g.add_argument("--max-draft-nodes", type=int, default=4,
-                   help="speculate: draft tree node budget (4 suits CPUs; see benchmarks/README.md)")
+    g.add_argument("--max-draft-nodes", type=int, default=15,
+                   help="speculate: cap on draft tree nodes; each round's budget under it adapts to measured "
+                        "tokens/s (trellis.speculate.DraftBudget)")
     g.add_argument("-q", "--quiet", action="store_true", help="no statistics line on stderr")
     _add_search_args(g)
     g.set_defaults(func=cmd_generate)

