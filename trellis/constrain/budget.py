@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.base import Constraint, State, forced_tokens
+from trellis.constrain.lexer import byte_fallback_ids
 from trellis.mask import allocate_bitmask, bool_to_bitmask
 
 # Shortest completions are a property of the inner constraint's states: share them across the
@@ -42,24 +43,39 @@ _PLANS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 class Budgeted:
     """``inner`` whose outputs finish (EOS included) within ``budget`` tokens; see the module
     docstring. ``margin``: how many spare tokens before the budget starts steering; ``k``: candidates
-    checked per row when it does; ``max_states``: search cap per shortest completion."""
+    checked per row when it does; ``max_states``: search cap per shortest completion; ``greed``:
+    weight of the constraint's completion hint in that search (1 = plain A*)."""
 
     def __init__(self, inner: Constraint, budget: int, *, margin: int = 32, k: int = 8,
-                 max_states: int = 2048) -> None:
+                 max_states: int = 2048, greed: float = 2.0) -> None:
         if budget < 1:
             raise ValueError(f"budget must be >= 1 token, got {budget}")
         self.inner, self.budget, self.margin, self.k, self.max_states = inner, budget, margin, k, max_states
+        self.greed = greed
         self.vocab = inner.vocab
         v = self.vocab
         eos = torch.zeros(v.size, dtype=torch.bool)
         eos[sorted(v.eos)] = True
         self._eos_row = bool_to_bitmask(eos)[0]  # AND-ed into the last token's mask
         skip = set(v.eos) | set(v.special)
-        by_byte: dict[bytes, int] = {}
-        for i, b in enumerate(v.tokens):
-            if len(b) == 1 and i not in skip and b not in by_byte:
-                by_byte[b] = i
+        fallback = set(byte_fallback_ids(v.tokens))
+        by_byte: dict[int, int] = {}  # byte -> its single-byte token, a piece rather than <0xNN>
+        for i, b in sorted(enumerate(v.tokens), key=lambda it: it[0] in fallback):
+            if len(b) == 1 and i not in skip and b[0] not in by_byte:
+                by_byte[b[0]] = i
         self._edge_t = torch.tensor(sorted(by_byte.values()), dtype=torch.long)
+        # With byte classes, one byte per class is enough (same next state): the search then skips
+        # the mask and tries a handful of advances per state. Printable ASCII represents a class.
+        classes = getattr(inner, "byte_classes", None)
+        self._reps: list[int] | None = None
+        if classes is not None:
+            cls = classes()
+            reps: dict[int, int] = {}
+            for b in sorted(by_byte, key=lambda b: (not 0x21 <= b < 0x7F, b)):
+                reps.setdefault(int(cls[b]), by_byte[b])
+            # Classes of only non-ASCII or control bytes (UTF-8 lead bytes, raw tabs) open partial
+            # characters that never shorten a completion but multiply the frontier: skipped.
+            self._reps = sorted(t for t in reps.values() if 0x20 <= v.tokens[t][0] < 0x7F)
         try:  # inner state -> shortest completion (None: not found within max_states)
             self._plan: dict[Hashable, tuple[int, ...] | None] = _PLANS.setdefault(inner, {})
         except TypeError:  # not weak-referenceable
@@ -116,18 +132,22 @@ class Budgeted:
     def _search(self, s0: Hashable) -> tuple[int, ...] | None:
         if self.inner.is_accepting(s0):
             return ()
-        # A*-style on length + the inner constraint's hint (CFG: parser stack depth, which falls
-        # as structures close); breadth-first without a hint. The hint is not admissible, so the
-        # plan is short, not always shortest: an upper bound, which is all the budget needs.
+        # Weighted A* on length + greed x the inner constraint's hint (CFG: parser stack depth,
+        # which falls as structures close); breadth-first without a hint. With the weight the
+        # search dives towards closing instead of sweeping every equally long branch (values,
+        # strings, arrays under an any-schema: ~20 per level). The plan is short, not always
+        # shortest: an upper bound, which is all the budget needs.
         hint = getattr(self.inner, "completion_hint", None)
-        h = hint if hint is not None else (lambda _s: 0)
+        w = self.greed
+        h = (lambda s: w * hint(s)) if hint is not None else (lambda _s: 0)
         parent: dict[Hashable, tuple[Hashable, int] | None] = {s0: None}
         tie = count()
-        heap = [(h(s0), 0, next(tie), s0)]  # (length + hint, length, tie, state)
+        heap = [(h(s0), 0, next(tie), s0)]  # (length + hint, -length: deeper first on ties, tie, state)
         row = allocate_bitmask(1, self.vocab.size)[0]
         expanded = 0
         while heap and expanded < self.max_states:
-            _, g, _, s = heapq.heappop(heap)
+            _, neg_g, _, s = heapq.heappop(heap)
+            g = -neg_g
             expanded += 1
             known = self._plan.get(s, False)
             if known is not False and s is not s0:  # a memoised tail: splice it in
@@ -137,6 +157,8 @@ class Budgeted:
             forced = forced_tokens(self.inner, s)
             if forced:  # a forced literal (a key, a keyword): its multi-byte tokens, not its bytes
                 edges = forced[:1]
+            elif self._reps is not None:
+                edges = self._reps
             else:
                 self.inner.fill_mask(s, row)
                 allowed = (row[self._edge_t >> 5] >> (self._edge_t & 31)) & 1
@@ -148,7 +170,7 @@ class Budgeted:
                 parent[nxt] = (s, t)
                 if self.inner.is_accepting(nxt):
                     return self._path(parent, nxt)
-                heapq.heappush(heap, (g + 1 + h(nxt), g + 1, next(tie), nxt))
+                heapq.heappush(heap, (g + 1 + h(nxt), -(g + 1), next(tie), nxt))
         return None
 
     @staticmethod

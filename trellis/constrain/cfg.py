@@ -73,7 +73,7 @@ from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.lexer import (Continuation, LexerDFA, StateTable, TerminalInfo, TokenMatrix, WalkTable, build_lexer_dfa,
-                                     continuation, globalize, state_table, walk_table)
+                                     byte_classes, continuation, globalize, state_table, walk_table)
 from trellis.constrain.regex import regex_to_byte_dfa
 from trellis.tokens import Vocabulary
 
@@ -380,6 +380,9 @@ class CFGConstraint:
         self._cache_size = cache_size
         self._eos = self.tm.eos_bits()
         self._toks = vocab.tokens
+        self._byte_classes: np.ndarray | None = None
+        self._class_reps: list[tuple[int, int]] | None = None  # (representative byte, class size)
+        self._forced: dict[tuple[Hashable, int], bytes] = {}
 
     # -- protocol
     def start(self) -> CfgState:
@@ -396,6 +399,13 @@ class CFGConstraint:
 
     def is_accepting(self, state: Hashable) -> bool:
         return self.rt.is_accepting(state)  # type: ignore[arg-type]
+
+    def byte_classes(self) -> np.ndarray:
+        """[256] class id per byte: bytes of one class drive every lexer identically, so a
+        single-byte token of either leads to the same state (``Budgeted``'s search uses one)."""
+        if self._byte_classes is None:
+            self._byte_classes = byte_classes(self.grammar.gtrans)
+        return self._byte_classes
 
     def completion_hint(self, state: Hashable) -> int:
         """Parser stack depth: it falls as open structures close, so ``Budgeted``'s completion
@@ -495,21 +505,36 @@ class CFGConstraint:
     # -- jump-forward
     def forced_bytes(self, state: Hashable, limit: int = 256) -> bytes:
         """The bytes every completion of ``state`` starts with (stops where EOS is possible)."""
+        key = (state, limit)
+        hit = self._forced.get(key)
+        if hit is not None:
+            return hit
+        if self._class_reps is None:
+            cls = self.byte_classes()
+            members: dict[int, list[int]] = {}
+            for b in range(256):
+                members.setdefault(int(cls[b]), []).append(b)
+            # One byte per class decides for the class; a viable class of several bytes is a choice.
+            self._class_reps = [(m[0], len(m)) for m in members.values()]
         out = bytearray()
         st: CfgState = state  # type: ignore[assignment]
         while len(out) < limit and not self.rt.is_accepting(st):
             only: tuple[int, CfgState] | None = None
-            for b in range(256):
+            for b, size in self._class_reps:
                 nxt = self.rt.walk(st[0], st[1], bytes((b,)))
                 if nxt is not None and self.rt.viable(nxt):
-                    if only is not None:
-                        return bytes(out)
+                    if only is not None or size > 1:
+                        only = None
+                        break
                     only = (b, nxt)
             if only is None:
                 break
             out.append(only[0])
             st = only[1]
-        return bytes(out)
+        if len(self._forced) > 65536:  # states are many in long runs; forced runs are cheap to redo
+            self._forced.clear()
+        self._forced[key] = res = bytes(out)
+        return res
 
     def forced_tokens(self, state: Hashable) -> list[int]:
         """Canonical tokens of the forced continuation: greedy longest-token, each one allowed."""

@@ -139,6 +139,13 @@ class TokenMatrix:
 _TM_CACHE: dict[str, TokenMatrix] = {}
 
 
+def byte_classes(trans: np.ndarray) -> np.ndarray:
+    """[256] int: bytes with identical columns in ``trans`` [S, 256] get one class id, so from any
+    state they lead to the same state (and a search over bytes needs one byte per class)."""
+    _, inverse = np.unique(np.ascontiguousarray(trans.T), axis=0, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64)
+
+
 def byte_fallback_ids(tokens: Sequence[bytes]) -> range:
     """The ids of a SentencePiece byte-fallback block: 256 consecutive tokens ``<0x00>`` ..
     ``<0xFF>``, whose bytes are exactly 0x00 .. 0xFF in order (empty range if there is none)."""

@@ -341,6 +341,12 @@ class RegexConstraint:
     def is_accepting(self, state: Hashable) -> bool:
         return bool(self.dfa.final[int(state)])  # type: ignore[arg-type]
 
+    def byte_classes(self) -> np.ndarray:
+        """[256] class id per byte (bytes with identical DFA columns)."""
+        from trellis.constrain.lexer import byte_classes
+
+        return byte_classes(self.dfa.trans)
+
     def forced_tokens(self, state: Hashable) -> list[int]:
         """Tokens of the unique continuation forced by the regex from ``state`` (may be empty)."""
         s = int(state)  # type: ignore[arg-type]
