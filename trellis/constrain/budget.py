@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.base import Constraint, State, forced_tokens
-from trellis.constrain.lexer import byte_fallback_ids
+from trellis.constrain.lexer import TokenMatrix
 from trellis.mask import allocate_bitmask, bool_to_bitmask
 
 # Shortest completions are a property of the inner constraint's states: share them across the
@@ -57,12 +57,9 @@ class Budgeted:
         eos = torch.zeros(v.size, dtype=torch.bool)
         eos[sorted(v.eos)] = True
         self._eos_row = bool_to_bitmask(eos)[0]  # AND-ed into the last token's mask
-        skip = set(v.eos) | set(v.special)
-        fallback = set(byte_fallback_ids(v.tokens))
-        by_byte: dict[int, int] = {}  # byte -> its single-byte token, a piece rather than <0xNN>
-        for i, b in sorted(enumerate(v.tokens), key=lambda it: it[0] in fallback):
-            if len(b) == 1 and i not in skip and b[0] not in by_byte:
-                by_byte[b[0]] = i
+        # byte -> its single-byte token (a piece rather than <0xNN>, never EOS or special)
+        tm = TokenMatrix.of(v)
+        by_byte = {b: t for b in range(256) if (t := tm.token_of_bytes(bytes([b]))) is not None}
         self._edge_t = torch.tensor(sorted(by_byte.values()), dtype=torch.long)
         # With byte classes, one byte per class is enough (same next state): the search then skips
         # the mask and tries a handful of advances per state. Printable ASCII represents a class.
