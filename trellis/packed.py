@@ -40,7 +40,7 @@ def available() -> bool:
 
 
 class PackedLinears:
-    """Packed copies of every ``nn.Linear`` (and the LM head) of a float32 CPU model, swapped in for
+    """Packed copies of every ``nn.Linear`` (LM head included) of a float32 CPU model, swapped in for
     the duration of ``with packs.active():``. Costs about 1.8x the packed weights' memory."""
 
     def __init__(self, modules: list[torch.nn.Linear], rows: int = 16) -> None:
@@ -54,13 +54,8 @@ class PackedLinears:
 
     @classmethod
     def for_model(cls, model: Any, rows: int = 16) -> "PackedLinears":
-        mods = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        head = model.get_output_embeddings()
-        if head is not None and not isinstance(head, torch.nn.Linear):
-            head = None
-        if head is not None and all(m is not head for m in mods):
-            mods.append(head)
-        return cls(mods, rows)
+        """Every ``nn.Linear`` of ``model``, the LM head included (a submodule like the others)."""
+        return cls([m for m in model.modules() if isinstance(m, torch.nn.Linear)], rows)
 
     def _build(self) -> None:
         with torch.no_grad():
