@@ -80,19 +80,15 @@ def load_cases(limit: int | None, only: str | None, sources: str) -> list[dict]:
 
 
 def trellis_engine(schema: Any, ctx: dict) -> tuple[float, Callable[[list[int]], bool]]:
-    from trellis.constrain import JsonSchema, compile
+    from trellis.constrain import JsonSchema, advance_many, compile
 
     t0 = time.perf_counter()
     c = compile(JsonSchema(schema, whitespace=ctx["whitespace"]), ctx["vocab"], cache=False, precompute=False)
     dt = time.perf_counter() - t0
 
     def accepts(ids: list[int]) -> bool:
-        s = c.start()
-        for t in ids:
-            s = c.advance(s, t)
-            if s is None:
-                return False
-        return c.is_accepting(s)
+        s = advance_many(c, c.start(), ids)
+        return s is not None and c.is_accepting(s)
 
     return dt, accepts
 
