@@ -141,9 +141,12 @@ def main() -> None:
         "hf-greedy": methods["hf-greedy"],
         "trellis-greedy": methods["trellis-greedy"],
         "json-greedy": lambda ids: trellis_run(ids, Greedy(), current["c"]),
-        "json-spec": lambda ids: trellis_run(ids, Speculative(Composite([GrammarForced(), PromptLookup(),
-                                                                           TokenRecycling(h.vocab_size)]),
-                                                              max_nodes=args.max_nodes), current["c"]),
+        "json-spec": lambda ids: trellis_run(ids, Speculative(GrammarForced(then=Composite([
+            PromptLookup(), TokenRecycling(h.vocab_size)])), max_nodes=args.max_nodes), current["c"]),
+        # the forced chain as a sibling of the others' drafts instead of their trunk
+        "json-spec-flat": lambda ids: trellis_run(ids, Speculative(Composite([GrammarForced(), PromptLookup(),
+                                                                                TokenRecycling(h.vocab_size)]),
+                                                                   max_nodes=args.max_nodes), current["c"]),
     }
     if args.methods:
         keep = {"hf-greedy", "trellis-greedy", "json-greedy", *args.methods.split(",")}

@@ -74,6 +74,31 @@ def test_grammar_forced_drafter_proposes_what_the_constraint_forces():
     assert out.tokens == ref.tokens and spec.stats.drafted > 0
 
 
+def test_grammar_forced_then_continues_from_the_chain_end():
+    class Forcing(OnlyTokens):
+        def forced_tokens(self, state):
+            return [7, 8] if state == 0 else []
+
+    @dataclass
+    class Echo:  # proposes the last two tokens of whatever hypothesis it is given
+        name: str = "echo"
+
+        def draft(self, decoder, hyp, *, max_nodes, max_depth):
+            return Draft(TokenTree.from_paths([list(hyp.tokens[-2:])[:max_depth]]), None, ("echo",) * 2)
+
+    model = tiny_llama()
+    con = Forcing(vocab_of(97), {7, 8}, n=6)
+    dec = Decoder(HFLanguageModel(model), con, temperature=0)
+    d = GrammarForced(then=Echo()).draft(dec, dec.start([5]), max_nodes=8, max_depth=8)
+    assert d.tree.tokens.tolist() == [7, 8, 7, 8] and d.tree.parents.tolist() == [-1, 0, 1, 2]
+    assert d.sources == ("grammar-forced",) * 2 + ("echo",) * 2
+    later = dec.extend(dec.extend(dec.start([5]), 7), 8)  # nothing forced: the follower drafts alone
+    assert GrammarForced(then=Echo()).draft(dec, later, max_nodes=8, max_depth=8).tree.tokens.tolist() == [7, 8]
+    ref = Greedy()(dec, dec.start([5]), max_new_tokens=10)[0]
+    spec = Speculative(GrammarForced(then=Composite([PromptLookup(), TokenRecycling(97)])))
+    assert spec(dec, dec.start([5]), max_new_tokens=10)[0].tokens == ref.tokens
+
+
 def test_prune_drops_forbidden_nodes_and_their_subtrees():
     dec = Decoder(BigramLM(10), OnlyTokens(vocab_of(10), {4, 5}, n=1))
     tree = TokenTree(torch.tensor([4, 6, 5, 4, 2]), torch.tensor([-1, 0, 1, 0, 3]))  # 6 forbidden, 2 = EOS

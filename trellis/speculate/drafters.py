@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trellis.constrain.base import forced_tokens
+from trellis.constrain.base import advance_many, forced_tokens
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import sample
 from trellis.speculate.base import Draft, Drafter, LearningDrafter
@@ -60,15 +60,42 @@ class PromptLookup:
 class GrammarForced:
     """The continuation the constraint forces (jump-forward), proposed as a chain and verified by
     the model like any other draft — never inserted, so non-canonical tokenisations cannot skew the
-    output distribution."""
+    output distribution.
 
+    ``then``: a drafter asked to continue from the chain's end (the hypothesis with the forced
+    tokens appended), or from ``hyp`` itself when nothing is forced. Without it a round ends where
+    the structure does: after ``{"name":"`` the value to copy is exactly what prompt lookup finds,
+    but only once the forced key is part of its context.
+    """
+
+    then: Drafter | None = None
     name: str = "grammar-forced"
 
     def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
-        if not decoder.constrained:
-            return Draft.empty()
-        toks = forced_tokens(decoder.constraint, hyp.state)[: min(max_depth, max_nodes)]
-        return _paths_draft([toks], self.name, max_nodes) if toks else Draft.empty()
+        toks = forced_tokens(decoder.constraint, hyp.state)[: min(max_depth, max_nodes)] if decoder.constrained else []
+        if not toks:
+            return self.then.draft(decoder, hyp, max_nodes=max_nodes, max_depth=max_depth) if self.then else Draft.empty()
+        chain = _paths_draft([toks], self.name, max_nodes)
+        room = min(max_nodes, max_depth) - len(toks)
+        if self.then is None or room <= 0:
+            return chain
+        state = advance_many(decoder.constraint, hyp.state, toks)
+        if state is None:  # forced_tokens promises the chain is allowed; stay safe if a constraint errs
+            return chain
+        end = replace(hyp, tokens=hyp.tokens + tuple(toks), state=state)
+        sub = self.then.draft(decoder, end, max_nodes=max_nodes - len(toks), max_depth=max_depth - len(toks))
+        if len(sub) == 0:
+            return chain
+        # Graft: the sub-draft's roots hang under the chain's last node; its indices shift by len(toks).
+        k = len(toks)
+        parents = torch.where(sub.tree.parents < 0, torch.full_like(sub.tree.parents, k - 1), sub.tree.parents + k)
+        tree = TokenTree(torch.cat([chain.tree.tokens, sub.tree.tokens]), torch.cat([chain.tree.parents, parents]))
+        sources = (self.name,) * k + (sub.sources or (getattr(self.then, "name", type(self.then).__name__),) * len(sub))
+        return Draft(tree, None, sources)
+
+    def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:
+        if isinstance(self.then, LearningDrafter):
+            self.then.observe(hyp, draft, target, path)
 
 
 @dataclass
@@ -335,7 +362,7 @@ class Composite:
 def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator | None = None,
                       model: Any = None) -> Drafter:
     """The drafter the CLI's ``--speculate`` names: ``prompt-lookup``, ``recycling``,
-    ``grammar-forced``, ``auto`` (all three merged), ``layer-skip`` (self-speculation; needs the
+    ``grammar-forced``, ``auto`` (the forced chain continued by prompt lookup + recycling), ``layer-skip`` (self-speculation; needs the
     target ``model``) or ``draft:MODEL`` (a smaller model sharing the tokenizer: anything
     ``trellis.load`` accepts)."""
     if name == "layer-skip":
@@ -348,8 +375,8 @@ def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator 
         return TokenRecycling(vocab_size)
     if name == "grammar-forced":
         return GrammarForced()
-    if name == "auto":
-        return Composite([GrammarForced(), PromptLookup(), TokenRecycling(vocab_size)])
+    if name == "auto":  # forced structure first, then what prompt lookup / recycling expect after it
+        return GrammarForced(then=Composite([PromptLookup(), TokenRecycling(vocab_size)]))
     if name.startswith("draft:"):
         from trellis.models import load
 
