@@ -74,7 +74,7 @@ from torch import Tensor
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.lexer import (Continuation, LexerDFA, StateTable, TerminalInfo, TokenMatrix, WalkTable, build_lexer_dfa,
                                      byte_classes, continuation, globalize, state_table, walk_table)
-from trellis.constrain.regex import regex_to_byte_dfa
+from trellis.constrain.regex import literal_dfa, regex_to_byte_dfa
 from trellis.tokens import Vocabulary
 
 VIABILITY_DEPTH = 3
@@ -179,7 +179,10 @@ def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") 
         td = term_defs[nm]
         pat = td.pattern
         try:
-            dfa = regex_to_byte_dfa(pat.to_regexp(), name=f"terminal {nm}")
+            if type(pat).__name__ == "PatternStr" and not pat.flags and pat.value:
+                dfa = literal_dfa(pat.value.encode("utf-8"))
+            else:
+                dfa = regex_to_byte_dfa(pat.to_regexp(), name=f"terminal {nm}")
         except GrammarError as ge:
             line, col = _locate(text, rf"^\s*{re.escape(nm)}\b") if not nm.startswith("__") else (None, None)
             if line is None:
@@ -383,6 +386,7 @@ class CFGConstraint:
         self._byte_classes: np.ndarray | None = None
         self._class_reps: list[tuple[int, int]] | None = None  # (representative byte, class size)
         self._forced: dict[tuple[Hashable, int], bytes] = {}
+        self._walk_memo: dict = {}  # walk_live's shared first-byte buckets (dropped once every table is built)
 
     # -- protocol
     def start(self) -> CfgState:
@@ -420,7 +424,9 @@ class CFGConstraint:
         """The vocabulary walk of global lexer state ``g`` (built on first use, ~15 ms at 262k)."""
         w = self.tables.get(g)
         if w is None:
-            w = self.tables[g] = walk_table(self.grammar.gtrans, self.grammar.gfinal, g, self.tm)
+            w = self.tables[g] = walk_table(self.grammar.gtrans, self.grammar.gfinal, g, self.tm, self._walk_memo)
+            if len(self.tables) == len(self.grammar.gfinal):
+                self._walk_memo.clear()
         return w
 
     def table(self, lexer_id: int, d: int) -> StateTable:

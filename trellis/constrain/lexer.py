@@ -155,14 +155,15 @@ def byte_fallback_ids(tokens: Sequence[bytes]) -> range:
     return range(0)
 
 
-def _walk(trans: np.ndarray, start: int, lengths: np.ndarray,
-          column: Callable[[int, np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray,
+          column: Callable[[int, np.ndarray], np.ndarray], j0: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run ``trans`` from ``start`` over ``len(lengths)`` byte strings at once.
 
     ``column(j, idx)`` gives byte ``j`` of the strings ``idx``. Returns (end: state after the
     whole string, -1 if it died; bpos: index of the first byte with no transition, -1 if none;
     bstate: the state before that byte), each int32. One numpy gather per byte column; strings
-    leave the working set as soon as they end or die.
+    leave the working set as soon as they end or die. ``start`` may be one state per string, and
+    ``j0`` > 0 resumes the strings at byte ``j0`` (the bytes before it already consumed).
     """
     n = len(lengths)
     end = np.full(n, -1, dtype=np.int32)
@@ -170,8 +171,8 @@ def _walk(trans: np.ndarray, start: int, lengths: np.ndarray,
     bst = np.full(n, -1, dtype=np.int32)
     flat = trans.reshape(-1)
     idx = np.arange(n, dtype=np.int64)
-    cs = np.full(n, start, dtype=np.int64)
-    j = 0
+    cs = np.broadcast_to(np.asarray(start, dtype=np.int64), (n,)).copy()
+    j = j0
     while len(idx):
         fin = lengths[idx] == j
         if fin.any():
@@ -193,20 +194,45 @@ def _walk(trans: np.ndarray, start: int, lengths: np.ndarray,
     return end, bpos, bst
 
 
-def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix) -> tuple[np.ndarray, ...]:
+WalkMemo = dict  # (state after the first byte, first byte) -> ((ids, end, bpos, bstate) batch, lo, hi)
+
+
+def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | None = None) -> tuple[np.ndarray, ...]:
     """Run ``trans`` from ``start`` over every token whose first byte has a transition.
 
     Returns (ids [n] int64, end, bpos, bstate) with ``_walk``'s meaning. Tokens whose first byte
     is dead are not listed (see ``dead_first_bits``): in most lexer states that is nearly the
     whole vocabulary, so this costs O(tokens walked), not O(V).
+
+    ``memo`` shares work between states: after the first byte ``b`` a token's walk depends only
+    on ``u = trans[start, b]``, and many states agree on ``u`` (every lexer's start state enters
+    the same %ignore'd-whitespace state on b" ", every string state the same interior state), so
+    each (u, b) bucket is walked once per table build.
     """
     live = np.flatnonzero(trans[start] >= 0)
-    lo, counts = tm.first_lo[live], tm.first_lo[live + 1] - tm.first_lo[live]
-    n = int(counts.sum())
-    pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)  # into order
-    ids = tm.order[pos]
-    mat_t = tm.mat_t
-    return (ids, *_walk(trans, start, tm.lengths[ids], lambda j, idx: mat_t[j][pos[idx]]))
+    if memo is None:
+        memo = {}
+    succ = trans[start, live]
+    need = np.array([k for k, (u, b) in enumerate(zip(succ.tolist(), live.tolist())) if (u, b) not in memo],
+                    dtype=np.int64)
+    if len(need):
+        bs = live[need]
+        lo, counts = tm.first_lo[bs], tm.first_lo[bs + 1] - tm.first_lo[bs]
+        n = int(counts.sum())
+        pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)  # into order
+        ids = tm.order[pos]
+        mat_t = tm.mat_t
+        end, bpos, bst = _walk(trans, np.repeat(succ[need], counts), tm.lengths[ids],
+                               lambda j, idx: mat_t[j][pos[idx]], j0=1)
+        batch = (ids, end, bpos, bst)
+        stops = np.cumsum(counts).tolist()
+        for u, b, lo_, hi_ in zip(succ[need].tolist(), bs.tolist(), [0] + stops[:-1], stops):
+            memo[(u, b)] = (batch, lo_, hi_)  # a slice of this batch (views, not copies)
+    parts = [memo[(u, b)] for u, b in zip(succ.tolist(), live.tolist())]
+    if not parts:
+        empty = np.zeros(0, dtype=np.int32)
+        return np.zeros(0, dtype=np.int64), empty, empty.copy(), empty.copy()
+    return tuple(np.concatenate([bt[k][lo_:hi_] for bt, lo_, hi_ in parts]) for k in range(4))
 
 
 def dead_first_bits(trans: np.ndarray, start: int, tm: TokenMatrix) -> np.ndarray:
@@ -328,10 +354,14 @@ def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int]) -> Le
         if not comps:  # a parser state that accepts only $END and no %ignore terminals
             rows.append(np.full(256, -1, dtype=np.int32))
             continue
-        m = np.stack([terms[t].dfa.trans[s] for t, s in comps])  # [n, 256]
-        uniq, inv = np.unique(m.T, axis=0, return_inverse=True)
+        # Distinct columns of the components' rows, sorted (np.unique's order, which fixes the state
+        # numbering); a dict of tuples is ~10x faster than np.unique(axis=0) at these sizes.
+        cols = list(zip(*[terms[t].dfa.trans[s].tolist() for t, s in comps]))  # 256 column tuples
+        uniq = sorted(set(cols))
+        pos = {c: u for u, c in enumerate(uniq)}
+        inv = np.array([pos[c] for c in cols], dtype=np.int64)
         targets = np.empty(len(uniq), dtype=np.int32)
-        for u, col in enumerate(uniq.tolist()):
+        for u, col in enumerate(uniq):
             nxt = tuple((comps[k][0], c) for k, c in enumerate(col) if c >= 0)
             if not nxt:
                 targets[u] = -1
@@ -341,7 +371,7 @@ def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int]) -> Le
                 j = ids[nxt] = len(order)
                 order.append(nxt)
             targets[u] = j
-        rows.append(targets[inv.reshape(-1)])
+        rows.append(targets[inv])
     trans = np.stack(rows).astype(np.int32)
     acc = np.array(accept, dtype=np.int32)
     n = len(order)
@@ -408,8 +438,9 @@ class WalkTable:
     cross_state: np.ndarray  # [C] int32
 
 
-def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix) -> WalkTable:
-    ids, end, bpos, bst = walk_live(gtrans, g, tm)
+def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix,
+               memo: WalkMemo | None = None) -> WalkTable:
+    ids, end, bpos, bst = walk_live(gtrans, g, tm, memo)
     inside = []
     ok = end >= 0
     if ok.any():

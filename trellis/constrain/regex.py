@@ -167,8 +167,36 @@ def _unsupported_feature(pattern: str) -> str | None:
     return None
 
 
+_DFA_MEMO: dict[str, ByteDFA] = {}  # pattern -> DFA; generated grammars repeat terminals
+_DFA_MEMO_MAX = 4096
+
+
+def literal_dfa(data: bytes) -> ByteDFA:
+    """The chain DFA matching exactly ``data`` (non-empty); what interegular would build for
+    ``re.escape(text)``, without the ~2 ms of parsing and determinising per literal."""
+    n = len(data)
+    trans = np.full((n + 1, 256), -1, dtype=np.int32)
+    trans[np.arange(n), np.frombuffer(data, dtype=np.uint8)] = np.arange(1, n + 1, dtype=np.int32)
+    final = np.zeros(n + 1, dtype=bool)
+    final[n] = True
+    return ByteDFA(trans, final)
+
+
 def regex_to_byte_dfa(pattern: str, *, name: str = "regex") -> ByteDFA:
-    """Compile a Python-syntax regex into a trimmed ``ByteDFA`` over UTF-8 bytes."""
+    """Compile a Python-syntax regex into a trimmed ``ByteDFA`` over UTF-8 bytes (memoised per
+    process: DFAs are never mutated, and a failure is raised again, with this ``name``)."""
+    dfa = _DFA_MEMO.get(pattern)
+    if dfa is None:
+        dfa = _regex_to_byte_dfa(pattern, name=name)
+        dfa.trans.setflags(write=False)  # shared from now on
+        dfa.final.setflags(write=False)
+        if len(_DFA_MEMO) >= _DFA_MEMO_MAX:
+            _DFA_MEMO.clear()
+        _DFA_MEMO[pattern] = dfa
+    return dfa
+
+
+def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
     import interegular
 
     pattern = _REWRITES.get(pattern, pattern)
@@ -306,6 +334,7 @@ class RegexConstraint:
         self.dfa = dfa
         self.tm = TokenMatrix.of(vocab)
         self._masks: dict[int, np.ndarray] = {}  # DFA state -> [W] int32
+        self._walk_memo: dict = {}  # walk_live's first-byte buckets, shared by the DFA's states
         self._eos = self.tm.eos_bits()
 
     def start(self) -> Hashable:
@@ -328,7 +357,7 @@ class RegexConstraint:
         if m is None:
             from trellis.constrain.lexer import walk_live
 
-            ids, end, _, _ = walk_live(self.dfa.trans, s, self.tm)
+            ids, end, _, _ = walk_live(self.dfa.trans, s, self.tm, self._walk_memo)
             m = self.tm.pack_ids(ids[end >= 0])
             if self.dfa.final[s]:
                 m = m | self._eos
