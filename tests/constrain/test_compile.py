@@ -50,6 +50,31 @@ def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
     assert c2.is_accepting(s2)
 
 
+def test_tables_on_disk_never_meet_a_differently_numbered_grammar(tmp_path, monkeypatch) -> None:
+    """lark numbers LALR states differently in each compile, so after the grammar pickle is lost
+    the recompiled grammar must not reuse tables written for the old numbering."""
+    import sys
+    from collections import OrderedDict
+
+    memo = sys.modules["trellis.constrain.compile"]
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(memo, "_COMPILED", OrderedDict())
+    v = vocab()
+    compile("json.lark", v, precompute=True, progress=False)
+    for p in tmp_path.rglob("g-*.pkl"):
+        p.unlink()
+    memo._COMPILED.clear()
+    c = compile("json.lark", v, precompute=True, progress=False)
+    ref = compile("json.lark", v, cache=False, precompute=False)
+    row, want = allocate_bitmask(1, len(v))[0], allocate_bitmask(1, len(v))[0]
+    s, r = c.start(), ref.start()
+    for b in b'{"k": [true, -1.5e3, "x", null], "b": {}}':
+        c.fill_mask(s, row)
+        ref.fill_mask(r, want)
+        assert torch.equal(row, want)
+        s, r = c.advance(s, b), ref.advance(r, b)
+
+
 def test_tree_masks_prunes_forbidden_nodes() -> None:
     v = vocab()
     c = compile("json.lark", v, cache=False)

@@ -195,7 +195,11 @@ def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache
     if not precompute:
         return CFGConstraint(g, vocab)
     d = cache_dir() if cache else None
-    path = d / f"t-{_key(text, start, vocab.fingerprint(), _version(), str(CACHE_FORMAT))}.pkl" if d else None
+    # Keyed by the global lexer table, not the text: the tables are a function of (gtrans, gfinal,
+    # vocabulary) alone, while lark numbers LALR states differently from one process to the next
+    # (set orders), so a grammar recompiled after its g-*.pkl was lost must not meet old tables.
+    lex = hashlib.sha256(g.gtrans.tobytes() + g.gfinal.tobytes()).hexdigest()
+    path = d / f"t-{_key(lex, vocab.fingerprint(), _version(), str(CACHE_FORMAT))}.pkl" if d else None
     tables = _read(path) if path is not None else None
     c = CFGConstraint(g, vocab, tables=tables if isinstance(tables, dict) else None)
     if not isinstance(tables, dict):
