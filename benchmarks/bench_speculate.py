@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--per-category", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--max-nodes", type=int, default=15, help="node cap; DraftBudget picks 0/2/6/15 under it")
+    ap.add_argument("--workloads", default="abc", help="which of the workloads a, b, c to run")
     ap.add_argument("--methods", default="", help="comma-separated subset of method names (hf-greedy always runs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -93,6 +94,7 @@ def main() -> None:
         "b": {"json-extraction": [p for p, _ in EXTRACTION[: max(1, args.per_category)]]},
         "c": spec_bench(["writing", "roleplay"], args.per_category),
     }
+    workloads = {k: v for k, v in workloads.items() if k in args.workloads}
     try:
         from trellis.constrain.compile import compile as compile_grammar
 
@@ -179,8 +181,9 @@ def main() -> None:
                 for name in ("prompt-lookup", "recycling", "auto", "layer-skip"):
                     if name in outs:
                         identical &= outs[name] == outs["trellis-greedy"]
-                if "json-spec" in outs:
-                    identical &= outs["json-spec"] == outs["json-greedy"]
+                for name in ("json-spec", "json-spec-flat"):
+                    if name in outs:
+                        identical &= outs[name] == outs["json-greedy"]
             med = {m: statistics.median(v) for m, v in tps.items()}
             base = med["hf-greedy"]
             print(f"\n({wl}) {cat}: {len(prompts)} prompts x {n} tokens, {args.threads} threads")

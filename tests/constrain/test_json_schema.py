@@ -507,3 +507,28 @@ def test_json_schema_test_suite_flexible_sample() -> None:
 def test_json_schema_test_suite_full(whitespace: str) -> None:
     """Every draft 2020-12 file, optional/ (formats asserted, ECMA regexes, bignums) included."""
     assert run_suite(_suite_files("**/*.json"), whitespace)["wrong"] == []
+
+
+def test_order_keys_follows_the_anyof_branch_the_instance_matches():
+    """Each anyOf branch fixes its own key order; order_keys must use the branch that fits
+    (closed properties, required keys, enum/const discriminators), as the grammar does."""
+    schema = {"type": "array", "items": {"anyOf": [
+        {"type": "object", "additionalProperties": False,
+         "properties": {"context": {"type": "string"}, "image": {"type": "string"}}},
+        {"type": "object", "additionalProperties": False,
+         "properties": {"context": {"type": "string"}, "docker": {"type": "object"}, "image": {"type": "string"}}},
+        {"type": "object", "required": ["kind", "z"],
+         "properties": {"kind": {"enum": ["grid"]}, "z": {"type": "number"}, "a": {"type": "number"}}},
+        {"type": "object", "properties": {"kind": {"const": "mesh"}, "a": {"type": "number"}, "z": {"type": "number"}}},
+    ]}}
+    inst = [{"image": "x", "docker": {}, "context": "."}, {"a": 1, "z": 2, "kind": "grid"},
+            {"z": 2, "a": 1, "kind": "mesh"}]
+    ordered = order_keys(schema, inst)
+    assert [list(o) for o in ordered] == [["context", "docker", "image"], ["kind", "z", "a"], ["kind", "a", "z"]]
+    c = compile(JsonSchema(schema), VOCAB, cache=False, precompute=False)
+    text = json.dumps(ordered, separators=(",", ":")).encode()
+    s = c.start()
+    for b in text:
+        s = c.advance(s, b)
+        assert s is not None
+    assert c.is_accepting(s)

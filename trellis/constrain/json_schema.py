@@ -185,7 +185,36 @@ def order_keys(schema: Any, instance: Any) -> Any:
     return _order(doc, [(doc.root, doc.base)], instance, 0)
 
 
-def _expand(doc: "_Document", cands: list, depth: int = 0) -> list:
+def _fits(doc: "_Document", cand: tuple, inst: Any) -> bool:
+    """Cheap necessary conditions for ``inst`` to match ``cand`` (through $ref / allOf): its
+    ``type``, ``required`` keys, closed ``properties`` and ``const``/``enum`` property values. Used
+    to pick the anyOf/oneOf branch whose key order applies; False only when it surely fails."""
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    kind = kinds.get(type(inst), "number")
+    for s, _ in _expand(doc, [cand], branches=False):
+        t = s.get("type")
+        types = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+        if types is not None and kind not in types and not (kind == "number" and "integer" in types):
+            return False
+        if not isinstance(inst, dict):
+            continue
+        props = s.get("properties") if isinstance(s.get("properties"), dict) else {}
+        if isinstance(s.get("required"), list) and any(isinstance(k, str) and k not in inst for k in s["required"]):
+            return False
+        if s.get("additionalProperties") is False and not s.get("patternProperties") and set(inst) - set(props):
+            return False
+        for k, sub in props.items():
+            if k in inst and isinstance(sub, dict):
+                if "const" in sub and sub["const"] != inst[k]:
+                    return False
+                if isinstance(sub.get("enum"), list) and inst[k] not in sub["enum"]:
+                    return False
+    return True
+
+
+def _expand(doc: "_Document", cands: list, depth: int = 0, inst: Any = None, branches: bool = True) -> list:
+    """``cands`` and the schemas they reach through $ref, allOf, then/else and (``branches``)
+    anyOf/oneOf; of the alternatives, only those ``inst`` may match when any does (``_fits``)."""
     out = []
     for s, base in cands:
         if not isinstance(s, dict) or depth > 20:
@@ -199,16 +228,21 @@ def _expand(doc: "_Document", cands: list, depth: int = 0) -> list:
                 subs.append((obj, b))
             except SchemaError:
                 pass
-        for kw in ("allOf", "anyOf", "oneOf"):
+        if isinstance(s.get("allOf"), list):
+            subs += [(x, base) for x in s["allOf"]]
+        for kw in ("anyOf", "oneOf") if branches else ():
             if isinstance(s.get(kw), list):
-                subs += [(x, base) for x in s[kw]]
+                alts = [(x, base) for x in s[kw]]
+                if inst is not None:
+                    alts = [a for a in alts if _fits(doc, a, inst)] or alts
+                subs += alts
         subs += [(s[kw], base) for kw in ("then", "else") if kw in s]
-        out += _expand(doc, subs, depth + 1)
+        out += _expand(doc, subs, depth + 1, inst, branches)
     return out
 
 
 def _order(doc: "_Document", cands: list, inst: Any, depth: int) -> Any:
-    cands = _expand(doc, cands)
+    cands = _expand(doc, cands, inst=inst)
     if isinstance(inst, dict) and depth < 64:
         keys: list = []
         for s, _ in cands:  # const/enum objects: their own key order
