@@ -280,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--whitespace", choices=("compact", "flexible"), default="compact")
     ap.add_argument("--timeout", type=float, default=60.0, help="per-schema compile limit in seconds")
     ap.add_argument("--out", default=None, help="write per-schema results as JSON")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="time compiles only, no instance checks (a quick quiet-machine timing run)")
     args = ap.parse_args(argv)
     engines = [e for e in args.engines.split(",") if e]
     bad = [e for e in engines if e not in ENGINES]
@@ -306,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     t_start = time.time()
     for k, case in enumerate(cases):
-        items = instances(case, ctx)
+        items = [] if args.compile_only else instances(case, ctx)
         row = {"source": case["source"], "name": case["name"], "engines": {}}
         for e in engines:
             row["engines"][e] = measure(e, case, ctx, items, args.timeout)

@@ -143,12 +143,12 @@ def main() -> None:
         "hf-greedy": methods["hf-greedy"],
         "trellis-greedy": methods["trellis-greedy"],
         "json-greedy": lambda ids: trellis_run(ids, Greedy(), current["c"]),
-        "json-spec": lambda ids: trellis_run(ids, Speculative(GrammarForced(then=Composite([
+        "json-spec": lambda ids: trellis_run(ids, Speculative(Composite([GrammarForced(), PromptLookup(),
+                                                                           TokenRecycling(h.vocab_size)]),
+                                                              max_nodes=args.max_nodes), current["c"]),
+        # the others' drafts grafted under the forced chain's end instead of beside it
+        "json-spec-chain": lambda ids: trellis_run(ids, Speculative(GrammarForced(then=Composite([
             PromptLookup(), TokenRecycling(h.vocab_size)])), max_nodes=args.max_nodes), current["c"]),
-        # the forced chain as a sibling of the others' drafts instead of their trunk
-        "json-spec-flat": lambda ids: trellis_run(ids, Speculative(Composite([GrammarForced(), PromptLookup(),
-                                                                                TokenRecycling(h.vocab_size)]),
-                                                                   max_nodes=args.max_nodes), current["c"]),
     }
     if args.methods:
         keep = {"hf-greedy", "trellis-greedy", "json-greedy", *args.methods.split(",")}
@@ -181,7 +181,7 @@ def main() -> None:
                 for name in ("prompt-lookup", "recycling", "auto", "layer-skip"):
                     if name in outs:
                         identical &= outs[name] == outs["trellis-greedy"]
-                for name in ("json-spec", "json-spec-flat"):
+                for name in ("json-spec", "json-spec-chain"):
                     if name in outs:
                         identical &= outs[name] == outs["json-greedy"]
             med = {m: statistics.median(v) for m, v in tps.items()}

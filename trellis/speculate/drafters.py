@@ -362,7 +362,7 @@ class Composite:
 def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator | None = None,
                       model: Any = None) -> Drafter:
     """The drafter the CLI's ``--speculate`` names: ``prompt-lookup``, ``recycling``,
-    ``grammar-forced``, ``auto`` (the forced chain continued by prompt lookup + recycling), ``layer-skip`` (self-speculation; needs the
+    ``grammar-forced``, ``auto`` (all three merged), ``layer-skip`` (self-speculation; needs the
     target ``model``) or ``draft:MODEL`` (a smaller model sharing the tokenizer: anything
     ``trellis.load`` accepts)."""
     if name == "layer-skip":
@@ -375,8 +375,8 @@ def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator 
         return TokenRecycling(vocab_size)
     if name == "grammar-forced":
         return GrammarForced()
-    if name == "auto":  # forced structure first, then what prompt lookup / recycling expect after it
-        return GrammarForced(then=Composite([PromptLookup(), TokenRecycling(vocab_size)]))
+    if name == "auto":  # siblings, not GrammarForced(then=...): as fast or faster in bench_speculate (b)
+        return Composite([GrammarForced(), PromptLookup(), TokenRecycling(vocab_size)])
     if name.startswith("draft:"):
         from trellis.models import load
 
