@@ -16,6 +16,18 @@ def vocab() -> Vocabulary:
     return Vocabulary(toks, eos=frozenset([len(toks) - 1]))
 
 
+def same_masks_along(c1, c2, text: bytes, size: int):
+    """Assert both constraints give equal masks at every byte of ``text`` (byte tokens); c2's end state."""
+    row1, row2 = allocate_bitmask(1, size)[0], allocate_bitmask(1, size)[0]
+    s1, s2 = c1.start(), c2.start()
+    for b in text:
+        c1.fill_mask(s1, row1)
+        c2.fill_mask(s2, row2)
+        assert torch.equal(row1, row2)
+        s1, s2 = c1.advance(s1, b), c2.advance(s2, b)
+    return s2
+
+
 def test_compile_kinds() -> None:
     v = vocab()
     assert isinstance(compile("json.lark", v, cache=False), CFGConstraint)
@@ -40,14 +52,7 @@ def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
     warm = time.perf_counter() - t
     assert warm < 5.0  # generous: tests never assert tight timings
     assert set(c2.tables) == set(c1.tables)
-    row1, row2 = allocate_bitmask(1, len(v))[0], allocate_bitmask(1, len(v))[0]
-    s1, s2 = c1.start(), c2.start()
-    for b in b'{"a": [true, 1]}':
-        c1.fill_mask(s1, row1)
-        c2.fill_mask(s2, row2)
-        assert torch.equal(row1, row2)
-        s1, s2 = c1.advance(s1, b), c2.advance(s2, b)
-    assert c2.is_accepting(s2)
+    assert c2.is_accepting(same_masks_along(c1, c2, b'{"a": [true, 1]}', len(v)))
 
 
 def test_tables_on_disk_never_meet_a_differently_numbered_grammar(tmp_path, monkeypatch) -> None:
@@ -66,13 +71,7 @@ def test_tables_on_disk_never_meet_a_differently_numbered_grammar(tmp_path, monk
     memo._COMPILED.clear()
     c = compile("json.lark", v, precompute=True, progress=False)
     ref = compile("json.lark", v, cache=False, precompute=False)
-    row, want = allocate_bitmask(1, len(v))[0], allocate_bitmask(1, len(v))[0]
-    s, r = c.start(), ref.start()
-    for b in b'{"k": [true, -1.5e3, "x", null], "b": {}}':
-        c.fill_mask(s, row)
-        ref.fill_mask(r, want)
-        assert torch.equal(row, want)
-        s, r = c.advance(s, b), ref.advance(r, b)
+    same_masks_along(ref, c, b'{"k": [true, -1.5e3, "x", null], "b": {}}', len(v))
 
 
 def test_tree_masks_prunes_forbidden_nodes() -> None:
