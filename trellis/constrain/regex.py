@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from trellis.constrain.charsets import cs, cs_neg
 from trellis.constrain.errors import GrammarError
 from trellis.tokens import Vocabulary
 
-MAX_CODEPOINT = 0x10FFFF
 _SURROGATES = (0xD800, 0xDFFF)
 
 
@@ -89,28 +89,6 @@ def codepoint_ranges_to_utf8(ranges: list[tuple[int, int]]) -> list[list[tuple[i
         for a, b in pieces:
             if a <= b:
                 _split_utf8(a, b, out)
-    return out
-
-
-def _to_ranges(cps: list[int]) -> list[tuple[int, int]]:
-    cps = sorted(set(cps))
-    out: list[tuple[int, int]] = []
-    for c in cps:
-        if out and out[-1][1] == c - 1:
-            out[-1] = (out[-1][0], c)
-        else:
-            out.append((c, c))
-    return out
-
-
-def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out, nxt = [], 0
-    for lo, hi in ranges:
-        if lo > nxt:
-            out.append((nxt, lo - 1))
-        nxt = hi + 1
-    if nxt <= MAX_CODEPOINT:
-        out.append((nxt, MAX_CODEPOINT))
     return out
 
 
@@ -218,9 +196,9 @@ def _fsm_to_byte_dfa(fsm, *, name: str, pattern: str) -> ByteDFA:
     seqs_by_class: dict[int, list[list[tuple[int, int]]]] = {}
     for cls, chars in alphabet.by_transition.items():
         cps = [ord(ch) for ch in chars if ch is not anything_else]
-        ranges = _to_ranges(cps)
+        ranges = list(cs(*cps))
         if any(ch is anything_else for ch in chars):
-            ranges = sorted(ranges + _complement(_to_ranges(explicit)))
+            ranges = sorted(ranges + list(cs_neg(cs(*explicit))))
         seqs_by_class[cls] = codepoint_ranges_to_utf8(ranges)
 
     # Byte NFA: fsm states keep their ids; intermediate nodes are appended.

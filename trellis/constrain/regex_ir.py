@@ -263,24 +263,11 @@ def _hex_escapes(codes: list[int], upper: bool) -> str:
 
 def enc_set_strict(r: Ranges) -> str:
     """Like ``enc_set`` but only the one spelling ``json.dumps(ensure_ascii=False)`` writes."""
-    alts = []
-    raw = cs_diff(cs_diff(r, _SPECIAL), SURROGATES)
-    if raw:
-        alts.append(_set_regex(raw))
     singles = "".join(e for c, e in ((0x22, '"'), (0x5C, "\\\\")) if cs_has(r, c))
     ctl = cs_inter(r, CONTROLS)
     singles += "".join(_SHORT[c] for lo, hi in ctl for c in range(lo, hi + 1) if c in _SHORT)
-    esc = []
-    if singles:
-        esc.append(singles if len(singles) == 1 or singles == "\\\\" else f"[{singles}]")
     hexes = _hex_escapes([c for lo, hi in ctl for c in range(lo, hi + 1) if c not in _SHORT], False)
-    if hexes:
-        esc.append("u00" + hexes)
-    if esc:
-        alts.append("\\\\" + (esc[0] if len(esc) == 1 else "(?:" + "|".join(esc) + ")"))
-    if not alts:
-        raise _TooComplex("empty character set")
-    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    return _one_char(r, singles, hexes)
 
 
 def enc_set(r: Ranges) -> str:
@@ -289,18 +276,24 @@ def enc_set(r: Ranges) -> str:
     All escapes share one backslash branch: the engine's byte DFAs are not minimised, so fewer
     alternatives mean fewer states (81 vs 138 for a string of any characters).
     """
+    singles = "".join(e for c, e in ((0x22, '"'), (0x5C, "\\\\"), (0x2F, "/")) if cs_has(r, c))
+    ctl = cs_inter(r, CONTROLS)
+    singles += "".join(_SHORT[c] for lo, hi in ctl for c in range(lo, hi + 1) if c in _SHORT)
+    return _one_char(r, singles, _hex_escapes([c for lo, hi in ctl for c in range(lo, hi + 1)], True))
+
+
+def _one_char(r: Ranges, singles: str, hexes: str) -> str:
+    """One JSON-text character of ``r``: its raw (unescaped) members, then a single backslash branch
+    for the one-letter escapes ``singles`` and the ``\\u00`` escapes whose hex digits ``hexes`` spells."""
     alts = []
     raw = cs_diff(cs_diff(r, _SPECIAL), SURROGATES)
     if raw:
         alts.append(_set_regex(raw))
-    singles = "".join(e for c, e in ((0x22, '"'), (0x5C, "\\\\"), (0x2F, "/")) if cs_has(r, c))
-    ctl = cs_inter(r, CONTROLS)
-    singles += "".join(_SHORT[c] for lo, hi in ctl for c in range(lo, hi + 1) if c in _SHORT)
     esc = []
     if singles:
         esc.append(singles if len(singles) == 1 or singles == "\\\\" else f"[{singles}]")
-    if ctl:
-        esc.append("u00" + _hex_escapes([c for lo, hi in ctl for c in range(lo, hi + 1)], True))
+    if hexes:
+        esc.append("u00" + hexes)
     if esc:
         alts.append("\\\\" + (esc[0] if len(esc) == 1 else "(?:" + "|".join(esc) + ")"))
     if not alts:
