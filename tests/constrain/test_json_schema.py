@@ -399,6 +399,24 @@ def test_grammar_is_strict_lalr_and_deterministic() -> None:
     lark.Lark(text, parser="lalr", lexer="contextual", strict=True)
 
 
+def test_grammar_text_does_not_depend_on_the_hash_seed() -> None:
+    """Regexes rebuilt from FSMs (here: keys limited by ``propertyNames``) once followed
+    interegular's string-hash order, so the grammar text, and with it the disk cache key, changed
+    per process."""
+    import subprocess
+    import sys
+
+    words = ["maxLength", "minLength", "maximum", "minimum", "anyOf", "allOf", "oneOf", "exclusiveMaximum",
+             "exclusiveMinimum", "maxItems", "minItems", "maxProperties", "minProperties"]
+    schema = {"type": "object", "propertyNames": {"enum": words}, "additionalProperties": {"type": "integer"}}
+    code = "import json,sys; from trellis.constrain.json_schema import schema_to_lark; " \
+           "print(schema_to_lark(json.loads(sys.argv[1]))[0])"
+    texts = {subprocess.run([sys.executable, "-c", code, json.dumps(schema)], capture_output=True, text=True,
+                            check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+             for seed in range(6)}
+    assert len(texts) == 1
+
+
 def test_pydantic_model() -> None:
     pydantic = pytest.importorskip("pydantic")
     from typing import Literal, Optional

@@ -427,17 +427,30 @@ def fsm_ir(f: Any) -> tuple:
     live = back
     if f.initial not in live:
         return NONE
-    S, E = "start", "end"
-    out: dict[Any, dict[Any, tuple]] = {S: {f.initial: EPS}}
-    inn: dict[Any, set] = {f.initial: {S}, E: set()}
+    # interegular numbers transitions and states in string-hash order (PYTHONHASHSEED), so edges
+    # are visited by their character sets and states ranked breadth-first along them: the same
+    # language then always gives the same regex text (grammar cache keys depend on it).
+    edges: dict[Any, list[tuple[Ranges, Any]]] = {}
     for s in live:
-        out.setdefault(s, {})
-        inn.setdefault(s, set())
         per: dict[Any, Ranges] = {}
         for t, d in f.map.get(s, {}).items():
             if d in live:
                 per[d] = cs_union(per.get(d, ()), cls[t])
-        for d, r in per.items():
+        edges[s] = sorted(((r, d) for d, r in per.items()), key=lambda e: e[0])
+    rank = {f.initial: 0}
+    queue = [f.initial]
+    for s in queue:
+        for _, d in edges[s]:
+            if d not in rank:
+                rank[d] = len(rank)
+                queue.append(d)
+    S, E = "start", "end"
+    out: dict[Any, dict[Any, tuple]] = {S: {f.initial: EPS}}
+    inn: dict[Any, set] = {f.initial: {S}, E: set()}
+    for s in queue:
+        out.setdefault(s, {})
+        inn.setdefault(s, set())
+        for r, d in edges[s]:
             out[s][d] = ch(r)
             inn.setdefault(d, set()).add(s)
         if s in f.finals:
@@ -448,10 +461,10 @@ def fsm_ir(f: Any) -> tuple:
     def sz(p: Any, q: Any) -> int:
         return sizes.get((p, q), 1)
 
-    todo = set(live)
+    todo = set(queue)
     while todo:
         k = min(todo, key=lambda s: ((len(inn[s]) - (s in inn[s])) * (len(out[s]) - (s in out[s])),
-                                     sum(sz(p, s) for p in inn[s]) + sum(sz(s, q) for q in out[s])))
+                                     sum(sz(p, s) for p in inn[s]) + sum(sz(s, q) for q in out[s]), rank[s]))
         todo.discard(k)
         loop = out[k].pop(k, None)
         inn[k].discard(k)
