@@ -97,3 +97,43 @@ def test_table_cache_is_bounded_lru(tmp_path, monkeypatch) -> None:
     (tmp_path / "g-keep.pkl").write_bytes(b"x" * 4096)  # grammar tables are small: never pruned
     _prune(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g-keep.pkl", "t-2.pkl", "t-3.pkl"]
+
+
+def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
+    """Crossing tokens are split once per global lexer state and their rests walked only from
+    bytes the next lexer can begin with; every (rests, next lexer) pair must equal walking each
+    rest byte by byte: ends inside -> its group, ends a complete lexeme again -> cross, else gone."""
+    from trellis.constrain.lexer import continuation
+
+    toks = tuple(bytes([b]) for b in range(32, 127)) + (
+        b' {"', b'  "a', b'\n1', b' true', b' tru', b'":', b'", "', b'] ,', b' 12.5e', b', [', b'":-', b'"}', b'ab c',
+        b' \xc3\xa9', b'  ', b'')
+    v = Vocabulary(toks, eos=frozenset([len(toks) - 1]))
+    c = compile("json.lark", v, cache=False)
+    g = c.grammar
+    checked = 0
+    for lid, lex in enumerate(g.lexers):
+        for d in range(len(lex.accept)):
+            for rests in c.table(lid, d).cross.values():
+                for lid2, lex2 in enumerate(g.lexers):
+                    cont = continuation(lex2, rests, c.tm)
+                    got_in = {(u, int(i)) for u, ids in cont.groups for i in ids.tolist()}
+                    got_x = {(t, int(i), int(p)) for t, r in cont.cross.items()
+                             for i, p in zip(r.ids.tolist(), r.pos.tolist())}
+                    want_in, want_x = set(), set()
+                    for i, p in zip(rests.ids.tolist(), rests.pos.tolist()):
+                        s = 0
+                        for k, b in enumerate(toks[i][p:]):
+                            n = lex2.rows[s][b]
+                            if n < 0:
+                                if k >= 1 and lex2.accept[s] >= 0:
+                                    want_x.add((int(lex2.accept[s]), i, p + k))
+                                break
+                            s = n
+                        else:
+                            want_in.add((s, i))
+                    assert (got_in, got_x) == (want_in, want_x), (lid, d, lid2)
+                    for r in cont.cross.values():  # the byte a rest begins with is recorded
+                        assert [toks[i][p] for i, p in zip(r.ids.tolist(), r.pos.tolist())] == r.first.tolist()
+                    checked += len(rests)
+    assert checked > 100

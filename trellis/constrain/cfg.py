@@ -72,8 +72,9 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.lexer import (Continuation, LexerDFA, StateTable, TerminalInfo, TokenMatrix, WalkTable, build_lexer_dfa,
-                                     byte_classes, continuation, globalize, state_table, walk_table)
+from trellis.constrain.lexer import (Continuation, LexerDFA, Rests, StateTable, TerminalInfo, TokenMatrix, WalkTable,
+                                     build_lexer_dfa, byte_classes, continuation, global_accept, globalize,
+                                     split_crossing, state_table, walk_table)
 from trellis.constrain.regex import literal_dfa, regex_to_byte_dfa
 from trellis.tokens import Vocabulary
 
@@ -378,6 +379,11 @@ class CFGConstraint:
         self.tm = TokenMatrix.of(vocab)
         self.tables: dict[int, WalkTable] = dict(tables or {})  # by global lexer state
         self._views: dict[tuple[int, int], StateTable] = {}
+        # Crossing tokens of each global lexer state by terminal, with their continuations: shared
+        # by every lexer holding the state (on json.lark the 18 lexer states that end a whitespace
+        # lexeme are 2 global ones, each crossed by ~137k Gemma tokens).
+        self._gaccept = global_accept(grammar.lexers, len(grammar.gfinal))
+        self._split: dict[int, dict[int, Rests]] = {}
         self._local: dict[int, np.ndarray] = {}
         self._masks: OrderedDict[CfgState, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
@@ -440,7 +446,12 @@ class CFGConstraint:
                 local = np.full(len(self.grammar.gfinal), -1, dtype=np.int32)
                 local[lex.glob] = np.arange(len(lex.glob), dtype=np.int32)
                 self._local[lexer_id] = local
-            t = self._views[key] = state_table(lex, d, self.walk(int(lex.glob[d])), local)
+            g = int(lex.glob[d])
+            w = self.walk(g)
+            cross = self._split.get(g)
+            if cross is None:
+                cross = self._split[g] = split_crossing(w, self._gaccept)
+            t = self._views[key] = state_table(lex, d, w, local, cross)
         return t
 
     def mask_array(self, state: Hashable) -> np.ndarray:
@@ -481,17 +492,17 @@ class CFGConstraint:
         """Append to ``out`` the ids of ``tab``'s boundary-crossing tokens allowed on ``stack``.
 
         Each crossing is one vectorised walk of the tokens' rests from the next lexer's start
-        state (cached per (terminal, lexer)); tokens that cross again recurse on the new stack.
+        state (cached per (rests, lexer)); tokens that cross again recurse on the new stack.
         """
         rt = self.rt
-        for term, (ids, pos) in tab.cross.items():
+        for term, rests in tab.cross.items():
             s2 = rt.after_lexeme(stack, term)
             if s2 is None:
                 continue
             lid2 = self.grammar.lexer_of[s2[-1]]
-            cont = tab.after.get((term, lid2))
+            cont = rests.after.get(lid2)
             if cont is None:
-                cont = tab.after[(term, lid2)] = continuation(self.grammar.lexers[lid2], ids, pos, self.tm)
+                cont = rests.after[lid2] = continuation(self.grammar.lexers[lid2], rests, self.tm)
             for u, group in cont.groups:
                 if rt.viable((s2, u)):
                     out.append(group)

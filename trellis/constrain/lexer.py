@@ -156,12 +156,13 @@ def byte_fallback_ids(tokens: Sequence[bytes]) -> range:
 
 
 def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray,
-          column: Callable[[int, np.ndarray], np.ndarray], j0: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+          column: Callable[[int, np.ndarray], np.ndarray], j0: int = 0) -> tuple[np.ndarray, ...]:
     """Run ``trans`` from ``start`` over ``len(lengths)`` byte strings at once.
 
     ``column(j, idx)`` gives byte ``j`` of the strings ``idx``. Returns (end: state after the
     whole string, -1 if it died; bpos: index of the first byte with no transition, -1 if none;
-    bstate: the state before that byte), each int32. One numpy gather per byte column; strings
+    bstate: the state before that byte), each int32, and bbyte (uint8: that byte, where a crossing
+    token's rest begins). One numpy gather per byte column; strings
     leave the working set as soon as they end or die. ``start`` may be one state per string, and
     ``j0`` > 0 resumes the strings at byte ``j0`` (the bytes before it already consumed).
     """
@@ -169,6 +170,7 @@ def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray,
     end = np.full(n, -1, dtype=np.int32)
     bpos = np.full(n, -1, dtype=np.int32)
     bst = np.full(n, -1, dtype=np.int32)
+    bbyte = np.zeros(n, dtype=np.uint8)
     flat = trans.reshape(-1)
     idx = np.arange(n, dtype=np.int64)
     cs = np.broadcast_to(np.asarray(start, dtype=np.int64), (n,)).copy()
@@ -181,26 +183,29 @@ def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray,
             idx, cs = idx[keep], cs[keep]
             if not len(idx):
                 break
-        nxt = flat[cs * 256 + column(j, idx)]
+        col = column(j, idx)
+        nxt = flat[cs * 256 + col]
         dead = nxt < 0
         if dead.any():
-            bpos[idx[dead]] = j
-            bst[idx[dead]] = cs[dead]
+            di = idx[dead]
+            bpos[di] = j
+            bst[di] = cs[dead]
+            bbyte[di] = col[dead]
             keep = ~dead
             idx, cs = idx[keep], nxt[keep].astype(np.int64)
         else:
             cs = nxt.astype(np.int64)
         j += 1
-    return end, bpos, bst
+    return end, bpos, bst, bbyte
 
 
-WalkMemo = dict  # (state after the first byte, first byte) -> ((ids, end, bpos, bstate) batch, lo, hi)
+WalkMemo = dict  # (state after the first byte, first byte) -> ((ids, end, bpos, bstate, bbyte) batch, lo, hi)
 
 
 def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | None = None) -> tuple[np.ndarray, ...]:
     """Run ``trans`` from ``start`` over every token whose first byte has a transition.
 
-    Returns (ids [n] int64, end, bpos, bstate) with ``_walk``'s meaning. Tokens whose first byte
+    Returns (ids [n] int64, end, bpos, bstate, bbyte) with ``_walk``'s meaning. Tokens whose first byte
     is dead are not listed (see ``dead_first_bits``): in most lexer states that is nearly the
     whole vocabulary, so this costs O(tokens walked), not O(V).
 
@@ -222,17 +227,17 @@ def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | N
         pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)  # into order
         ids = tm.order[pos]
         mat_t = tm.mat_t
-        end, bpos, bst = _walk(trans, np.repeat(succ[need], counts), tm.lengths[ids],
-                               lambda j, idx: mat_t[j][pos[idx]], j0=1)
-        batch = (ids, end, bpos, bst)
+        end, bpos, bst, bbyte = _walk(trans, np.repeat(succ[need], counts), tm.lengths[ids],
+                                      lambda j, idx: mat_t[j][pos[idx]], j0=1)
+        batch = (ids, end, bpos, bst, bbyte)
         stops = np.cumsum(counts).tolist()
         for u, b, lo_, hi_ in zip(succ[need].tolist(), bs.tolist(), [0] + stops[:-1], stops):
             memo[(u, b)] = (batch, lo_, hi_)  # a slice of this batch (views, not copies)
     parts = [memo[(u, b)] for u, b in zip(succ.tolist(), live.tolist())]
     if not parts:
         empty = np.zeros(0, dtype=np.int32)
-        return np.zeros(0, dtype=np.int64), empty, empty.copy(), empty.copy()
-    return tuple(np.concatenate([bt[k][lo_:hi_] for bt, lo_, hi_ in parts]) for k in range(4))
+        return np.zeros(0, dtype=np.int64), empty, empty.copy(), empty.copy(), np.zeros(0, dtype=np.uint8)
+    return tuple(np.concatenate([bt[k][lo_:hi_] for bt, lo_, hi_ in parts]) for k in range(5))
 
 
 def dead_first_bits(trans: np.ndarray, start: int, tm: TokenMatrix) -> np.ndarray:
@@ -428,7 +433,7 @@ class WalkTable:
     ``inside``: (global end state, packed tokens) — tokens that stay inside the current lexeme;
     ``first_dead``: packed tokens whose first byte cannot extend the lexeme; ``cross_*``: tokens
     whose lexeme ends, complete, before a later byte (ids, that byte's position >= 1, global state
-    before it). Every other token is rejected in this state whatever the stack.
+    before it, the byte). Every other token is rejected in this state whatever the stack.
     """
 
     inside: list[tuple[int, np.ndarray]]
@@ -436,11 +441,12 @@ class WalkTable:
     cross_ids: np.ndarray  # [C] int64
     cross_pos: np.ndarray  # [C] int32
     cross_state: np.ndarray  # [C] int32
+    cross_byte: np.ndarray  # [C] uint8 the byte at ``cross_pos`` (where the rest begins)
 
 
 def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix,
                memo: WalkMemo | None = None) -> WalkTable:
-    ids, end, bpos, bst = walk_live(gtrans, g, tm, memo)
+    ids, end, bpos, bst, bbyte = walk_live(gtrans, g, tm, memo)
     inside = []
     ok = end >= 0
     if ok.any():
@@ -449,7 +455,63 @@ def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix,
     first_dead = dead_first_bits(gtrans, g, tm) if gfinal[g] else None
     sel = bpos >= 1
     sel[sel] = gfinal[bst[sel]]
-    return WalkTable(inside, first_dead, ids[sel], bpos[sel], bst[sel])
+    return WalkTable(inside, first_dead, ids[sel], bpos[sel], bst[sel], bbyte[sel])
+
+
+def state_table(lex: LexerDFA, d: int, w: WalkTable, local: np.ndarray, cross: dict[int, "Rests"]) -> StateTable:
+    """Rename ``w`` (the walk of ``lex``'s state ``d``) into ``lex``; ``local``: [G] global -> local;
+    ``cross``: ``w``'s crossing tokens split by terminal (``split_crossing``, shared by lexers)."""
+    inside = [(int(local[u]), bits) for u, bits in w.inside]
+    group0 = w.first_dead if lex.accept[d] >= 0 else None
+    return StateTable(inside, group0, cross)
+
+
+def global_accept(lexers: Sequence[LexerDFA], n: int) -> np.ndarray:
+    """[G] the terminal each global state's lexeme becomes (-1: none).
+
+    It is the same in every lexer holding the state: resolution ranks the final components by
+    Lark's key (priority, width, length, name) and ``unless`` retypes to a literal that is itself
+    final, neither of which depends on the other members. Checked here all the same, because the
+    crossing-token split is shared between lexers on this basis."""
+    acc = np.full(n, -2, dtype=np.int32)
+    for lex in lexers:
+        seen = acc[lex.glob]
+        if ((seen != -2) & (seen != lex.accept)).any():
+            raise AssertionError("a global lexer state resolves to different terminals in two lexers")
+        acc[lex.glob] = lex.accept
+    return acc
+
+
+@dataclass(eq=False)
+class Rests:
+    """Boundary-crossing tokens, where their rests begin and each rest's first byte, so that a
+    next lexer walks only the rests its start state can begin (after a whitespace lexeme that is
+    ~137k Gemma tokens, of which a JSON value lexer can begin a few thousand).
+
+    ``after[lexer]`` caches the ``Continuation`` of these rests in that lexer.
+    """
+
+    ids: np.ndarray  # [C] int64
+    pos: np.ndarray  # [C] int32
+    first: np.ndarray  # [C] uint8
+    after: dict[int, "Continuation"] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def split_crossing(w: WalkTable, gaccept: np.ndarray) -> dict[int, Rests]:
+    """``w``'s crossing tokens by the terminal their lexeme becomes."""
+    terms = gaccept[w.cross_state]
+    if not len(terms):
+        return {}
+    if (terms == terms[0]).all():  # the usual case: every crossing lexeme is whitespace
+        return {int(terms[0]): Rests(w.cross_ids, w.cross_pos, w.cross_byte)}
+    out = {}
+    for t in np.unique(terms).tolist():
+        k = terms == t
+        out[int(t)] = Rests(w.cross_ids[k], w.cross_pos[k], w.cross_byte[k])
+    return out
 
 
 @dataclass(eq=False)
@@ -458,27 +520,13 @@ class StateTable:
     by the terminal their lexeme becomes in this lexer.
 
     ``inside``: (end state, packed tokens); ``group0``: packed tokens whose first byte ends the
-    current (complete) lexeme; ``cross[T]``: (token ids, boundary positions >= 1). ``after[(T,
-    lexer)]`` caches, for those tokens, the walk of their rests from the start state of the next
-    lexer (``Continuation``).
+    current (complete) lexeme; ``cross[T]``: the tokens whose lexeme ends as ``T`` before a later
+    byte, with their rests (shared by every lexer state of the same global state).
     """
 
     inside: list[tuple[int, np.ndarray]]
     group0: np.ndarray | None
-    cross: dict[int, tuple[np.ndarray, np.ndarray]]
-    after: dict[tuple[int, int], "Continuation"] = field(default_factory=dict)
-
-
-def state_table(lex: LexerDFA, d: int, w: WalkTable, local: np.ndarray) -> StateTable:
-    """Rename ``w`` (the walk of ``lex``'s state ``d``) into ``lex``; ``local``: [G] global -> local."""
-    inside = [(int(local[u]), bits) for u, bits in w.inside]
-    group0 = w.first_dead if lex.accept[d] >= 0 else None
-    terms = lex.accept[local[w.cross_state]]
-    cross = {}
-    for t in np.unique(terms).tolist():
-        k = terms == t
-        cross[int(t)] = (w.cross_ids[k], w.cross_pos[k])
-    return StateTable(inside, group0, cross)
+    cross: dict[int, Rests]
 
 
 @dataclass(eq=False)
@@ -486,36 +534,41 @@ class Continuation:
     """Rests of boundary-crossing tokens walked from a lexer's start state.
 
     ``groups``: (end state, token ids) of rests that end inside that next lexeme; ``cross[T]``:
-    (token ids, positions of the next boundary) of rests whose lexeme ends again, as ``T``;
-    ``after`` caches their continuations as in ``StateTable``. The others are rejected.
+    the rests whose lexeme ends again, as ``T`` (with the rests after that boundary). The others
+    are rejected.
     """
 
     groups: list[tuple[int, np.ndarray]]
-    cross: dict[int, tuple[np.ndarray, np.ndarray]]
-    after: dict[tuple[int, int], "Continuation"] = field(default_factory=dict)
+    cross: dict[int, Rests]
 
 
-def continuation(lex: LexerDFA, ids: np.ndarray, pos: np.ndarray, tm: TokenMatrix) -> Continuation:
-    """Walk ``tokens[ids[i]][pos[i]:]`` from ``lex``'s start state (one numpy pass).
+def continuation(lex: LexerDFA, rests: Rests, tm: TokenMatrix) -> Continuation:
+    """Walk ``tokens[ids[i]][pos[i]:]`` from ``lex``'s start state (one numpy pass over the rests
+    whose first byte ``lex`` can begin with; the others die at once).
 
     The rests are read straight from the token matrix (byte ``pos + j`` of each token's column):
-    after a whitespace lexeme, the crossing set on Gemma's vocabulary is ~100k tokens, and
-    joining their rests in Python made a first visit cost 0.3-0.6 s."""
+    joining ~100k rests in Python made a first visit cost 0.3-0.6 s."""
+    start = lex.trans[0][rests.first]
+    sel = np.flatnonzero(start >= 0)
+    if not len(sel):
+        return Continuation([], {})
+    ids, pos = rests.ids[sel], rests.pos[sel].astype(np.int64)
     col = tm.rank[ids]
     mat_t = tm.mat_t
-    end, bpos, bst = _walk(lex.trans, 0, tm.lengths[ids].astype(np.int64) - pos,
-                           lambda j, idx: mat_t[pos[idx] + j, col[idx]])
+    start = start[sel].astype(np.int64)
+    end, bpos, bst, bbyte = _walk(lex.trans, start, tm.lengths[ids].astype(np.int64) - pos,
+                                  lambda j, idx: mat_t[pos[idx] + j, col[idx]], j0=1)
     groups = []
     ok = end >= 0
     if ok.any():
         for u in np.unique(end[ok]).tolist():
             groups.append((int(u), ids[end == u]))
-    sel = bpos >= 1
-    sel[sel] = lex.accept[bst[sel]] >= 0
-    terms = lex.accept[bst[sel]]
-    ids2, pos2 = ids[sel], pos[sel] + bpos[sel]
+    again = bpos >= 1
+    again[again] = lex.accept[bst[again]] >= 0
+    terms = lex.accept[bst[again]]
+    ids2, pos2, first2 = ids[again], (pos[again] + bpos[again]).astype(np.int32), bbyte[again]
     cross = {}
     for t in np.unique(terms).tolist():
         k = terms == t
-        cross[int(t)] = (ids2[k], pos2[k])
+        cross[int(t)] = Rests(ids2[k], pos2[k], first2[k])
     return Continuation(groups, cross)

@@ -335,7 +335,7 @@ class RegexConstraint:
         if m is None:
             from trellis.constrain.lexer import walk_live
 
-            ids, end, _, _ = walk_live(self.dfa.trans, s, self.tm, self._walk_memo)
+            ids, end, *_ = walk_live(self.dfa.trans, s, self.tm, self._walk_memo)
             m = self.tm.pack_ids(ids[end >= 0])
             if self.dfa.final[s]:
                 m = m | self._eos
