@@ -26,8 +26,9 @@ engine in the row accepts; documents a peer rejects are dropped and counted):
   only between/after terminals, not before the first one); outlines-core cannot express them
   (recursive) and is skipped.
 
-Measured per engine: compile cold (no cache: empty TRELLIS_CACHE_DIR and cleared in-process memo
-``trellis.constrain.compile._COMPILED``; fresh xgrammar compiler without cache; a new LLMatcher;
+Measured per engine: compile cold (no cache: empty TRELLIS_CACHE_DIR, cleared in-process memos
+``trellis.constrain.compile._COMPILED`` and ``trellis.constrain.regex._DFA_MEMO``; the tables'
+disk write runs on a background thread and is awaited before the warm compile, untimed); fresh xgrammar compiler without cache; a new LLMatcher;
 a new outlines ``Index``) and warm (trellis: disk-cached tables, memo cleared; xgrammar: its
 compiler cache; outlines: unpickling the index; llguidance has no cache). Tokenizer preprocessing
 (trellis' token matrix, xgrammar TokenizerInfo, llguidance LLTokenizer, outlines Vocabulary) is
@@ -65,6 +66,7 @@ from torch import Tensor
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from trellis.constrain.compile import load_grammar_text  # noqa: E402
+from trellis.constrain.regex import _DFA_MEMO  # noqa: E402
 from trellis.mask import allocate_bitmask  # noqa: E402
 from trellis.tokens import Vocabulary  # noqa: E402
 
@@ -256,9 +258,12 @@ def trellis_engines(name: str, vocab: Vocabulary) -> tuple[list[EngineResult], l
             tc._COMPILED.clear()
             lazy, _ = timed(lambda: tc.compile(name, vocab))
             tc._COMPILED.clear()
+            tc.wait_for_cache_writes()
             shutil_rm(tmp)
+            _DFA_MEMO.clear()  # the per-process regex -> DFA memo too: cold means nothing reused
             cold, _ = timed(lambda: tc.compile(name, vocab, precompute=True, progress=False))
             tc._COMPILED.clear()
+            tc.wait_for_cache_writes()  # tables are written in the background, off the compile's path
             warm, c = timed(lambda: tc.compile(name, vocab, precompute=True, progress=False))
             tc._COMPILED.clear()  # a second object, so that emptying its LRU leaves c's alone
             c2 = tc.compile(name, vocab, precompute=True, progress=False)

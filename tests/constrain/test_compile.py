@@ -44,6 +44,7 @@ def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(memo, "_COMPILED", OrderedDict())  # earlier tests compiled json.lark too
     v = vocab()
     c1 = compile("json.lark", v, precompute=True, progress=False)
+    memo.wait_for_cache_writes()  # tables are written in the background
     files = sorted(p.name[:2] for p in tmp_path.rglob("*.pkl"))
     assert files == ["g-", "t-"]
     memo._COMPILED.clear()  # the second compile must come from disk, not the process memo

@@ -22,6 +22,7 @@ import hashlib
 import os
 import pickle
 import tempfile
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Union
@@ -91,6 +92,7 @@ def _key(*parts: str) -> str:
 
 
 def _read(path: Path) -> object | None:
+    wait_for_cache_writes()
     try:
         with open(path, "rb") as f:
             obj = pickle.load(f)
@@ -110,6 +112,24 @@ def _write(path: Path, obj: object) -> None:
         _prune(path.parent)
     except OSError:
         pass  # a read-only cache dir only costs speed
+
+
+_PENDING: list[threading.Thread] = []
+
+
+def _write_later(path: Path, obj: object) -> None:
+    """``_write`` on a background thread: pickling and writing a 262k-vocabulary table (~25 MB)
+    takes ~20 ms that a cold compile need not wait for. Not a daemon thread, so the interpreter
+    completes the write before it exits; the file appears atomically (rename) either way."""
+    t = threading.Thread(target=_write, args=(path, obj), name="trellis-cache-write")
+    t.start()
+    _PENDING.append(t)
+
+
+def wait_for_cache_writes() -> None:
+    """Block until the background cache writes started so far are on disk."""
+    while _PENDING:
+        _PENDING.pop().join()
 
 
 def _prune(d: Path) -> None:
@@ -205,7 +225,7 @@ def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache
     if not isinstance(tables, dict):
         precompute_tables(c, progress=progress)
         if path is not None:
-            _write(path, c.tables)
+            _write_later(path, dict(c.tables))
     return c
 
 

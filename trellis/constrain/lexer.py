@@ -73,6 +73,8 @@ class TokenMatrix:
         first = np.fromiter((toks[i][0] for i in ids.tolist()), dtype=np.int64, count=len(ids))
         order = ids[np.lexsort((lengths[ids], first))]
         lmax = int(lengths[ids].max()) if len(ids) else 0
+        if lmax > np.iinfo(np.int16).max:  # walk tables store byte positions as int16
+            raise ValueError(f"a token of {lmax} bytes: tokens longer than 32767 bytes are not supported")
         flat = np.frombuffer(b"".join(toks[i].ljust(lmax, b"\0") for i in order.tolist()), dtype=np.uint8)
         mat_t = np.ascontiguousarray(flat.reshape(len(order), lmax).T)  # [Lmax, N]
         first_lo = np.searchsorted(np.sort(first), np.arange(257)).astype(np.int64)
@@ -155,14 +157,15 @@ def byte_fallback_ids(tokens: Sequence[bytes]) -> range:
     return range(0)
 
 
-def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray,
-          column: Callable[[int, np.ndarray], np.ndarray], j0: int = 0) -> tuple[np.ndarray, ...]:
-    """Run ``trans`` from ``start`` over ``len(lengths)`` byte strings at once.
+def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "TokenMatrix", base: np.ndarray,
+          j0: int = 0) -> tuple[np.ndarray, ...]:
+    """Run ``trans`` from ``start`` over ``len(lengths)`` byte strings of the token matrix at once.
 
-    ``column(j, idx)`` gives byte ``j`` of the strings ``idx``. Returns (end: state after the
-    whole string, -1 if it died; bpos: index of the first byte with no transition, -1 if none;
-    bstate: the state before that byte), each int32, and bbyte (uint8: that byte, where a crossing
-    token's rest begins). One numpy gather per byte column; strings
+    Byte ``j`` of string ``i`` is ``tm.mat_t.flat[base[i] + j * N]`` (N = tokens in the matrix):
+    ``base`` is a token's column for whole tokens, ``pos * N + column`` for a rest from ``pos``.
+    Returns (end: state after the whole string, -1 if it died; bpos: index of the first byte with
+    no transition, -1 if none; bstate: the state before that byte), each int32, and bbyte
+    (uint8: that byte, where a crossing token's rest begins). One gather per byte column; strings
     leave the working set as soon as they end or die. ``start`` may be one state per string, and
     ``j0`` > 0 resumes the strings at byte ``j0`` (the bytes before it already consumed).
     """
@@ -171,30 +174,36 @@ def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray,
     bpos = np.full(n, -1, dtype=np.int32)
     bst = np.full(n, -1, dtype=np.int32)
     bbyte = np.zeros(n, dtype=np.uint8)
-    flat = trans.reshape(-1)
+    # States scaled by 256 so that (state, byte) -> next is one add and one gather.
+    t256 = np.where(trans >= 0, trans.astype(np.int64) << 8, -1).reshape(-1)
+    flat = tm.mat_t.reshape(-1)
+    stride = tm.mat_t.shape[1]
     idx = np.arange(n, dtype=np.int64)
-    cs = np.broadcast_to(np.asarray(start, dtype=np.int64), (n,)).copy()
+    cs = np.broadcast_to(np.asarray(start, dtype=np.int64) << 8, (n,)).copy()
+    lens = np.asarray(lengths)
+    at = np.asarray(base, dtype=np.int64) + j0 * stride
     j = j0
     while len(idx):
-        fin = lengths[idx] == j
+        fin = lens == j
         if fin.any():
-            end[idx[fin]] = cs[fin]
+            end[idx[fin]] = cs[fin] >> 8
             keep = ~fin
-            idx, cs = idx[keep], cs[keep]
+            idx, cs, lens, at = idx[keep], cs[keep], lens[keep], at[keep]
             if not len(idx):
                 break
-        col = column(j, idx)
-        nxt = flat[cs * 256 + col]
+        col = flat.take(at)
+        nxt = t256.take(cs + col)
         dead = nxt < 0
         if dead.any():
             di = idx[dead]
             bpos[di] = j
-            bst[di] = cs[dead]
+            bst[di] = cs[dead] >> 8
             bbyte[di] = col[dead]
             keep = ~dead
-            idx, cs = idx[keep], nxt[keep].astype(np.int64)
+            idx, cs, lens, at = idx[keep], nxt[keep], lens[keep], at[keep]
         else:
-            cs = nxt.astype(np.int64)
+            cs = nxt
+        at += stride
         j += 1
     return end, bpos, bst, bbyte
 
@@ -226,17 +235,24 @@ def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | N
         n = int(counts.sum())
         pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)  # into order
         ids = tm.order[pos]
-        mat_t = tm.mat_t
-        end, bpos, bst, bbyte = _walk(trans, np.repeat(succ[need], counts), tm.lengths[ids],
-                                      lambda j, idx: mat_t[j][pos[idx]], j0=1)
+        end, bpos, bst, bbyte = _walk(trans, np.repeat(succ[need], counts), tm.lengths[ids], tm, pos, j0=1)
         batch = (ids, end, bpos, bst, bbyte)
         stops = np.cumsum(counts).tolist()
         for u, b, lo_, hi_ in zip(succ[need].tolist(), bs.tolist(), [0] + stops[:-1], stops):
             memo[(u, b)] = (batch, lo_, hi_)  # a slice of this batch (views, not copies)
-    parts = [memo[(u, b)] for u, b in zip(succ.tolist(), live.tolist())]
+    parts: list[list] = []
+    for u, b in zip(succ.tolist(), live.tolist()):
+        bt, lo_, hi_ = memo[(u, b)]
+        if parts and parts[-1][0] is bt and parts[-1][2] == lo_:  # adjacent slices of one batch: one copy
+            parts[-1][2] = hi_
+        else:
+            parts.append([bt, lo_, hi_])
     if not parts:
         empty = np.zeros(0, dtype=np.int32)
         return np.zeros(0, dtype=np.int64), empty, empty.copy(), empty.copy(), np.zeros(0, dtype=np.uint8)
+    if len(parts) == 1:
+        bt, lo_, hi_ = parts[0]
+        return tuple(x[lo_:hi_] for x in bt)
     return tuple(np.concatenate([bt[k][lo_:hi_] for bt, lo_, hi_ in parts]) for k in range(5))
 
 
@@ -438,8 +454,8 @@ class WalkTable:
 
     inside: list[tuple[int, np.ndarray]]
     first_dead: np.ndarray | None
-    cross_ids: np.ndarray  # [C] int64
-    cross_pos: np.ndarray  # [C] int32
+    cross_ids: np.ndarray  # [C] int32
+    cross_pos: np.ndarray  # [C] int16
     cross_state: np.ndarray  # [C] int32
     cross_byte: np.ndarray  # [C] uint8 the byte at ``cross_pos`` (where the rest begins)
 
@@ -448,14 +464,20 @@ def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix,
                memo: WalkMemo | None = None) -> WalkTable:
     ids, end, bpos, bst, bbyte = walk_live(gtrans, g, tm, memo)
     inside = []
-    ok = end >= 0
-    if ok.any():
-        for u in np.unique(end[ok]).tolist():
-            inside.append((int(u), tm.pack_ids(ids[end == u])))
+    ok = np.flatnonzero(end >= 0)
+    if len(ok):
+        order = ok[np.argsort(end[ok], kind="stable")]  # one sort, not a pass per end state
+        e = end[order]
+        cuts = [0, *(np.flatnonzero(e[1:] != e[:-1]) + 1).tolist(), len(e)]
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            inside.append((int(e[a]), tm.pack_ids(ids[order[a:b]])))
     first_dead = dead_first_bits(gtrans, g, tm) if gfinal[g] else None
     sel = bpos >= 1
     sel[sel] = gfinal[bst[sel]]
-    return WalkTable(inside, first_dead, ids[sel], bpos[sel], bst[sel], bbyte[sel])
+    # Narrow dtypes: the crossing arrays are most of a table on disk (~137k entries per state
+    # that can begin a whitespace lexeme on Gemma's vocabulary).
+    return WalkTable(inside, first_dead, ids[sel].astype(np.int32), bpos[sel].astype(np.int16), bst[sel],
+                     bbyte[sel])
 
 
 def state_table(lex: LexerDFA, d: int, w: WalkTable, local: np.ndarray, cross: dict[int, "Rests"]) -> StateTable:
@@ -491,8 +513,8 @@ class Rests:
     ``after[lexer]`` caches the ``Continuation`` of these rests in that lexer.
     """
 
-    ids: np.ndarray  # [C] int64
-    pos: np.ndarray  # [C] int32
+    ids: np.ndarray  # [C] int32
+    pos: np.ndarray  # [C] int16
     first: np.ndarray  # [C] uint8
     after: dict[int, "Continuation"] = field(default_factory=dict)
 
@@ -553,11 +575,9 @@ def continuation(lex: LexerDFA, rests: Rests, tm: TokenMatrix) -> Continuation:
     if not len(sel):
         return Continuation([], {})
     ids, pos = rests.ids[sel], rests.pos[sel].astype(np.int64)
-    col = tm.rank[ids]
-    mat_t = tm.mat_t
-    start = start[sel].astype(np.int64)
-    end, bpos, bst, bbyte = _walk(lex.trans, start, tm.lengths[ids].astype(np.int64) - pos,
-                                  lambda j, idx: mat_t[pos[idx] + j, col[idx]], j0=1)
+    start = start[sel]
+    end, bpos, bst, bbyte = _walk(lex.trans, start, tm.lengths[ids].astype(np.int64) - pos, tm,
+                                  pos * tm.mat_t.shape[1] + tm.rank[ids], j0=1)
     groups = []
     ok = end >= 0
     if ok.any():
@@ -566,7 +586,7 @@ def continuation(lex: LexerDFA, rests: Rests, tm: TokenMatrix) -> Continuation:
     again = bpos >= 1
     again[again] = lex.accept[bst[again]] >= 0
     terms = lex.accept[bst[again]]
-    ids2, pos2, first2 = ids[again], (pos[again] + bpos[again]).astype(np.int32), bbyte[again]
+    ids2, pos2, first2 = ids[again], (pos[again] + bpos[again]).astype(np.int16), bbyte[again]
     cross = {}
     for t in np.unique(terms).tolist():
         k = terms == t
