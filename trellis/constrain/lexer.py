@@ -527,12 +527,13 @@ def split_crossing(w: WalkTable, gaccept: np.ndarray) -> dict[int, Rests]:
     terms = gaccept[w.cross_state]
     if not len(terms):
         return {}
-    if (terms == terms[0]).all():  # the usual case: every crossing lexeme is whitespace
-        return {int(terms[0]): Rests(w.cross_ids, w.cross_pos, w.cross_byte)}
+    counts = np.bincount(terms)  # few distinct terminals, one dominant (whitespace): no sort
     out = {}
-    for t in np.unique(terms).tolist():
-        k = terms == t
-        out[int(t)] = Rests(w.cross_ids[k], w.cross_pos[k], w.cross_byte[k])
+    for t in np.flatnonzero(counts).tolist():
+        if counts[t] == len(terms):
+            return {t: Rests(w.cross_ids, w.cross_pos, w.cross_byte)}
+        k = np.flatnonzero(terms == t)
+        out[t] = Rests(w.cross_ids[k], w.cross_pos[k], w.cross_byte[k])
     return out
 
 
