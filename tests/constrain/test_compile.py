@@ -136,5 +136,5 @@ def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
                     assert (got_in, got_x) == (want_in, want_x), (lid, d, lid2)
                     for r in cont.cross.values():  # the byte a rest begins with is recorded
                         assert [toks[i][p] for i, p in zip(r.ids.tolist(), r.pos.tolist())] == r.first.tolist()
-                    checked += len(rests)
+                    checked += len(rests.ids)
     assert checked > 100

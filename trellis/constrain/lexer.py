@@ -12,6 +12,7 @@ is live), one byte column at a time, and reports where each token ends or first 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
@@ -157,9 +158,16 @@ def byte_fallback_ids(tokens: Sequence[bytes]) -> range:
     return range(0)
 
 
-def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "TokenMatrix", base: np.ndarray,
+def scaled(trans: np.ndarray) -> np.ndarray:
+    """[S * 256] int64 ``trans`` with states scaled by 256 (-1: no transition), so that in ``_walk``
+    (state, byte) -> next is one add and one gather. Built once per table, not per walk."""
+    return np.where(trans >= 0, trans.astype(np.int64) << 8, -1).reshape(-1)
+
+
+def _walk(t256: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "TokenMatrix", base: np.ndarray,
           j0: int = 0) -> tuple[np.ndarray, ...]:
-    """Run ``trans`` from ``start`` over ``len(lengths)`` byte strings of the token matrix at once.
+    """Run a DFA (``scaled(trans)``) from ``start`` over ``len(lengths)`` byte strings of the
+    token matrix at once.
 
     Byte ``j`` of string ``i`` is ``tm.mat_t.flat[base[i] + j * N]`` (N = tokens in the matrix):
     ``base`` is a token's column for whole tokens, ``pos * N + column`` for a rest from ``pos``.
@@ -174,8 +182,6 @@ def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "
     bpos = np.full(n, -1, dtype=np.int32)
     bst = np.full(n, -1, dtype=np.int32)
     bbyte = np.zeros(n, dtype=np.uint8)
-    # States scaled by 256 so that (state, byte) -> next is one add and one gather.
-    t256 = np.where(trans >= 0, trans.astype(np.int64) << 8, -1).reshape(-1)
     flat = tm.mat_t.reshape(-1)
     stride = tm.mat_t.shape[1]
     idx = np.arange(n, dtype=np.int64)
@@ -208,7 +214,10 @@ def _walk(trans: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "
     return end, bpos, bst, bbyte
 
 
-WalkMemo = dict  # (state after the first byte, first byte) -> ((ids, end, bpos, bstate, bbyte) batch, lo, hi)
+# (state after the first byte, first byte) -> ((ids, end, bpos, bstate, bbyte) batch, lo, hi); and
+# _SCALED -> scaled(trans), shared like the buckets.
+WalkMemo = dict
+_SCALED = "scaled"
 
 
 def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | None = None) -> tuple[np.ndarray, ...]:
@@ -226,6 +235,9 @@ def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | N
     live = np.flatnonzero(trans[start] >= 0)
     if memo is None:
         memo = {}
+    t256 = memo.get(_SCALED)
+    if t256 is None:
+        t256 = memo[_SCALED] = scaled(trans)
     succ = trans[start, live]
     need = np.array([k for k, (u, b) in enumerate(zip(succ.tolist(), live.tolist())) if (u, b) not in memo],
                     dtype=np.int64)
@@ -235,7 +247,7 @@ def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | N
         n = int(counts.sum())
         pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)  # into order
         ids = tm.order[pos]
-        end, bpos, bst, bbyte = _walk(trans, np.repeat(succ[need], counts), tm.lengths[ids], tm, pos, j0=1)
+        end, bpos, bst, bbyte = _walk(t256, np.repeat(succ[need], counts), tm.lengths[ids], tm, pos, j0=1)
         batch = (ids, end, bpos, bst, bbyte)
         stops = np.cumsum(counts).tolist()
         for u, b, lo_, hi_ in zip(succ[need].tolist(), bs.tolist(), [0] + stops[:-1], stops):
@@ -330,9 +342,15 @@ class LexerDFA:
     def __post_init__(self) -> None:
         self.rows = self.trans.tolist()
 
+    @functools.cached_property
+    def scaled(self) -> np.ndarray:
+        """``scaled(trans)``, for walking rests from this lexer (``continuation``)."""
+        return scaled(self.trans)
+
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
         d.pop("rows", None)
+        d.pop("scaled", None)  # derived
         return d
 
     def __setstate__(self, d: dict) -> None:
@@ -460,17 +478,22 @@ class WalkTable:
     cross_byte: np.ndarray  # [C] uint8 the byte at ``cross_pos`` (where the rest begins)
 
 
+def _grouped(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(key, indices into ``keys``) per distinct key, ascending, indices in their original order:
+    one stable sort, not a pass over ``keys`` per key."""
+    if not len(keys):
+        return []
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    cuts = [0, *(np.flatnonzero(k[1:] != k[:-1]) + 1).tolist(), len(k)]
+    return [(int(k[a]), order[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
 def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix,
                memo: WalkMemo | None = None) -> WalkTable:
     ids, end, bpos, bst, bbyte = walk_live(gtrans, g, tm, memo)
-    inside = []
     ok = np.flatnonzero(end >= 0)
-    if len(ok):
-        order = ok[np.argsort(end[ok], kind="stable")]  # one sort, not a pass per end state
-        e = end[order]
-        cuts = [0, *(np.flatnonzero(e[1:] != e[:-1]) + 1).tolist(), len(e)]
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            inside.append((int(e[a]), tm.pack_ids(ids[order[a:b]])))
+    inside = [(u, tm.pack_ids(ids[ok[ix]])) for u, ix in _grouped(end[ok])]
     first_dead = dead_first_bits(gtrans, g, tm) if gfinal[g] else None
     sel = bpos >= 1
     sel[sel] = gfinal[bst[sel]]
@@ -517,10 +540,6 @@ class Rests:
     pos: np.ndarray  # [C] int16
     first: np.ndarray  # [C] uint8
     after: dict[int, "Continuation"] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
 
 def split_crossing(w: WalkTable, gaccept: np.ndarray) -> dict[int, Rests]:
     """``w``'s crossing tokens by the terminal their lexeme becomes."""
@@ -577,19 +596,13 @@ def continuation(lex: LexerDFA, rests: Rests, tm: TokenMatrix) -> Continuation:
         return Continuation([], {})
     ids, pos = rests.ids[sel], rests.pos[sel].astype(np.int64)
     start = start[sel]
-    end, bpos, bst, bbyte = _walk(lex.trans, start, tm.lengths[ids].astype(np.int64) - pos, tm,
+    end, bpos, bst, bbyte = _walk(lex.scaled, start, tm.lengths[ids].astype(np.int64) - pos, tm,
                                   pos * tm.mat_t.shape[1] + tm.rank[ids], j0=1)
-    groups = []
-    ok = end >= 0
-    if ok.any():
-        for u in np.unique(end[ok]).tolist():
-            groups.append((int(u), ids[end == u]))
+    ok = np.flatnonzero(end >= 0)
+    groups = [(u, ids[ok[ix]]) for u, ix in _grouped(end[ok])]
     again = bpos >= 1
     again[again] = lex.accept[bst[again]] >= 0
     terms = lex.accept[bst[again]]
     ids2, pos2, first2 = ids[again], (pos[again] + bpos[again]).astype(np.int16), bbyte[again]
-    cross = {}
-    for t in np.unique(terms).tolist():
-        k = terms == t
-        cross[int(t)] = Rests(ids2[k], pos2[k], first2[k])
+    cross = {t: Rests(ids2[ix], pos2[ix], first2[ix]) for t, ix in _grouped(terms)}
     return Continuation(groups, cross)
