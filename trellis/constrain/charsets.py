@@ -3,7 +3,7 @@ complement, difference, intersection) and the ECMA-262 classes ``\\s \\d \\w .``
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 MAXC = 0x10FFFF
 Ranges = tuple  # sorted, disjoint, non-adjacent (lo, hi) code point ranges
@@ -57,6 +57,19 @@ def cs_inter(a: Ranges, b: Ranges) -> Ranges:
         else:
             j += 1
     return tuple(out)
+
+
+def alphabet_ranges(alphabet: Any) -> dict[Any, Ranges]:
+    """The characters of each transition of an interegular ``Alphabet`` (its ``anything_else``
+    symbol stands for every character the alphabet does not name)."""
+    from interegular.fsm import anything_else
+
+    other = cs_neg(cs(*[ord(c) for c in alphabet._symbol_mapping if c is not anything_else]))
+    out: dict[Any, Ranges] = {}
+    for t, chars in alphabet.by_transition.items():
+        r = cs(*[ord(c) for c in chars if c is not anything_else])
+        out[t] = cs_union(r, other) if any(c is anything_else for c in chars) else r
+    return out
 
 
 def cs_has(a: Ranges, c: int) -> bool:

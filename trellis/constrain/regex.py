@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trellis.constrain.charsets import cs, cs_neg
+from trellis.constrain.charsets import alphabet_ranges
 from trellis.constrain.errors import GrammarError
 from trellis.tokens import Vocabulary
 
@@ -189,17 +189,7 @@ def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
 
 
 def _fsm_to_byte_dfa(fsm, *, name: str, pattern: str) -> ByteDFA:
-    from interegular.fsm import anything_else
-
-    alphabet = fsm.alphabet
-    explicit = [ord(ch) for ch in alphabet._symbol_mapping if ch is not anything_else]
-    seqs_by_class: dict[int, list[list[tuple[int, int]]]] = {}
-    for cls, chars in alphabet.by_transition.items():
-        cps = [ord(ch) for ch in chars if ch is not anything_else]
-        ranges = list(cs(*cps))
-        if any(ch is anything_else for ch in chars):
-            ranges = sorted(ranges + list(cs_neg(cs(*explicit))))
-        seqs_by_class[cls] = codepoint_ranges_to_utf8(ranges)
+    seqs_by_class = {cls: codepoint_ranges_to_utf8(list(r)) for cls, r in alphabet_ranges(fsm.alphabet).items()}
 
     # Byte NFA: fsm states keep their ids; intermediate nodes are appended.
     states = sorted(fsm.states)

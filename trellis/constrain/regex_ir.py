@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from trellis.constrain.charsets import (ANYCHAR, CONTROLS, SURROGATES, Ranges, cs, cs_diff, cs_has, cs_inter, cs_neg,
-                                        cs_size, cs_union)
+from trellis.constrain.charsets import (ANYCHAR, CONTROLS, SURROGATES, Ranges, alphabet_ranges, cs, cs_diff, cs_has,
+                                        cs_inter, cs_neg, cs_size, cs_union)
 
 # Bounds on what one regex may expand into (the schema compiler refuses beyond them, never
 # silently loosens: see json_schema.py).
@@ -396,17 +396,8 @@ def _empty_fsm() -> Any:
 
 def fsm_ir(f: Any) -> tuple:
     """IR of an interegular FSM's language by state elimination (MAX_REGEX-capped)."""
-    from interegular.fsm import anything_else
-
     f = f.reduce()
-    alphabet = f.alphabet
-    explicit = cs(*[ord(c) for c in alphabet._symbol_mapping if c is not anything_else])
-    cls: dict[Any, Ranges] = {}
-    for t, chars in alphabet.by_transition.items():
-        r = cs(*[ord(c) for c in chars if c is not anything_else])
-        if any(c is anything_else for c in chars):
-            r = cs_union(r, cs_neg(explicit))
-        cls[t] = r
+    cls = alphabet_ranges(f.alphabet)
     # live = reachable and co-reachable
     fwd = {f.initial}
     stack = [f.initial]
