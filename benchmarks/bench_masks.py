@@ -299,7 +299,7 @@ def trellis_engines(name: str, vocab: Vocabulary) -> tuple[list[EngineResult], l
 def trellis_vocab_setup(vocab: Vocabulary) -> float | None:
     """Build trellis' per-vocabulary token matrix (shared by every grammar) and time it."""
     try:
-        from trellis.constrain.lexer import TokenMatrix
+        from trellis.constrain.walks import TokenMatrix
     except ImportError:
         return None
     return timed(lambda: TokenMatrix.of(vocab))[0]

@@ -104,7 +104,7 @@ def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
     """Crossing tokens are split once per global lexer state and their rests walked only from
     bytes the next lexer can begin with; every (rests, next lexer) pair must equal walking each
     rest byte by byte: ends inside -> its group, ends a complete lexeme again -> cross, else gone."""
-    from trellis.constrain.lexer import continuation
+    from trellis.constrain.walks import continuation, scaled
 
     toks = tuple(bytes([b]) for b in range(32, 127)) + (
         b' {"', b'  "a', b'\n1', b' true', b' tru', b'":', b'", "', b'] ,', b' 12.5e', b', [', b'":-', b'"}', b'ab c',
@@ -117,7 +117,7 @@ def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
         for d in range(len(lex.accept)):
             for rests in c.table(lid, d).cross.values():
                 for lid2, lex2 in enumerate(g.lexers):
-                    cont = continuation(lex2, rests, c.tm)
+                    cont = continuation(lex2, rests, c.tm, scaled(lex2.trans))
                     got_in = {(u, int(i)) for u, ids in cont.groups for i in ids.tolist()}
                     got_x = {(t, int(i), int(p)) for t, r in cont.cross.items()
                              for i, p in zip(r.ids.tolist(), r.pos.tolist())}

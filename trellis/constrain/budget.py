@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.base import Constraint, State, forced_tokens
-from trellis.constrain.lexer import TokenMatrix
+from trellis.constrain.walks import TokenMatrix
 from trellis.mask import allocate_bitmask, bool_to_bitmask
 
 # Shortest completions are a property of the inner constraint's states: share them across the

@@ -53,11 +53,12 @@ Engine (XGrammar-style)
 -----------------------
 State = ``(stack, d)``: the LALR state stack (a tuple) and the state of the current lexeme in the
 lexer DFA of the stack top's terminal set (``0`` = no lexeme started; only at the very start).
-Per lexer state, the whole vocabulary is walked once with numpy (``lexer.state_table``) and split
-into tokens that stay inside the lexeme (grouped by end state: context-independent, packed
+Per global lexer state, the whole vocabulary is walked once with numpy (``walks.walk_table``) and
+split into tokens that stay inside the lexeme (grouped by end state: context-independent, packed
 bitsets), tokens whose first byte ends a complete lexeme (masked by the mask of the state after
-that lexeme), and the few tokens that end it later (checked one by one on the real stack). Whole
-masks are cached by state in an LRU.
+that lexeme), and tokens that end it later: their rests are walked from the next lexer's start
+(``walks.continuation``, cached per next lexer) and their groups kept where the real stack makes
+them viable. Whole masks are cached by state in an LRU.
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.lexer import (Continuation, LexerDFA, Rests, StateTable, TerminalInfo, TokenMatrix, WalkTable,
-                                     build_lexer_dfa, byte_classes, continuation, global_accept, globalize,
+from trellis.constrain.lexer import LexerDFA, TerminalInfo, build_lexer_dfa, byte_classes, global_accept, globalize
+from trellis.constrain.walks import (Continuation, Rests, StateTable, TokenMatrix, WalkTable, continuation, scaled,
                                      split_crossing, state_table, walk_table)
 from trellis.constrain.regex import literal_dfa, regex_to_byte_dfa
 from trellis.tokens import Vocabulary
@@ -385,6 +386,7 @@ class CFGConstraint:
         self._gaccept = global_accept(grammar.lexers, len(grammar.gfinal))
         self._split: dict[int, dict[int, Rests]] = {}
         self._local: dict[int, np.ndarray] = {}
+        self._scaled: dict[int, np.ndarray] = {}  # scaled(trans) per lexer, for continuations
         self._masks: OrderedDict[CfgState, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._eos = self.tm.eos_bits()
@@ -502,7 +504,11 @@ class CFGConstraint:
             lid2 = self.grammar.lexer_of[s2[-1]]
             cont = rests.after.get(lid2)
             if cont is None:
-                cont = rests.after[lid2] = continuation(self.grammar.lexers[lid2], rests, self.tm)
+                lex2 = self.grammar.lexers[lid2]
+                t256 = self._scaled.get(lid2)
+                if t256 is None:
+                    t256 = self._scaled[lid2] = scaled(lex2.trans)
+                cont = rests.after[lid2] = continuation(lex2, rests, self.tm, t256)
             for u, group in cont.groups:
                 if rt.viable((s2, u)):
                     out.append(group)

@@ -33,7 +33,7 @@ from trellis.constrain.json_schema import JsonSchema
 from trellis.constrain.regex import Regex, RegexConstraint
 from trellis.tokens import Vocabulary
 
-CACHE_FORMAT = 3  # 2: vocabulary walks keyed by global lexer state; 3: walks keep the crossing byte
+CACHE_FORMAT = 4  # 2: walks keyed by global lexer state; 3: walks keep the crossing byte; 4: walks.py
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 
 GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]

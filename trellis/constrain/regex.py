@@ -296,7 +296,7 @@ class RegexConstraint:
     """
 
     def __init__(self, dfa: ByteDFA, vocab: Vocabulary) -> None:
-        from trellis.constrain.lexer import TokenMatrix
+        from trellis.constrain.walks import TokenMatrix
 
         self.vocab = vocab
         self.dfa = dfa
@@ -323,7 +323,7 @@ class RegexConstraint:
         s = int(state)  # type: ignore[arg-type]
         m = self._masks.get(s)
         if m is None:
-            from trellis.constrain.lexer import walk_live
+            from trellis.constrain.walks import walk_live
 
             ids, end, *_ = walk_live(self.dfa.trans, s, self.tm, self._walk_memo)
             m = self.tm.pack_ids(ids[end >= 0])
