@@ -138,3 +138,39 @@ def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
                         assert [toks[i][p] for i, p in zip(r.ids.tolist(), r.pos.tolist())] == r.first.tolist()
                     checked += len(rests.ids)
     assert checked > 100
+
+
+def test_walk_equals_a_byte_by_byte_run() -> None:
+    """``walks._walk`` (strings walked longest first, dead ones parked in a sink state and
+    compacted once they are the majority) against a plain loop, on random DFAs and strings: where
+    each ends, the first byte without a transition, the state before it and that byte."""
+    import numpy as np
+
+    from trellis.constrain.walks import TokenMatrix, _walk, scaled
+
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        n_states = int(rng.integers(1, 6))
+        density = [0.3, 0.8, 1.0][trial % 3]  # many deaths, some, none (exercises the compaction)
+        trans = np.where(rng.random((n_states, 256)) < density, rng.integers(0, n_states, (n_states, 256)), -1)
+        trans = trans.astype(np.int32)
+        alphabet = rng.choice(256, size=4, replace=False)
+        toks = tuple(bytes(rng.choice(alphabet, size=int(rng.integers(1, 9))).tolist()) for _ in range(60)) + (b"",)
+        v = Vocabulary(toks, eos=frozenset([len(toks) - 1]))
+        tm = TokenMatrix.of(v)
+        ids = tm.order
+        j0 = trial % 2
+        keep = tm.lengths[ids] > j0
+        ids = ids[keep]
+        start = rng.integers(0, n_states, len(ids))
+        end, bpos, bst, bbyte = _walk(scaled(trans), start, tm.lengths[ids], tm, tm.rank[ids], j0=j0)
+        for k, i in enumerate(ids.tolist()):
+            s, want = int(start[k]), (-1, -1, -1, 0)
+            for j, b in enumerate(toks[i][j0:], start=j0):
+                if trans[s, b] < 0:
+                    want = (-1, j, s, b)
+                    break
+                s = int(trans[s, b])
+            else:
+                want = (s, -1, -1, 0)
+            assert (int(end[k]), int(bpos[k]), int(bst[k]), int(bbyte[k])) == want, (trial, toks[i])

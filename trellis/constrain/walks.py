@@ -150,9 +150,24 @@ def byte_fallback_ids(tokens: Sequence[bytes]) -> range:
 
 
 def scaled(trans: np.ndarray) -> np.ndarray:
-    """[S * 256] int64 ``trans`` with states scaled by 256 (-1: no transition), so that in ``_walk``
-    (state, byte) -> next is one add and one gather. Built once per table, not per walk."""
-    return np.where(trans >= 0, trans.astype(np.int64) << 8, -1).reshape(-1)
+    """[(S + 1) * 256] int32 ``trans`` with states scaled by 256, so that in ``_walk`` (state, byte)
+    -> next is one add and one gather; a missing transition leads to an absorbing sink state ``S``
+    (``_sink(t256)``), so a walk needs no branch per byte. Built once per table, not per walk."""
+    s = trans.shape[0]
+    if (s + 1) << 8 > np.iinfo(np.int32).max:
+        raise ValueError(f"a lexer DFA of {s} states is too large")
+    t = np.where(trans >= 0, trans, s).astype(np.int32)
+    return (np.vstack([t, np.full((1, trans.shape[1]), s, dtype=np.int32)]) << 8).reshape(-1)
+
+
+def _sink(t256: np.ndarray) -> int:
+    """The scaled sink state of a ``scaled`` table."""
+    return len(t256) - 256
+
+
+def _running(lens: np.ndarray) -> np.ndarray:
+    """[max + 1]: how many of ``lens`` (descending) exceed j, i.e. the strings still running at byte j."""
+    return np.searchsorted(-lens, -np.arange(int(lens[0]) + 1, dtype=np.int16), side="left")
 
 
 def _walk(t256: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "TokenMatrix", base: np.ndarray,
@@ -164,44 +179,63 @@ def _walk(t256: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "T
     ``base`` is a token's column for whole tokens, ``pos * N + column`` for a rest from ``pos``.
     Returns (end: state after the whole string, -1 if it died; bpos: index of the first byte with
     no transition, -1 if none; bstate: the state before that byte), each int32, and bbyte
-    (uint8: that byte, where a crossing token's rest begins). One gather per byte column; strings
-    leave the working set as soon as they end or die. ``start`` may be one state per string, and
-    ``j0`` > 0 resumes the strings at byte ``j0`` (the bytes before it already consumed).
+    (uint8: that byte, where a crossing token's rest begins). ``start`` may be one state per
+    string, and ``j0`` > 0 resumes the strings at byte ``j0`` (the bytes before it consumed).
+
+    The strings are walked longest first, so the ones still running at byte ``j`` are a prefix of
+    the working arrays (a slice, not a compaction per byte); dead ones fall into the sink state
+    and are compacted away only once they are the majority. Two gathers per byte column: half
+    the time of compacting every column (a Gemma walk of ~137k rests, 1.1 MB: 15 -> 7 ms).
     """
     n = len(lengths)
     end = np.full(n, -1, dtype=np.int32)
     bpos = np.full(n, -1, dtype=np.int32)
     bst = np.full(n, -1, dtype=np.int32)
     bbyte = np.zeros(n, dtype=np.uint8)
+    if not n:
+        return end, bpos, bst, bbyte
+    sink = _sink(t256)
     flat = tm.mat_t.reshape(-1)
     stride = tm.mat_t.shape[1]
-    idx = np.arange(n, dtype=np.int64)
-    cs = np.broadcast_to(np.asarray(start, dtype=np.int64) << 8, (n,)).copy()
-    lens = np.asarray(lengths)
-    at = np.asarray(base, dtype=np.int64) + j0 * stride
-    j = j0
-    while len(idx):
-        fin = lens == j
-        if fin.any():
-            end[idx[fin]] = cs[fin] >> 8
-            keep = ~fin
-            idx, cs, lens, at = idx[keep], cs[keep], lens[keep], at[keep]
-            if not len(idx):
+    lens = np.asarray(lengths).astype(np.int16)  # tokens are <= 32767 bytes (TokenMatrix)
+    idx = np.argsort(-lens, kind="stable")  # radix sort on int16
+    lens = lens[idx]
+    cs = np.broadcast_to(np.asarray(start, dtype=np.int32), (n,))[idx] << 8
+    at = np.asarray(base, dtype=np.int64)[idx] + j0 * stride
+    at = at.astype(np.int32) if flat.size + stride < 2**31 else at
+    running = _running(lens)
+    live = n
+    dead = 0  # sink states among cs[:live]
+    for j in range(j0, int(lens[0]) + 1):
+        r = int(running[j])
+        if r < live:  # strings of length j end here
+            e = cs[r:live]
+            end[idx[r:live]] = np.where(e == sink, -1, e >> 8)
+            if dead:
+                dead -= int(np.count_nonzero(e == sink))
+            live = r
+            if not live:
                 break
-        col = flat.take(at)
-        nxt = t256.take(cs + col)
-        dead = nxt < 0
-        if dead.any():
-            di = idx[dead]
-            bpos[di] = j
-            bst[di] = cs[dead] >> 8
-            bbyte[di] = col[dead]
-            keep = ~dead
-            idx, cs, lens, at = idx[keep], nxt[keep], lens[keep], at[keep]
-        else:
-            cs = nxt
-        at += stride
-        j += 1
+        if dead > (live >> 1):  # compact: keeps the length order
+            keep = np.flatnonzero(cs[:live] != sink)
+            idx, cs, at, lens = idx[keep], cs[keep], at[keep], lens[keep]
+            live, dead = len(keep), 0
+            if not live:
+                break
+            running = _running(lens)
+        c = cs[:live]
+        col = flat.take(at[:live])
+        nxt = t256.take(c + col)
+        died = int(np.count_nonzero(nxt == sink))
+        if died > dead:
+            new = np.flatnonzero((nxt == sink) & (c != sink))
+            o = idx[new]
+            bpos[o] = j
+            bst[o] = c[new] >> 8
+            bbyte[o] = col[new]
+            dead = died
+        cs[:live] = nxt
+        at[:live] += stride
     return end, bpos, bst, bbyte
 
 
