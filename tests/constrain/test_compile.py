@@ -103,9 +103,9 @@ def test_table_cache_is_bounded_lru(tmp_path, monkeypatch) -> None:
 def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
     """Crossing tokens are split once per global lexer state and their rests walked only from
     bytes the next lexer can begin with; every (rests, next lexer) pair must equal walking each
-    rest byte by byte: ends inside -> its group, ends a complete lexeme again -> cross, else gone."""
-    from trellis.constrain.walks import continuation, scaled
-
+    rest byte by byte: ends inside -> its group, ends a complete lexeme again -> cross, else gone.
+    Walks are shared between lexers (and equal crossing sets between states): a wrong share
+    shows up here as another lexer's states."""
     toks = tuple(bytes([b]) for b in range(32, 127)) + (
         b' {"', b'  "a', b'\n1', b' true', b' tru', b'":', b'", "', b'] ,', b' 12.5e', b', [', b'":-', b'"}', b'ab c',
         b' \xc3\xa9', b'  ', b'')
@@ -117,7 +117,7 @@ def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
         for d in range(len(lex.accept)):
             for rests in c.table(lid, d).cross.values():
                 for lid2, lex2 in enumerate(g.lexers):
-                    cont = continuation(lex2, rests, c.tm, scaled(lex2.trans))
+                    cont = c._continuation(rests, lid2)  # walked in global states, shared by lexers
                     got_in = {(u, int(i)) for u, ids in cont.groups for i in ids.tolist()}
                     got_x = {(t, int(i), int(p)) for t, r in cont.cross.items()
                              for i, p in zip(r.ids.tolist(), r.pos.tolist())}

@@ -63,6 +63,7 @@ them viable. Whole masks are cached by state in an LRU.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -73,9 +74,10 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.lexer import LexerDFA, TerminalInfo, build_lexer_dfa, byte_classes, global_accept, globalize
-from trellis.constrain.walks import (Continuation, Rests, StateTable, TokenMatrix, WalkTable, continuation, scaled,
-                                     split_crossing, state_table, walk_table)
+from trellis.constrain.lexer import (LexerDFA, TerminalCollision, TerminalInfo, build_lexer_dfa, byte_classes,
+                                     global_accept, globalize)
+from trellis.constrain.walks import (Continuation, Rests, StateTable, TokenMatrix, WalkTable, continuation, intern_rests,
+                                     scaled, split_crossing, start_successors, state_table, walk_table)
 from trellis.constrain.regex import literal_dfa, regex_to_byte_dfa
 from trellis.tokens import Vocabulary
 
@@ -161,13 +163,61 @@ def _lark_error(e: Exception, text: str, source: str) -> GrammarError:
     return GrammarError(first, source=source, text=text, line=line, column=col)
 
 
+@functools.cache
+def _no_lexer() -> type:
+    """A Lark lexer class that is never used (lark is imported lazily, so built on first call)."""
+    from lark.lexer import Lexer
+
+    class NoLexer(Lexer):
+        """Stands in for Lark's lexer: trellis lexes with its own byte DFAs."""
+
+        def __init__(self, conf: object) -> None:
+            pass
+
+        def lex(self, *args: object) -> None:  # type: ignore[override]
+            raise NotImplementedError("trellis grammars are lexed by trellis.constrain.lexer")
+
+    return NoLexer
+
+
+def _terminal_error(msg: str, td: object, text: str, source: str) -> GrammarError:
+    """GrammarError at the definition of terminal ``td`` (or its pattern, for anonymous ones)."""
+    nm, pat = td.name, td.pattern  # type: ignore[attr-defined]
+    line, col = _locate(text, rf"^\s*{re.escape(nm)}\b") if not nm.startswith("__") else (None, None)
+    if line is None:
+        line, col = _locate(text, re.escape(pat.value)) if pat.value else (None, None)
+    return GrammarError(msg, source=source, text=text, line=line, column=col)
+
+
+def _validate_terminals(defs: list, ignore: set[str], text: str, source: str) -> None:
+    """What Lark's lexer construction checks (we never build it): each terminal compiles as a
+    Python regex and matches no empty lexeme, and every %ignore'd name is defined. Collisions
+    (the other strict check) are found while building the lexer DFAs."""
+    undefined = ignore - {td.name for td in defs}
+    if undefined:
+        raise GrammarError(f"%ignore of undefined terminals: {', '.join(sorted(undefined))}", source=source,
+                           text=text, line=_locate(text, r"^%ignore")[0], column=1)
+    for td in defs:
+        try:
+            re.compile(td.pattern.to_regexp())
+        except re.error as e:
+            raise _terminal_error(f"Cannot compile terminal {td.name}: {e}", td, text, source) from None
+        if td.pattern.min_width == 0:
+            raise _terminal_error(f"Lexer does not allow zero-width terminals. ({td.name}: {td.pattern})", td,
+                                  text, source)
+
+
 def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") -> CompiledGrammar:
     """Compile Lark grammar text into vocabulary-independent tables; errors -> ``GrammarError``."""
     import lark
     from lark.parsers.lalr_analysis import Shift
 
     try:
-        lk = lark.Lark(text, parser="lalr", lexer="contextual", start=start, strict=True)
+        # Lark builds the grammar and the LALR table; its own lexer is never used, and building it
+        # (a Python-regex lexer per parser state plus interegular FSMs for the strict collision
+        # check) was ~25 ms of a json.lark compile: ``_validate_terminals`` and the lexer DFAs
+        # below check the same things on our byte DFAs.
+        lk = lark.Lark(text, parser="lalr", lexer=_no_lexer(), start=start, strict=True)
     except Exception as e:  # lark raises GrammarError, LexError, UnexpectedInput, ConfigurationError ...
         raise _lark_error(e, text, source) from None
     pt = lk.parser.parser.parser.parse_table
@@ -176,6 +226,7 @@ def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") 
     for row in pt.states.values():
         used.update(k for k in row if k in term_defs)
     names = sorted(used)
+    _validate_terminals([term_defs[n] for n in names], set(lk.ignore_tokens), text, source)
     terms: list[TerminalInfo] = []
     for nm in names:
         td = term_defs[nm]
@@ -186,10 +237,7 @@ def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") 
             else:
                 dfa = regex_to_byte_dfa(pat.to_regexp(), name=f"terminal {nm}")
         except GrammarError as ge:
-            line, col = _locate(text, rf"^\s*{re.escape(nm)}\b") if not nm.startswith("__") else (None, None)
-            if line is None:
-                line, col = _locate(text, re.escape(pat.value)) if pat.value else (None, None)
-            raise GrammarError(ge.message, source=source, text=text, line=line, column=col) from None
+            raise _terminal_error(ge.message, td, text, source) from None
         mw = pat.max_width
         terms.append(TerminalInfo(nm, td.priority, type(pat).__name__ == "PatternStr", pat.value,
                                   frozenset(pat.flags), int(min(mw, 2**62)), dfa))
@@ -222,7 +270,11 @@ def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") 
     for s in range(n_states):
         key = frozenset(t for t in actions[s] if t != end) | ignore
         lexer_of.append(sets.setdefault(key, len(sets)))
-    lexers = [build_lexer_dfa(terms, sorted(k)) for k in sets]
+    memo: dict = {}
+    try:
+        lexers = [build_lexer_dfa(terms, sorted(k), memo) for k in sets]
+    except TerminalCollision as e:
+        raise _terminal_error(str(e), term_defs[e.names[0]], text, source) from None
     gtrans, gfinal = globalize(lexers)
     g = CompiledGrammar(text, source, terms, ignore, end, actions, rules, gotos, pt.start_states[start],
                         pt.end_states[start], lexer_of, lexers, gtrans, gfinal)
@@ -385,8 +437,10 @@ class CFGConstraint:
         # lexeme are 2 global ones, each crossed by ~137k Gemma tokens).
         self._gaccept = global_accept(grammar.lexers, len(grammar.gfinal))
         self._split: dict[int, dict[int, Rests]] = {}
+        self._rests: dict[bytes, Rests] = {}  # equal crossing sets of different global states, shared
         self._local: dict[int, np.ndarray] = {}
-        self._scaled: dict[int, np.ndarray] = {}  # scaled(trans) per lexer, for continuations
+        self._gt256: np.ndarray | None = None  # scaled(gtrans), for continuations
+        self._succ: dict[int, np.ndarray] = {}  # start_successors per lexer
         self._masks: OrderedDict[CfgState, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._eos = self.tm.eos_bits()
@@ -443,16 +497,12 @@ class CFGConstraint:
         t = self._views.get(key)
         if t is None:
             lex = self.grammar.lexers[lexer_id]
-            local = self._local.get(lexer_id)
-            if local is None:
-                local = np.full(len(self.grammar.gfinal), -1, dtype=np.int32)
-                local[lex.glob] = np.arange(len(lex.glob), dtype=np.int32)
-                self._local[lexer_id] = local
+            local = self._local_of(lexer_id)
             g = int(lex.glob[d])
             w = self.walk(g)
             cross = self._split.get(g)
             if cross is None:
-                cross = self._split[g] = split_crossing(w, self._gaccept)
+                cross = self._split[g] = intern_rests(split_crossing(w, self._gaccept), self._rests)
             t = self._views[key] = state_table(lex, d, w, local, cross)
         return t
 
@@ -504,16 +554,38 @@ class CFGConstraint:
             lid2 = self.grammar.lexer_of[s2[-1]]
             cont = rests.after.get(lid2)
             if cont is None:
-                lex2 = self.grammar.lexers[lid2]
-                t256 = self._scaled.get(lid2)
-                if t256 is None:
-                    t256 = self._scaled[lid2] = scaled(lex2.trans)
-                cont = rests.after[lid2] = continuation(lex2, rests, self.tm, t256)
+                cont = rests.after[lid2] = self._continuation(rests, lid2)
             for u, group in cont.groups:
                 if rt.viable((s2, u)):
                     out.append(group)
             if cont.cross:
                 self._crossing(s2, cont, out)
+
+    def _continuation(self, rests: Rests, lid: int) -> Continuation:
+        """``rests`` walked from lexer ``lid``'s start, in its state numbering. The walk is in
+        global states, shared by every lexer whose start enters the same global states on the
+        rests' first bytes (python_call.lark: 5 lexers, ~94k Gemma rests after a space, one walk)."""
+        succ = self._succ.get(lid)
+        if succ is None:
+            succ = self._succ[lid] = start_successors(self.grammar.lexers[lid])
+        key = succ[rests.firsts()].tobytes()
+        gc = rests.by_start.get(key)
+        if gc is None:
+            if self._gt256 is None:
+                self._gt256 = scaled(self.grammar.gtrans)
+            gc = rests.by_start[key] = continuation(rests, succ, self.tm, self._gt256, self._gaccept)
+        local = self._local_of(lid)
+        return Continuation([(int(local[u]), ids) for u, ids in gc.groups], gc.cross)
+
+    def _local_of(self, lexer_id: int) -> np.ndarray:
+        """[G] global -> lexer ``lexer_id``'s state (-1: not one of its states)."""
+        local = self._local.get(lexer_id)
+        if local is None:
+            lex = self.grammar.lexers[lexer_id]
+            local = np.full(len(self.grammar.gfinal), -1, dtype=np.int32)
+            local[lex.glob] = np.arange(len(lex.glob), dtype=np.int32)
+            self._local[lexer_id] = local
+        return local
 
     def _token_mask_cached(self, state: CfgState) -> np.ndarray:
         key = ("after", state)

@@ -99,9 +99,29 @@ def _bits(row: np.ndarray) -> int:
     return int.from_bytes(np.packbits(row.astype(bool), bitorder="little").tobytes(), "little")
 
 
-def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int]) -> LexerDFA:
-    """Subset-construction product of the members' byte DFAs, with Lark's tie resolution."""
+class TerminalCollision(ValueError):
+    """Two same-priority regex terminals of one lexer match a common lexeme (Lark's strict mode
+    refuses the grammar: which one the lexeme becomes would be arbitrary)."""
+
+    def __init__(self, a: str, b: str, example: bytes) -> None:
+        super().__init__(f"Collision between Terminals {a} and {b}: both match {example!r}")
+        self.names = (a, b)
+        self.example = example
+
+
+Successors = dict  # product components -> (successor components per distinct byte column, [256] column index)
+
+
+def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int], memo: Successors | None = None) -> LexerDFA:
+    """Subset-construction product of the members' byte DFAs, with Lark's tie resolution.
+
+    ``memo`` shares the successor computation between the lexers of one grammar: a product
+    state's successors depend only on its components, and most states (inside strings, numbers,
+    whitespace) occur in many lexers (json.lark: 417 lexer states, 123 distinct). Raises
+    ``TerminalCollision`` where two regex terminals of equal priority are final in one state.
+    """
     members = tuple(sorted(members))
+    memo = {} if memo is None else memo
     alt, unless = lark_order(terms, members)
     rank = {t: i for i, t in enumerate(alt)}
 
@@ -120,24 +140,30 @@ def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int]) -> Le
     order: list[tuple[tuple[int, int], ...]] = [start]
     rows: list[np.ndarray] = []
     accept: list[int] = []
+    collision: tuple[int, int, int] | None = None  # (state, a, b)
     i = 0
     while i < len(order):
         comps = order[i]
         i += 1
         finals = [t for t, s in comps if terms[t].dfa.final[s]]
+        if len(finals) > 1 and collision is None:
+            collision = _collision(terms, finals, i - 1)
         accept.append(resolve(finals) if i > 1 else -1)
         if not comps:  # a parser state that accepts only $END and no %ignore terminals
             rows.append(np.full(256, -1, dtype=np.int32))
             continue
-        # Distinct columns of the components' rows, sorted (np.unique's order, which fixes the state
-        # numbering); a dict of tuples is ~10x faster than np.unique(axis=0) at these sizes.
-        cols = list(zip(*[terms[t].dfa.trans[s].tolist() for t, s in comps]))  # 256 column tuples
-        uniq = sorted(set(cols))
-        pos = {c: u for u, c in enumerate(uniq)}
-        inv = np.array([pos[c] for c in cols], dtype=np.int64)
-        targets = np.empty(len(uniq), dtype=np.int32)
-        for u, col in enumerate(uniq):
-            nxt = tuple((comps[k][0], c) for k, c in enumerate(col) if c >= 0)
+        hit = memo.get(comps)
+        if hit is None:
+            # Distinct columns of the components' rows, sorted (np.unique's order, which fixes the
+            # state numbering); a dict of tuples is ~10x faster than np.unique(axis=0) here.
+            cols = list(zip(*[terms[t].dfa.trans[s].tolist() for t, s in comps]))  # 256 column tuples
+            uniq = sorted(set(cols))
+            pos = {c: u for u, c in enumerate(uniq)}
+            hit = memo[comps] = ([tuple((comps[k][0], c) for k, c in enumerate(col) if c >= 0) for col in uniq],
+                                 np.array([pos[c] for c in cols], dtype=np.int64))
+        nexts, inv = hit
+        targets = np.empty(len(nexts), dtype=np.int32)
+        for u, nxt in enumerate(nexts):
             if not nxt:
                 targets[u] = -1
                 continue
@@ -148,6 +174,9 @@ def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int]) -> Le
             targets[u] = j
         rows.append(targets[inv])
     trans = np.stack(rows).astype(np.int32)
+    if collision is not None:
+        st, a, b = collision
+        raise TerminalCollision(terms[a].name, terms[b].name, _shortest_path(trans, st))
     acc = np.array(accept, dtype=np.int32)
     n = len(order)
     succ = [sorted(set(r.tolist()) - {-1}) for r in rows]
@@ -171,6 +200,38 @@ def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int]) -> Le
                 changed = True
     keys: list[Hashable] = [("start", order[0])] + order[1:]
     return LexerDFA(members, trans, acc, completable, boundary, _bits(trans[0] >= 0), keys)
+
+
+def _collision(terms: Sequence[TerminalInfo], finals: list[int], state: int) -> tuple[int, int, int] | None:
+    """(state, a, b) for two final regex terminals of equal priority (Lark's strict check compares
+    exactly these pairs: literals are resolved by its ``unless`` rule, priorities by rank)."""
+    rx = [t for t in finals if not terms[t].is_string]
+    for k, a in enumerate(rx):
+        for b in rx[k + 1:]:
+            if terms[a].priority == terms[b].priority:
+                return state, a, b
+    return None
+
+
+def _shortest_path(trans: np.ndarray, target: int) -> bytes:
+    """The shortest byte string leading from state 0 to ``target`` (an example for errors)."""
+    prev: dict[int, tuple[int, int]] = {0: (-1, -1)}
+    frontier = [0]
+    while frontier and target not in prev:
+        nxt = []
+        for s in frontier:
+            for b in np.flatnonzero(trans[s] >= 0).tolist():
+                u = int(trans[s, b])
+                if u not in prev:
+                    prev[u] = (s, b)
+                    nxt.append(u)
+        frontier = nxt
+    out = bytearray()
+    s = target
+    while s in prev and prev[s][0] >= 0:
+        s, b = prev[s]
+        out.append(b)
+    return bytes(reversed(out))
 
 
 def globalize(lexers: Sequence[LexerDFA]) -> tuple[np.ndarray, np.ndarray]:

@@ -11,6 +11,7 @@ lexer's start on demand (``continuation``), where only the stack decides.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
@@ -263,34 +264,49 @@ def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | N
     t256 = memo.get(_SCALED)
     if t256 is None:
         t256 = memo[_SCALED] = scaled(trans)
-    succ = trans[start, live]
-    need = np.array([k for k, (u, b) in enumerate(zip(succ.tolist(), live.tolist())) if (u, b) not in memo],
-                    dtype=np.int64)
-    if len(need):
-        bs = live[need]
-        lo, counts = tm.first_lo[bs], tm.first_lo[bs + 1] - tm.first_lo[bs]
-        n = int(counts.sum())
-        pos = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)  # into order
+
+    def items(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # positions in tm.order
         ids = tm.order[pos]
-        end, bpos, bst, bbyte = _walk(t256, np.repeat(succ[need], counts), tm.lengths[ids], tm, pos, j0=1)
-        batch = (ids, end, bpos, bst, bbyte)
+        return ids, tm.lengths[ids], pos
+
+    return _walk_buckets(t256, trans[start, live], live, tm.first_lo, items, tm, memo)
+
+
+def _walk_buckets(t256: np.ndarray, succ: np.ndarray, bs: np.ndarray, lo: np.ndarray,
+                  items: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]], tm: TokenMatrix,
+                  memo: dict) -> tuple[np.ndarray, ...]:
+    """Walk the strings of first-byte buckets ``bs`` (bucket ``b`` = positions ``lo[b]:lo[b+1]``
+    of some ordering), those of bucket ``b`` from state ``succ[k]`` (after their first byte).
+    ``items(positions)`` gives (what to report, lengths, ``_walk`` bases). ``memo[(u, b)]`` keeps
+    each bucket's walk (a slice of one batch), so states and lexers that enter the same state on
+    a byte share it. Returns (items, end, bpos, bstate, bbyte) over the buckets in order."""
+    su, sb = succ.tolist(), bs.tolist()
+    need = np.array([k for k, (u, b) in enumerate(zip(su, sb)) if (u, b) not in memo], dtype=np.int64)
+    if len(need):
+        nb = bs[need]
+        first, counts = lo[nb], lo[nb + 1] - lo[nb]
+        n = int(counts.sum())
+        pos = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)
+        what, lengths, base = items(pos)
+        end, bpos, bst, bbyte = _walk(t256, np.repeat(succ[need], counts), lengths, tm, base, j0=1)
+        batch = (what, end, bpos, bst, bbyte)
         stops = np.cumsum(counts).tolist()
-        for u, b, lo_, hi_ in zip(succ[need].tolist(), bs.tolist(), [0] + stops[:-1], stops):
-            memo[(u, b)] = (batch, lo_, hi_)  # a slice of this batch (views, not copies)
+        for u, b, a, z in zip(succ[need].tolist(), nb.tolist(), [0] + stops[:-1], stops):
+            memo[(u, b)] = (batch, a, z)  # a slice of this batch (views, not copies)
     parts: list[list] = []
-    for u, b in zip(succ.tolist(), live.tolist()):
-        bt, lo_, hi_ = memo[(u, b)]
-        if parts and parts[-1][0] is bt and parts[-1][2] == lo_:  # adjacent slices of one batch: one copy
-            parts[-1][2] = hi_
+    for u, b in zip(su, sb):
+        bt, a, z = memo[(u, b)]
+        if parts and parts[-1][0] is bt and parts[-1][2] == a:  # adjacent slices of one batch: one copy
+            parts[-1][2] = z
         else:
-            parts.append([bt, lo_, hi_])
+            parts.append([bt, a, z])
     if not parts:
         empty = np.zeros(0, dtype=np.int32)
         return np.zeros(0, dtype=np.int64), empty, empty.copy(), empty.copy(), np.zeros(0, dtype=np.uint8)
     if len(parts) == 1:
-        bt, lo_, hi_ = parts[0]
-        return tuple(x[lo_:hi_] for x in bt)
-    return tuple(np.concatenate([bt[k][lo_:hi_] for bt, lo_, hi_ in parts]) for k in range(5))
+        bt, a, z = parts[0]
+        return tuple(x[a:z] for x in bt)
+    return tuple(np.concatenate([bt[k][a:z] for bt, a, z in parts]) for k in range(5))
 
 
 def dead_first_bits(trans: np.ndarray, start: int, tm: TokenMatrix) -> np.ndarray:
@@ -327,7 +343,8 @@ def _grouped(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
     one stable sort, not a pass over ``keys`` per key."""
     if not len(keys):
         return []
-    order = np.argsort(keys, kind="stable")
+    small = keys.min() >= np.iinfo(np.int16).min and keys.max() <= np.iinfo(np.int16).max
+    order = np.argsort(keys.astype(np.int16) if small else keys, kind="stable")  # int16: radix sort
     k = keys[order]
     cuts = [0, *(np.flatnonzero(k[1:] != k[:-1]) + 1).tolist(), len(k)]
     return [(int(k[a]), order[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
@@ -361,13 +378,31 @@ class Rests:
     next lexer walks only the rests its start state can begin (after a whitespace lexeme that is
     ~137k Gemma tokens, of which a JSON value lexer can begin a few thousand).
 
-    ``after[lexer]`` caches the ``Continuation`` of these rests in that lexer.
+    ``by_start`` caches their ``Continuation`` by the next lexer's start successors (global
+    states, so lexers that begin these rests alike share one walk); ``after[lexer]`` caches it in
+    that lexer's own state numbering.
     """
 
     ids: np.ndarray  # [C] int32
     pos: np.ndarray  # [C] int16
     first: np.ndarray  # [C] uint8
     after: dict[int, "Continuation"] = field(default_factory=dict)
+    by_start: dict[bytes, "Continuation"] = field(default_factory=dict)
+    walked: dict = field(default_factory=dict)  # (global state after the first byte, byte) -> walk slice
+    _by_first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def by_first(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rests in first-byte order, [257] bucket offsets, the distinct first bytes)."""
+        if self._by_first is None:
+            counts = np.bincount(self.first, minlength=256)
+            lo = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            self._by_first = (np.argsort(self.first, kind="stable"), lo, np.flatnonzero(counts))
+        return self._by_first
+
+    def firsts(self) -> np.ndarray:
+        """The distinct bytes the rests begin with."""
+        return self.by_first()[2]
+
 
 def split_crossing(w: WalkTable, gaccept: np.ndarray) -> dict[int, Rests]:
     """``w``'s crossing tokens by the terminal their lexeme becomes."""
@@ -381,6 +416,21 @@ def split_crossing(w: WalkTable, gaccept: np.ndarray) -> dict[int, Rests]:
             return {t: Rests(w.cross_ids, w.cross_pos, w.cross_byte)}
         k = np.flatnonzero(terms == t)
         out[t] = Rests(w.cross_ids[k], w.cross_pos[k], w.cross_byte[k])
+    return out
+
+
+def intern_rests(cross: dict[int, Rests], pool: dict[bytes, Rests]) -> dict[int, Rests]:
+    """``cross`` with each ``Rests`` replaced by an equal one already in ``pool`` (then its cached
+    continuations are shared). Different global states often cross with the same tokens at the
+    same bytes: a whitespace lexeme begun in each lexer's start state or continued inside one is
+    crossed by the same ~137k Gemma tokens, whose rests would otherwise be walked once per state."""
+    out = {}
+    for t, r in cross.items():
+        key = hashlib.sha1(r.ids.tobytes() + r.pos.tobytes()).digest()
+        hit = pool.get(key)
+        if hit is None or not (np.array_equal(hit.ids, r.ids) and np.array_equal(hit.pos, r.pos)):
+            hit = pool[key] = r
+        out[t] = hit
     return out
 
 
@@ -412,25 +462,40 @@ class Continuation:
     cross: dict[int, Rests]
 
 
-def continuation(lex: LexerDFA, rests: Rests, tm: TokenMatrix, t256: np.ndarray) -> Continuation:
-    """Walk ``tokens[ids[i]][pos[i]:]`` from ``lex``'s start state (one numpy pass over the rests
-    whose first byte ``lex`` can begin with; the others die at once). ``t256``: ``scaled(lex.trans)``.
+def start_successors(lex: LexerDFA) -> np.ndarray:
+    """[256] int64: the global state ``lex``'s start state enters on each byte (-1: none)."""
+    row = lex.trans[0]
+    return np.where(row >= 0, lex.glob[np.maximum(row, 0)], -1).astype(np.int64)
+
+
+def continuation(rests: Rests, succ: np.ndarray, tm: TokenMatrix, gt256: np.ndarray,
+                 gaccept: np.ndarray) -> Continuation:
+    """Walk ``tokens[ids[i]][pos[i]:]`` from a next lexer's start state, in global lexer states:
+    ``succ`` is its ``start_successors``, ``gt256`` ``scaled(gtrans)``, ``gaccept`` the terminal
+    of each global state (``global_accept``). One numpy pass over the rests whose first byte the
+    lexer can begin with (the others die at once), by first-byte bucket: a bucket walked for
+    another lexer that enters the same global state on that byte is reused (``Rests.walked``).
+    ``groups`` end states are global.
 
     The rests are read straight from the token matrix (byte ``pos + j`` of each token's column):
     joining ~100k rests in Python made a first visit cost 0.3-0.6 s."""
-    start = lex.trans[0][rests.first]
-    sel = np.flatnonzero(start >= 0)
-    if not len(sel):
+    order, lo, firsts = rests.by_first()
+    bs = firsts[succ[firsts] >= 0]
+    if not len(bs):
         return Continuation([], {})
-    ids, pos = rests.ids[sel], rests.pos[sel].astype(np.int64)
-    start = start[sel]
-    end, bpos, bst, bbyte = _walk(t256, start, tm.lengths[ids].astype(np.int64) - pos, tm,
-                                  pos * tm.mat_t.shape[1] + tm.rank[ids], j0=1)
+
+    def items(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # positions in ``order``
+        k = order[p]
+        ids, pos = rests.ids[k], rests.pos[k].astype(np.int64)
+        return k, tm.lengths[ids] - pos, pos * tm.mat_t.shape[1] + tm.rank[ids]
+
+    k, end, bpos, bst, bbyte = _walk_buckets(gt256, succ[bs], bs, lo, items, tm, rests.walked)
+    ids, pos = rests.ids[k], rests.pos[k].astype(np.int64)
     ok = np.flatnonzero(end >= 0)
     groups = [(u, ids[ok[ix]]) for u, ix in _grouped(end[ok])]
     again = bpos >= 1
-    again[again] = lex.accept[bst[again]] >= 0
-    terms = lex.accept[bst[again]]
+    again[again] = gaccept[bst[again]] >= 0
+    terms = gaccept[bst[again]]
     ids2, pos2, first2 = ids[again], (pos[again] + bpos[again]).astype(np.int16), bbyte[again]
     cross = {t: Rests(ids2[ix], pos2[ix], first2[ix]) for t, ix in _grouped(terms)}
     return Continuation(groups, cross)
