@@ -3,7 +3,8 @@
 Semantics (what "the language of a grammar" means here)
 -------------------------------------------------------
 A grammar is a Lark grammar, compiled by Lark itself with ``parser="lalr"`` and ``strict=True``
-(so LALR shift/reduce and reduce/reduce conflicts and same-priority regex collisions are errors).
+(so LALR shift/reduce and reduce/reduce conflicts are errors); Lark's lexer is never built, and
+its checks run on our byte DFAs instead (same-priority regex collisions, zero-width terminals).
 A byte string is in the language when the following deterministic process accepts it:
 
 * **Contextual lexing.** A lexeme is lexed against the terminals the current LALR state has an
@@ -57,8 +58,9 @@ Per global lexer state, the whole vocabulary is walked once with numpy (``walks.
 split into tokens that stay inside the lexeme (grouped by end state: context-independent, packed
 bitsets), tokens whose first byte ends a complete lexeme (masked by the mask of the state after
 that lexeme), and tokens that end it later: their rests are walked from the next lexer's start
-(``walks.continuation``, cached per next lexer) and their groups kept where the real stack makes
-them viable. Whole masks are cached by state in an LRU.
+(``walks.continuation``: in global states, per first-byte bucket, shared by lexers that begin
+the rests alike and by states with equal crossing sets) and their groups kept where the real
+stack makes them viable. Whole masks are cached by state in an LRU.
 """
 
 from __future__ import annotations
