@@ -147,7 +147,8 @@ def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int], memo:
         i += 1
         finals = [t for t, s in comps if terms[t].dfa.final[s]]
         if len(finals) > 1 and collision is None:
-            collision = _collision(terms, finals, i - 1)
+            pair = _collision(terms, finals)
+            collision = (i - 1, *pair) if pair else None
         accept.append(resolve(finals) if i > 1 else -1)
         if not comps:  # a parser state that accepts only $END and no %ignore terminals
             rows.append(np.full(256, -1, dtype=np.int32))
@@ -202,14 +203,14 @@ def build_lexer_dfa(terms: Sequence[TerminalInfo], members: Sequence[int], memo:
     return LexerDFA(members, trans, acc, completable, boundary, _bits(trans[0] >= 0), keys)
 
 
-def _collision(terms: Sequence[TerminalInfo], finals: list[int], state: int) -> tuple[int, int, int] | None:
-    """(state, a, b) for two final regex terminals of equal priority (Lark's strict check compares
-    exactly these pairs: literals are resolved by its ``unless`` rule, priorities by rank)."""
+def _collision(terms: Sequence[TerminalInfo], finals: list[int]) -> tuple[int, int] | None:
+    """Two final regex terminals of equal priority, if any (Lark's strict check compares exactly
+    these pairs: literals are resolved by its ``unless`` rule, priorities by rank)."""
     rx = [t for t in finals if not terms[t].is_string]
     for k, a in enumerate(rx):
         for b in rx[k + 1:]:
             if terms[a].priority == terms[b].priority:
-                return state, a, b
+                return a, b
     return None
 
 

@@ -378,9 +378,10 @@ class Rests:
     next lexer walks only the rests its start state can begin (after a whitespace lexeme that is
     ~137k Gemma tokens, of which a JSON value lexer can begin a few thousand).
 
-    ``by_start`` caches their ``Continuation`` by the next lexer's start successors (global
-    states, so lexers that begin these rests alike share one walk); ``after[lexer]`` caches it in
-    that lexer's own state numbering.
+    ``walked`` keeps each first-byte bucket's walk by the global state the bucket enters, so
+    lexers that begin some rests alike walk them once; ``by_start`` caches the assembled
+    ``Continuation`` by the next lexer's whole start signature (global states); ``after[lexer]``
+    the same in that lexer's own state numbering.
     """
 
     ids: np.ndarray  # [C] int32
