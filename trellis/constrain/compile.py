@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import functools
 import hashlib
 import os
 import pickle
@@ -33,17 +34,23 @@ from trellis.constrain.json_schema import JsonSchema
 from trellis.constrain.regex import Regex, RegexConstraint
 from trellis.tokens import Vocabulary
 
-CACHE_FORMAT = 4  # 2: walks keyed by global lexer state; 3: walks keep the crossing byte; 4: walks.py
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 
 GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]
 
 
+@functools.cache
 def _version() -> str:
+    """Package version plus a digest of the engine's source: pickled tables are only valid for
+    the code that built them, and a checkout between releases must not meet stale ones."""
     try:
-        return metadata.version("trellis-decoding")
+        v = metadata.version("trellis-decoding")
     except metadata.PackageNotFoundError:
-        return "0+unknown"
+        v = "0+unknown"
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).resolve().parent.glob("*.py")):  # ~0.3 MB, ~1.5 ms once
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return f"{v}+{h.hexdigest()[:12]}"
 
 
 def cache_dir() -> Path | None:
@@ -160,7 +167,7 @@ def compile_grammar(text: str, *, source: str = "<grammar>", start: str = "start
                     cache: bool = True) -> CompiledGrammar:
     """Vocabulary-independent tables of Lark grammar text (disk-cached)."""
     d = cache_dir() if cache else None
-    path = d / f"g-{_key(text, start, _version(), str(CACHE_FORMAT))}.pkl" if d else None
+    path = d / f"g-{_key(text, start, _version())}.pkl" if d else None
     if path is not None:
         g = _read(path)
         if isinstance(g, CompiledGrammar):
@@ -219,7 +226,7 @@ def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache
     # vocabulary) alone, while lark numbers LALR states differently from one process to the next
     # (set orders), so a grammar recompiled after its g-*.pkl was lost must not meet old tables.
     lex = hashlib.sha256(g.gtrans.tobytes() + g.gfinal.tobytes()).hexdigest()
-    path = d / f"t-{_key(lex, vocab.fingerprint(), _version(), str(CACHE_FORMAT))}.pkl" if d else None
+    path = d / f"t-{_key(lex, vocab.fingerprint(), _version())}.pkl" if d else None
     tables = _read(path) if path is not None else None
     c = CFGConstraint(g, vocab, tables=tables if isinstance(tables, dict) else None)
     if not isinstance(tables, dict):
