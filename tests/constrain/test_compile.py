@@ -174,3 +174,53 @@ def test_walk_equals_a_byte_by_byte_run() -> None:
             else:
                 want = (s, -1, -1, 0)
             assert (int(end[k]), int(bpos[k]), int(bst[k]), int(bbyte[k])) == want, (trial, toks[i])
+
+
+def test_precomputed_continuations_cover_every_decode(monkeypatch) -> None:
+    """``precompute=True`` walks every crossing set from every lexer that can follow its terminal
+    (a superset of what a real stack reaches), and the tables carry those walks to disk: random
+    decodes, on the compiled object and on one rebuilt from pickled tables, must never need a
+    continuation walk at run time."""
+    import pickle
+    import random
+
+    import trellis.constrain.cfg as cfg
+    from trellis.mask import allowed_ids
+
+    toks = tuple(bytes([b]) for b in range(32, 127)) + (
+        b' (', b'((', b'(((', b' x', b' foo(', b'), ', b' + 1', b'  ', b' \n', b'\n ', b' SELECT', b' a,', b' FROM t',
+        b' {"', b'":', b'", "', b'] ,', b' 12.5e', b', [', b'":-', b'"}', b' true', b' 1)', b'"a": 1, "', b'')
+    v = Vocabulary(toks, eos=frozenset([len(toks) - 1]))
+    rng = random.Random(0)
+    row = allocate_bitmask(1, len(v))[0]
+    for name in ["json.lark", "arithmetic.lark", "python_call.lark", "sql_select.lark"]:
+        built = compile(name, v, cache=False, precompute=True, progress=False)
+        loaded = CFGConstraint(built.grammar, v, tables=pickle.loads(pickle.dumps(dict(built.tables))))
+
+        def no_walk(*a, **k):
+            raise AssertionError(f"{name}: a continuation was walked at run time")
+
+        with monkeypatch.context() as m:
+            m.setattr(cfg, "continuation", no_walk)
+            for c in (built, loaded):
+                for _ in range(25):
+                    s = c.start()
+                    for _ in range(30):
+                        c.fill_mask(s, row)
+                        ids = [t for t in allowed_ids(row, len(v)) if t not in v.eos]
+                        if not ids:
+                            break
+                        s = c.advance(s, rng.choice(ids))
+                        assert s is not None
+        # and the guard is live: a fresh, lazily built constraint does walk them
+        lazy = compile(name, v, cache=False, precompute=False)
+        with monkeypatch.context() as m:
+            m.setattr(cfg, "continuation", no_walk)
+            try:
+                for t in (toks.index(b" ("), toks.index(b' {"'), toks.index(b" x")):
+                    lazy.mask_array(lazy.start())
+                    lazy.advance(lazy.start(), t)
+            except AssertionError as e:
+                assert "walked at run time" in str(e)
+            else:
+                raise AssertionError(f"{name}: the lazy constraint never walked a continuation")

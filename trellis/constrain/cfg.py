@@ -57,10 +57,11 @@ lexer DFA of the stack top's terminal set (``0`` = no lexeme started; only at th
 Per global lexer state, the whole vocabulary is walked once with numpy (``walks.walk_table``) and
 split into tokens that stay inside the lexeme (grouped by end state: context-independent, packed
 bitsets), tokens whose first byte ends a complete lexeme (masked by the mask of the state after
-that lexeme), and tokens that end it later: their rests are walked from the next lexer's start
-(``walks.continuation``: in global states, per first-byte bucket, shared by lexers that begin
-the rests alike and by states with equal crossing sets) and their groups kept where the real
-stack makes them viable. Whole masks are cached by state in an LRU.
+that lexeme), and tokens that end it later: their rests are walked from the start of every
+lexer that can follow the lexeme's terminal (``walks.continuation``: in global states, per
+first-byte bucket, shared by lexers that begin the rests alike and by states with equal crossing
+sets; precomputed and disk-cached with the tables), and their groups kept where the real stack
+makes them viable. Whole masks are cached by state in an LRU.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ from torch import Tensor
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.lexer import (LexerDFA, TerminalCollision, TerminalInfo, build_lexer_dfa, byte_classes,
                                      global_accept, globalize)
-from trellis.constrain.walks import (Continuation, Rests, StateTable, TokenMatrix, WalkTable, continuation, intern_rests,
-                                     scaled, split_crossing, start_successors, state_table, walk_table)
+from trellis.constrain.walks import (Continuation, Rests, StateTable, TokenMatrix, WalkTable, continuation, scaled,
+                                     start_successors, state_table, walk_table)
 from trellis.constrain.regex import literal_dfa, regex_to_byte_dfa
 from trellis.tokens import Vocabulary
 
@@ -297,6 +298,10 @@ class _Runtime:
         self.g = g
         self._feed_cache: dict[tuple[Stack, int], Stack | None] = {}
         self._viable_cache: dict[tuple[Stack, int, int], bool] = {}
+        # viable() asks the same few (lexer, byte set) and terminal-set questions again and again:
+        # answering them from Python bit loops was ~60% of a first-visit mask on arithmetic.lark
+        self._starts: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._bits: dict[int, tuple[int, ...]] = {}
 
     def lexer(self, stack: Stack) -> LexerDFA:
         return self.g.lexers[self.g.lexer_of[stack[-1]]]
@@ -378,22 +383,26 @@ class _Runtime:
         c = self._viable_cache.get(key)
         if c is not None:
             return c
-        lex = self.lexer(stack)
+        lid = self.g.lexer_of[stack[-1]]
+        lex = self.g.lexers[lid]
         res = False
         if d == 0:
-            res = any(self.viable((stack, nd), depth) for nd in _starts(lex, lex.first))
+            res = any(self.viable((stack, nd), depth) for nd in self.starts(lid, lex.first))
         else:
             comp = lex.completable[d]
-            for t in _bit_indices(comp):
+            bits = self._bits.get(comp)
+            if bits is None:
+                bits = self._bits[comp] = tuple(_bit_indices(comp))
+            for t in bits:
                 s2 = self.after_lexeme(stack, t)
                 if s2 is None:
                     continue
                 if self.eos_ok(s2) or depth == 0:
                     res = True
                     break
-                lex2 = self.lexer(s2)
-                follow = lex.boundary[d].get(t, 0) & lex2.first
-                if any(self.viable((s2, nd), depth - 1) for nd in _starts(lex2, follow)):
+                lid2 = self.g.lexer_of[s2[-1]]
+                follow = lex.boundary[d].get(t, 0) & self.g.lexers[lid2].first
+                if any(self.viable((s2, nd), depth - 1) for nd in self.starts(lid2, follow)):
                     res = True
                     break
         if len(self._viable_cache) > 500_000:
@@ -401,18 +410,21 @@ class _Runtime:
         self._viable_cache[key] = res
         return res
 
+    def starts(self, lexer_id: int, byteset: int) -> tuple[int, ...]:
+        """Distinct states of lexer ``lexer_id`` reached from its state 0 by one byte of ``byteset``."""
+        key = (lexer_id, byteset)
+        hit = self._starts.get(key)
+        if hit is None:
+            row = self.g.lexers[lexer_id].rows[0]
+            hit = self._starts[key] = tuple(sorted({row[b] for b in _bit_indices(byteset) if row[b] >= 0}))
+        return hit
+
 
 def _bit_indices(x: int) -> Iterable[int]:
     while x:
         low = x & -x
         yield low.bit_length() - 1
         x ^= low
-
-
-def _starts(lex: LexerDFA, byteset: int) -> list[int]:
-    """Distinct lexer states reached from state 0 by one byte of ``byteset``."""
-    row = lex.rows[0]
-    return sorted({row[b] for b in _bit_indices(byteset) if row[b] >= 0})
 
 
 # ----------------------------------------------------------------------------- the constraint
@@ -434,12 +446,11 @@ class CFGConstraint:
         self.tm = TokenMatrix.of(vocab)
         self.tables: dict[int, WalkTable] = dict(tables or {})  # by global lexer state
         self._views: dict[tuple[int, int], StateTable] = {}
-        # Crossing tokens of each global lexer state by terminal, with their continuations: shared
-        # by every lexer holding the state (on json.lark the 18 lexer states that end a whitespace
-        # lexeme are 2 global ones, each crossed by ~137k Gemma tokens).
         self._gaccept = global_accept(grammar.lexers, len(grammar.gfinal))
-        self._split: dict[int, dict[int, Rests]] = {}
-        self._rests: dict[bytes, Rests] = {}  # equal crossing sets of different global states, shared
+        # Equal crossing sets (Rests) of different global states are one object, with one set of
+        # continuations (on json.lark the 18 lexer states that end a whitespace lexeme are crossed
+        # by the same ~137k Gemma tokens).
+        self._rests: dict[bytes, Rests] = {}
         self._local: dict[int, np.ndarray] = {}
         self._gt256: np.ndarray | None = None  # scaled(gtrans), for continuations
         self._succ: dict[int, np.ndarray] = {}  # start_successors per lexer
@@ -488,7 +499,8 @@ class CFGConstraint:
         """The vocabulary walk of global lexer state ``g`` (built on first use, ~15 ms at 262k)."""
         w = self.tables.get(g)
         if w is None:
-            w = self.tables[g] = walk_table(self.grammar.gtrans, self.grammar.gfinal, g, self.tm, self._walk_memo)
+            w = self.tables[g] = walk_table(self.grammar.gtrans, self.grammar.gfinal, self._gaccept, g, self.tm,
+                                            self._rests, self._walk_memo)
             if len(self.tables) == len(self.grammar.gfinal):
                 self._walk_memo.clear()
         return w
@@ -499,13 +511,7 @@ class CFGConstraint:
         t = self._views.get(key)
         if t is None:
             lex = self.grammar.lexers[lexer_id]
-            local = self._local_of(lexer_id)
-            g = int(lex.glob[d])
-            w = self.walk(g)
-            cross = self._split.get(g)
-            if cross is None:
-                cross = self._split[g] = intern_rests(split_crossing(w, self._gaccept), self._rests)
-            t = self._views[key] = state_table(lex, d, w, local, cross)
+            t = self._views[key] = state_table(lex, d, self.walk(int(lex.glob[d])), self._local_of(lexer_id))
         return t
 
     def mask_array(self, state: Hashable) -> np.ndarray:
@@ -564,9 +570,15 @@ class CFGConstraint:
                 self._crossing(s2, cont, out)
 
     def _continuation(self, rests: Rests, lid: int) -> Continuation:
-        """``rests`` walked from lexer ``lid``'s start, in its state numbering. The walk is in
-        global states, shared by every lexer whose start enters the same global states on the
-        rests' first bytes (python_call.lark: 5 lexers, ~94k Gemma rests after a space, one walk)."""
+        """``rests`` walked from lexer ``lid``'s start, in its state numbering."""
+        gc = self._global_continuation(rests, lid)
+        local = self._local_of(lid)
+        return Continuation([(int(local[u]), ids) for u, ids in gc.groups], gc.cross)
+
+    def _global_continuation(self, rests: Rests, lid: int) -> Continuation:
+        """``rests`` walked from lexer ``lid``'s start, in global states: shared by every lexer
+        whose start enters the same global states on the rests' first bytes (python_call.lark:
+        5 lexers, ~94k Gemma rests after a space, one walk)."""
         succ = self._succ.get(lid)
         if succ is None:
             succ = self._succ[lid] = start_successors(self.grammar.lexers[lid])
@@ -575,9 +587,35 @@ class CFGConstraint:
         if gc is None:
             if self._gt256 is None:
                 self._gt256 = scaled(self.grammar.gtrans)
-            gc = rests.by_start[key] = continuation(rests, succ, self.tm, self._gt256, self._gaccept)
-        local = self._local_of(lid)
-        return Continuation([(int(local[u]), ids) for u, ids in gc.groups], gc.cross)
+            gc = rests.by_start[key] = continuation(rests, succ, self.tm, self._gt256, self._gaccept, self._rests)
+        return gc
+
+    def precompute_continuations(self) -> None:
+        """Walk, now, every crossing set's rests from every lexer that can follow its terminal, so
+        that no first visit pays a continuation walk (they were most of the p99 mask time: ~20 ms
+        for the ~137k Gemma tokens that begin with a space, 0.3 ms per level of "((((").
+
+        The lexer after terminal ``T`` is that of a state ``T`` shifts into (any stack: a superset
+        of the lexers a real stack can reach); after an ``%ignore``d terminal it is the same lexer.
+        Needs every walk table (``precompute_tables``); results land in ``Rests.by_start``."""
+        g = self.grammar
+        follow: dict[int, set[int]] = {}
+        for acts in g.actions:
+            for t, a in acts.items():
+                if a >= 0:
+                    follow.setdefault(t, set()).add(g.lexer_of[a])
+        todo = [(r, t, lid) for lid, lex in enumerate(g.lexers) for gs in sorted(set(lex.glob.tolist()))
+                for t, r in self.walk(gs).cross.items()]
+        done: set[tuple[int, int]] = set()
+        while todo:
+            r, t, lid = todo.pop()
+            for lid2 in ((lid,) if t in g.ignore else sorted(follow.get(t, ()))):
+                if (id(r), lid2) in done:
+                    continue
+                done.add((id(r), lid2))
+                todo.extend((r2, t2, lid2) for t2, r2 in self._global_continuation(r, lid2).cross.items())
+        for r in self._rests.values():
+            r.walked.clear()  # bucket walks: only needed to build more continuations
 
     def _local_of(self, lexer_id: int) -> np.ndarray:
         """[G] global -> lexer ``lexer_id``'s state (-1: not one of its states)."""

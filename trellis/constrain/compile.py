@@ -237,7 +237,8 @@ def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache
 
 
 def precompute_tables(c: CFGConstraint, *, progress: bool | None = None) -> None:
-    """Walk the vocabulary from every (global) lexer state of ``c`` (tqdm bar when ``progress``)."""
+    """Walk the vocabulary from every (global) lexer state of ``c``, then every crossing set's
+    rests from the lexers that can follow (tqdm bar over the states when ``progress``)."""
     import sys
 
     keys = range(len(c.grammar.gfinal))
@@ -250,3 +251,4 @@ def precompute_tables(c: CFGConstraint, *, progress: bool | None = None) -> None
         it = tqdm(keys, desc=f"compiling {c.grammar.source}", unit="state")
     for g in it:
         c.walk(g)
+    c.precompute_continuations()

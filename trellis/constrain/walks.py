@@ -5,8 +5,9 @@ DFA from one state over every token at once (those whose first byte is live), on
 time, and reports where each token ends or first leaves the lexeme. ``walk_table`` turns that
 into the per-(global lexer state) table: tokens that stay inside the lexeme (packed bitsets by end
 state), tokens whose first byte ends it, and tokens that cross the boundary later. Crossing tokens
-are split by terminal once per global state (``Rests``) and their rests walked from the next
-lexer's start on demand (``continuation``), where only the stack decides.
+are split by terminal (``Rests``, equal sets interned across states) and their rests walked from
+the start of each lexer that can follow (``continuation``, precomputed with the tables); which of
+those groups a mask keeps is all that the stack decides at run time.
 """
 
 from __future__ import annotations
@@ -325,17 +326,15 @@ class WalkTable:
     """The vocabulary walked from one global lexer state (the context-independent split).
 
     ``inside``: (global end state, packed tokens) — tokens that stay inside the current lexeme;
-    ``first_dead``: packed tokens whose first byte cannot extend the lexeme; ``cross_*``: tokens
-    whose lexeme ends, complete, before a later byte (ids, that byte's position >= 1, global state
-    before it, the byte). Every other token is rejected in this state whatever the stack.
+    ``first_dead``: packed tokens whose first byte cannot extend the lexeme; ``cross[T]``: tokens
+    whose lexeme ends, complete, as terminal ``T`` before a later byte, with their rests (``Rests``,
+    interned: equal sets of different states are one object, also on disk). Every other token is
+    rejected in this state whatever the stack.
     """
 
     inside: list[tuple[int, np.ndarray]]
     first_dead: np.ndarray | None
-    cross_ids: np.ndarray  # [C] int32
-    cross_pos: np.ndarray  # [C] int16
-    cross_state: np.ndarray  # [C] int32
-    cross_byte: np.ndarray  # [C] uint8 the byte at ``cross_pos`` (where the rest begins)
+    cross: dict[int, "Rests"]
 
 
 def _grouped(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -350,26 +349,29 @@ def _grouped(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(int(k[a]), order[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, g: int, tm: TokenMatrix,
-               memo: WalkMemo | None = None) -> WalkTable:
+def walk_table(gtrans: np.ndarray, gfinal: np.ndarray, gaccept: np.ndarray, g: int, tm: TokenMatrix,
+               pool: dict[bytes, "Rests"], memo: WalkMemo | None = None) -> WalkTable:
+    """Walk the vocabulary from global state ``g``; crossing tokens are split by terminal
+    (``gaccept``: the terminal of each global state) and interned in ``pool``."""
     ids, end, bpos, bst, bbyte = walk_live(gtrans, g, tm, memo)
     ok = np.flatnonzero(end >= 0)
     inside = [(u, tm.pack_ids(ids[ok[ix]])) for u, ix in _grouped(end[ok])]
     first_dead = dead_first_bits(gtrans, g, tm) if gfinal[g] else None
-    sel = bpos >= 1
-    sel[sel] = gfinal[bst[sel]]
+    sel = np.flatnonzero(bpos >= 1)
+    terms = gaccept[bst[sel]]
+    keep = terms >= 0
+    sel, terms = sel[keep], terms[keep]
     # Narrow dtypes: the crossing arrays are most of a table on disk (~137k entries per state
     # that can begin a whitespace lexeme on Gemma's vocabulary).
-    return WalkTable(inside, first_dead, ids[sel].astype(np.int32), bpos[sel].astype(np.int16), bst[sel],
-                     bbyte[sel])
+    return WalkTable(inside, first_dead, split_crossing(ids[sel].astype(np.int32), bpos[sel].astype(np.int16),
+                                                        bbyte[sel], terms, pool))
 
 
-def state_table(lex: LexerDFA, d: int, w: WalkTable, local: np.ndarray, cross: dict[int, "Rests"]) -> StateTable:
-    """Rename ``w`` (the walk of ``lex``'s state ``d``) into ``lex``; ``local``: [G] global -> local;
-    ``cross``: ``w``'s crossing tokens split by terminal (``split_crossing``, shared by lexers)."""
+def state_table(lex: LexerDFA, d: int, w: WalkTable, local: np.ndarray) -> StateTable:
+    """Rename ``w`` (the walk of ``lex``'s state ``d``) into ``lex``; ``local``: [G] global -> local."""
     inside = [(int(local[u]), bits) for u, bits in w.inside]
     group0 = w.first_dead if lex.accept[d] >= 0 else None
-    return StateTable(inside, group0, cross)
+    return StateTable(inside, group0, w.cross)
 
 
 @dataclass(eq=False)
@@ -378,10 +380,12 @@ class Rests:
     next lexer walks only the rests its start state can begin (after a whitespace lexeme that is
     ~137k Gemma tokens, of which a JSON value lexer can begin a few thousand).
 
-    ``walked`` keeps each first-byte bucket's walk by the global state the bucket enters, so
-    lexers that begin some rests alike walk them once; ``by_start`` caches the assembled
-    ``Continuation`` by the next lexer's whole start signature (global states); ``after[lexer]``
-    the same in that lexer's own state numbering.
+    ``by_start`` holds the ``Continuation`` (global states) by the next lexer's whole start
+    signature (the global states its start enters on the rests' first bytes): precomputed with
+    the tables for every lexer that can follow, and pickled with them. ``after[lexer]`` is the
+    same in that lexer's own state numbering, and ``walked`` each first-byte bucket's walk by the
+    global state the bucket enters (lexers that begin some rests alike walk them once): both
+    rebuilt on demand, never pickled.
     """
 
     ids: np.ndarray  # [C] int32
@@ -391,6 +395,7 @@ class Rests:
     by_start: dict[bytes, "Continuation"] = field(default_factory=dict)
     walked: dict = field(default_factory=dict)  # (global state after the first byte, byte) -> walk slice
     _by_first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    _firsts: np.ndarray | None = None
 
     def by_first(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rests in first-byte order, [257] bucket offsets, the distinct first bytes)."""
@@ -402,39 +407,48 @@ class Rests:
 
     def firsts(self) -> np.ndarray:
         """The distinct bytes the rests begin with."""
-        return self.by_first()[2]
+        if self._firsts is None:
+            self._firsts = np.flatnonzero(np.bincount(self.first, minlength=256))
+        return self._firsts
+
+    def __getstate__(self) -> dict:
+        return {"ids": self.ids, "pos": self.pos, "first": self.first, "by_start": dict(self.by_start),  # a copy: tables are pickled on a thread
+                "_firsts": self.firsts()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["ids"], state["pos"], state["first"], by_start=state["by_start"],  # type: ignore[misc]
+                      _firsts=state["_firsts"])
 
 
-def split_crossing(w: WalkTable, gaccept: np.ndarray) -> dict[int, Rests]:
-    """``w``'s crossing tokens by the terminal their lexeme becomes."""
-    terms = gaccept[w.cross_state]
+def split_crossing(ids: np.ndarray, pos: np.ndarray, first: np.ndarray, terms: np.ndarray,
+                   pool: dict[bytes, Rests]) -> dict[int, Rests]:
+    """Crossing tokens (``ids``, rest offsets ``pos``, the rests' first bytes) by the terminal
+    ``terms`` their lexeme becomes, each set interned in ``pool``."""
     if not len(terms):
         return {}
     counts = np.bincount(terms)  # few distinct terminals, one dominant (whitespace): no sort
     out = {}
     for t in np.flatnonzero(counts).tolist():
         if counts[t] == len(terms):
-            return {t: Rests(w.cross_ids, w.cross_pos, w.cross_byte)}
+            out[t] = _intern(Rests(ids, pos, first), pool)
+            break
         k = np.flatnonzero(terms == t)
-        out[t] = Rests(w.cross_ids[k], w.cross_pos[k], w.cross_byte[k])
+        out[t] = _intern(Rests(ids[k], pos[k], first[k]), pool)
     return out
 
 
-def intern_rests(cross: dict[int, Rests], pool: dict[bytes, Rests]) -> dict[int, Rests]:
-    """``cross`` with each ``Rests`` replaced by an equal one already in ``pool`` (then its cached
-    continuations are shared). Different global states often cross with the same tokens at the
-    same bytes: a whitespace lexeme begun in each lexer's start state or continued inside one is
-    crossed by the same ~137k Gemma tokens, whose rests would otherwise be walked once per state."""
-    out = {}
-    for t, r in cross.items():
-        # A sample of every 64th entry keys the pool (hashing all ~137k was ~1 ms per state, on
-        # the first visit); equality is then checked in full.
-        key = hashlib.sha1(r.ids[::64].tobytes() + r.pos[::64].tobytes() + len(r.ids).to_bytes(8, "little")).digest()
-        hit = pool.get(key)
-        if hit is None or not (np.array_equal(hit.ids, r.ids) and np.array_equal(hit.pos, r.pos)):
-            hit = pool[key] = r
-        out[t] = hit
-    return out
+def _intern(r: Rests, pool: dict[bytes, Rests]) -> Rests:
+    """An equal ``Rests`` already in ``pool``, else ``r`` (then its continuations are shared).
+    Different global states often cross with the same tokens at the same bytes: a whitespace
+    lexeme begun in each lexer's start state or continued inside one is crossed by the same ~137k
+    Gemma tokens, whose rests would otherwise be walked once per state."""
+    # A sample of every 64th entry keys the pool (hashing all ~137k was ~1 ms per state); equality
+    # is then checked in full.
+    key = hashlib.sha1(r.ids[::64].tobytes() + r.pos[::64].tobytes() + len(r.ids).to_bytes(8, "little")).digest()
+    hit = pool.get(key)
+    if hit is None or not (np.array_equal(hit.ids, r.ids) and np.array_equal(hit.pos, r.pos)):
+        hit = pool[key] = r
+    return hit
 
 
 @dataclass(eq=False)
@@ -472,13 +486,13 @@ def start_successors(lex: LexerDFA) -> np.ndarray:
 
 
 def continuation(rests: Rests, succ: np.ndarray, tm: TokenMatrix, gt256: np.ndarray,
-                 gaccept: np.ndarray) -> Continuation:
+                 gaccept: np.ndarray, pool: dict[bytes, Rests]) -> Continuation:
     """Walk ``tokens[ids[i]][pos[i]:]`` from a next lexer's start state, in global lexer states:
     ``succ`` is its ``start_successors``, ``gt256`` ``scaled(gtrans)``, ``gaccept`` the terminal
     of each global state (``global_accept``). One numpy pass over the rests whose first byte the
     lexer can begin with (the others die at once), by first-byte bucket: a bucket walked for
     another lexer that enters the same global state on that byte is reused (``Rests.walked``).
-    ``groups`` end states are global.
+    ``groups`` end states are global; the rests that cross again are interned in ``pool``.
 
     The rests are read straight from the token matrix (byte ``pos + j`` of each token's column):
     joining ~100k rests in Python made a first visit cost 0.3-0.6 s."""
@@ -500,5 +514,5 @@ def continuation(rests: Rests, succ: np.ndarray, tm: TokenMatrix, gt256: np.ndar
     again[again] = gaccept[bst[again]] >= 0
     terms = gaccept[bst[again]]
     ids2, pos2, first2 = ids[again], (pos[again] + bpos[again]).astype(np.int16), bbyte[again]
-    cross = {t: Rests(ids2[ix], pos2[ix], first2[ix]) for t, ix in _grouped(terms)}
+    cross = {t: _intern(Rests(ids2[ix], pos2[ix], first2[ix]), pool) for t, ix in _grouped(terms)}
     return Continuation(groups, cross)
