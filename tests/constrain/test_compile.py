@@ -224,3 +224,24 @@ def test_precomputed_continuations_cover_every_decode(monkeypatch) -> None:
                 assert "walked at run time" in str(e)
             else:
                 raise AssertionError(f"{name}: the lazy constraint never walked a continuation")
+
+
+def test_sparse_ids_equal_the_packed_row() -> None:
+    """Table groups are stored as (nonzero word indices, words): OR-ing them into a row must give
+    ``pack_ids`` exactly, for empty, small (sorted path), bit-31 and large (dense path) sets."""
+    import numpy as np
+
+    from trellis.constrain.walks import TokenMatrix
+
+    v = Vocabulary(tuple(bytes([i % 256]) * (1 + i // 256) for i in range(5000)), eos=frozenset([4999]))
+    tm = TokenMatrix.of(v)
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 31, 77, 100, 3000, 4999):
+        ids = rng.choice(4999, size=n, replace=True)
+        if n == 31:
+            ids = np.arange(31, 4999, 32)[:n]  # every bit 31: the sign bit of an int32 word
+        words, vals = tm.sparse_ids(ids)
+        row = np.zeros(tm.words, dtype=np.int32)
+        row[words] |= vals
+        assert np.array_equal(row, tm.pack_ids(ids)), n
+        assert len(np.unique(words)) == len(words) == np.count_nonzero(row)

@@ -535,9 +535,9 @@ class CFGConstraint:
         lex = self.grammar.lexers[lid]
         tab = self.table(lid, d)
         m = np.zeros(self.tm.words, dtype=np.int32)
-        for u, bits in tab.inside:
+        for u, words, vals in tab.inside:
             if rt.viable((stack, u)):
-                m |= bits
+                m[words] |= vals  # words are distinct: a fancy in-place OR is exact
         if tab.group0 is not None:
             s2 = rt.after_lexeme(stack, int(lex.accept[d]))
             if s2 is not None:
@@ -545,7 +545,8 @@ class CFGConstraint:
         extra: list[np.ndarray] = []
         self._crossing(stack, tab, extra)
         if extra:
-            m |= self.tm.pack_ids(np.concatenate(extra))
+            words, vals = self.tm.sparse_ids(np.concatenate(extra))
+            m[words] |= vals
         return m
 
     def _crossing(self, stack: Stack, tab: StateTable | Continuation, out: list[np.ndarray]) -> None:
