@@ -462,6 +462,7 @@ class CFGConstraint:
         self._class_reps: list[tuple[int, int]] | None = None  # (representative byte, class size)
         self._forced: dict[tuple[Hashable, int], bytes] = {}
         self._walk_memo: dict = {}  # walk_live's shared first-byte buckets (dropped once every table is built)
+        self._by_row: dict[tuple[bytes, bool], WalkTable] = {}  # likewise: tables by (transition row, final)
 
     # -- protocol
     def start(self) -> CfgState:
@@ -499,10 +500,19 @@ class CFGConstraint:
         """The vocabulary walk of global lexer state ``g`` (built on first use, ~15 ms at 262k)."""
         w = self.tables.get(g)
         if w is None:
-            w = self.tables[g] = walk_table(self.grammar.gtrans, self.grammar.gfinal, self._gaccept, g, self.tm,
-                                            self._rests, self._walk_memo)
-            if len(self.tables) == len(self.grammar.gfinal):
+            gtrans, gfinal = self.grammar.gtrans, self.grammar.gfinal
+            # A walk depends on the state only through its transition row and finality, and
+            # states of different lexers often agree on both (json.lark: 123 states, 79 rows):
+            # one table for each, shared (also in the pickle).
+            key = (gtrans[g].tobytes(), bool(gfinal[g]))
+            w = self._by_row.get(key)
+            if w is None:
+                w = self._by_row[key] = walk_table(gtrans, gfinal, self._gaccept, g, self.tm, self._rests,
+                                                   self._walk_memo)
+            self.tables[g] = w
+            if len(self.tables) == len(gfinal):
                 self._walk_memo.clear()
+                self._by_row.clear()
         return w
 
     def table(self, lexer_id: int, d: int) -> StateTable:
