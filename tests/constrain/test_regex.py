@@ -110,3 +110,31 @@ def test_regex_forced_tokens() -> None:
     c = compile(Regex("abc(d)?|abcd"), v)
     s = c.start()
     assert [v.tokens[t] for t in c.forced_tokens(s)] == [b"abc"]
+
+
+def test_minimised_byte_dfas_keep_the_language_and_merge_utf8_copies() -> None:
+    """``regex_to_byte_dfa`` minimises (Moore): same accepted strings as the unminimised DFA,
+    on random byte strings including split UTF-8, and JSON's STRING interior is one state."""
+    import random
+
+    import trellis.constrain.regex as R
+
+    pats = [r'"(?:[^"\\\x00-\x1f]|\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4})*"', r"(ab|ac)*d?", r"\w+é|x.{2,5}y",
+            r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", r"[0-9]{4}-[0-9]{2}"]
+    rng = random.Random(0)
+    for p in pats:
+        small = R._regex_to_byte_dfa(p, name="t")
+        orig = R.minimise
+        R.minimise = lambda d, **k: d
+        try:
+            big = R._regex_to_byte_dfa(p, name="t")
+        finally:
+            R.minimise = orig
+        assert small.num_states <= big.num_states
+        assert R.minimise(small).num_states == small.num_states  # idempotent: already minimal
+        alpha = sorted(set(p.encode()) | set(b'a0"\\ x\xc3\xa9y-.e'))
+        for _ in range(4000):
+            s = bytes(rng.choice(alpha) for _ in range(rng.randint(0, 9)))
+            assert big.matches(s) == small.matches(s), (p, s)
+    string = R._regex_to_byte_dfa(pats[0], name="STRING")
+    assert string.num_states == 15  # 83 unminimised: every way into the interior was a copy

@@ -243,7 +243,44 @@ def _determinise(edges: list[list[tuple[int, int, int]]], finals: set[int], star
         rows.append(row)
     trans = np.array(rows, dtype=np.int32).reshape(-1, 256)
     final = np.array([bool(k & finals) for k in order], dtype=bool)
-    return trim(trans, final, name=name, pattern=pattern)
+    return minimise(trim(trans, final, name=name, pattern=pattern))
+
+
+def minimise(dfa: ByteDFA, max_rounds: int = 200) -> ByteDFA:
+    """The minimal DFA of a trimmed ``dfa`` (Moore's partition refinement, vectorised over
+    byte classes); ``dfa`` itself if refinement needs more than ``max_rounds`` rounds.
+
+    UTF-8 expansion leaves equivalent copies behind: json.lark's STRING interior was four
+    states (one per way of arriving), each walked over the whole vocabulary at compile time."""
+    t, f = dfa.trans, dfa.final
+    n = len(f)
+    if n <= 1:
+        return dfa
+    _, first, col = np.unique(np.ascontiguousarray(t.T), axis=0, return_index=True, return_inverse=True)
+    tc = t[:, np.sort(first)]  # one column per byte class: bytes of a class move every state alike
+    cls = f.astype(np.int64)
+    k = len(np.unique(cls))
+    for _ in range(max_rounds):
+        sig = np.concatenate([cls[:, None], np.where(tc >= 0, cls[np.maximum(tc, 0)], -1)], axis=1)
+        _, new = np.unique(sig, axis=0, return_inverse=True)
+        new = new.reshape(-1).astype(np.int64)
+        k2 = int(new.max()) + 1
+        cls = new
+        if k2 == k:
+            break
+        k = k2
+    else:
+        return dfa
+    if k == n:
+        return dfa
+    _, rep = np.unique(cls, return_index=True)
+    order = np.argsort(rep, kind="stable")  # classes numbered by first state: the start stays 0
+    renum = np.empty(k, dtype=np.int64)
+    renum[order] = np.arange(k)
+    reps = rep[order]
+    rows = t[reps]
+    trans = np.where(rows >= 0, renum[cls[np.maximum(rows, 0)]], -1).astype(np.int32)
+    return ByteDFA(np.ascontiguousarray(trans), f[reps].copy())
 
 
 def trim(trans: np.ndarray, final: np.ndarray, *, name: str = "regex", pattern: str = "",
