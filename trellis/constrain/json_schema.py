@@ -1247,8 +1247,8 @@ class _Emitter:
         in the lexer context the declared key's literal is too (it wins: declared-key literals
         have the highest terminal priority) or is cut out of the regex (``_text``). States that
         allow other keys also take every allowed declared key again, validated against its own
-        schema, so only keys forbidden there are cut and the regexes stay small (the engine's
-        byte DFAs are not minimised: a complement of 4 keys was 1,600 states).
+        schema, so only keys forbidden there are cut and the regexes stay small (determinisation
+        happens before minimisation: a complement of 4 keys was 1,600 states to build).
         """
         hit = self._cell_memo.get(objs)
         if hit is not None:
