@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import lark
 import regex
-from lark import Token
+from lark import Token, Tree
 from lark.exceptions import UnexpectedInput
 
 
@@ -45,6 +45,12 @@ class Reference:
         closers = "\"')]}\n"
         self.alphabet = "".join(sorted(set(alphabet), key=lambda c: (c not in closers, closers.find(c), c)))
         self._memo: dict[tuple, bool] = {}
+        # Lark's parser is deterministic, so these are pure functions of their keys; memoising them
+        # (and dropping the parse values, below) made the sql_select 200-document oracle feasible.
+        self._extends: dict[tuple[int, str], bool] = {}
+        self._resolve: dict[tuple[int, str], str | None] = {}
+        self._fed: dict[tuple[tuple[int, ...], str], object] = {}
+        self._eof: dict[tuple[int, ...], bool] = {}
         self.gave_up = 0
 
     # -- lexing
@@ -52,17 +58,27 @@ class Reference:
         return {k for k in ip.choices() if k.isupper() and not k.startswith("$")} | self.ignore
 
     def extends(self, ip, s: str) -> bool:
-        return any(self.pats[t].fullmatch(s, partial=True) is not None for t in self.allowed(ip))
+        key = (ip.parser_state.position, s)  # choices() depends on the top state only
+        hit = self._extends.get(key)
+        if hit is None:
+            hit = self._extends[key] = any(self.pats[t].fullmatch(s, partial=True) is not None
+                                           for t in self.allowed(ip))
+        return hit
 
     def resolve(self, ip, lexeme: str) -> str | None:
+        key = (ip.parser_state.position, lexeme)
+        if key in self._resolve:
+            return self._resolve[key]
         basic = self.clex.lexers[ip.parser_state.position]
+        typ = None
         for t in basic.scanner.terminals:
             if self.pats[t.name].fullmatch(lexeme) is not None:
                 typ = t.name
                 if typ in basic.callback:
                     typ = basic.callback[typ](Token(typ, lexeme)).type
-                return typ
-        return None
+                break
+        self._resolve[key] = typ
+        return typ
 
     def start(self) -> RefState:
         return RefState(self.lark.parse_interactive(""), "")
@@ -73,11 +89,21 @@ class Reference:
             return None
         if typ in self.ignore:
             return ip
+        key = (tuple(ip.parser_state.state_stack), typ)
+        if key in self._fed:
+            return self._fed[key]
         ip = ip.copy()
         try:
             ip.feed_token(Token(typ, lexeme))
         except UnexpectedInput:
-            return None
+            ip = None
+        else:
+            # Recognition needs only the state stack: the parse values (trees of the whole prefix)
+            # are replaced by fresh empty trees, so copies stay O(stack depth) instead of O(text)
+            # (deep-copying them was ~55% of the sql_select oracle).
+            vs = ip.parser_state.value_stack
+            vs[:] = [Tree("_", []) for _ in vs]
+        self._fed[key] = ip
         return ip
 
     def step_char(self, st: RefState, ch: str) -> RefState | None:
@@ -133,11 +159,16 @@ class Reference:
             ip = self.feed_lexeme(ip, st.partial)
             if ip is None:
                 return False
-        try:
-            ip.copy().feed_eof()
-        except UnexpectedInput:
-            return False
-        return True
+        key = tuple(ip.parser_state.state_stack)
+        hit = self._eof.get(key)
+        if hit is None:
+            try:
+                ip.copy().feed_eof()
+                hit = True
+            except UnexpectedInput:
+                hit = False
+            self._eof[key] = hit
+        return hit
 
     def _tail_chars(self, tail: bytes) -> list[str]:
         if tail not in _TAIL_CHARS:
