@@ -189,3 +189,36 @@ def test_mask_matches_advance(constraints, name: str) -> None:
             exp = {t for t in range(256) if c.advance(s, t) is not None}
             assert got - v.eos == exp
             s = c.advance(s, b)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_viability_from_the_stack_top_equals_the_whole_stack(name: str) -> None:
+    """viable() answers from the top states of the stack when they decide (``_viable_top``); at
+    every byte of random sentences, for every state of the current lexer and every depth, that
+    answer must equal the whole-stack search. Tops of 1 and 2 states share answers far more
+    aggressively than the shipped one, so they exercise the unknown (pops below the top, EOS) paths."""
+    from trellis.constrain.cfg import VIABILITY_DEPTH, VIABILITY_TOP, _Runtime, compile_lark
+
+    text, _ = load_grammar_text(name)
+    g = compile_lark(text, source=name)
+    whole = _Runtime(g, top=1 << 30)
+    tops = [_Runtime(g, top=k) for k in sorted({1, 2, VIABILITY_TOP})]
+    lk = lark.Lark(text, parser="lalr")
+    answers = {True: 0, False: 0}
+    for doc in sentences(name, lk, 6, seed=5, max_depth=7):
+        st = ((g.start_state,), 0)
+        for b in doc.encode():
+            # every state of the current lexer, and every state one more byte leads to (walk does
+            # not check viability, so these include dead ones)
+            probes = {(st[0], u) for u in range(len(whole.lexer(st[0]).rows))}
+            probes |= {nxt for x in range(256) if (nxt := whole.walk(st[0], st[1], bytes([x]))) is not None}
+            for probe in probes:
+                for depth in range(VIABILITY_DEPTH + 1):
+                    want = whole.viable(probe, depth)
+                    answers[want] += 1
+                    for rt in tops:
+                        assert rt.viable(probe, depth) == want, (doc, probe, depth, rt.top)
+            st = whole.walk(st[0], st[1], bytes([b]))
+            assert st is not None, doc
+    decided = [v for v in tops[0]._top_viable.values() if v is not None]
+    assert answers[True] and True in decided, (answers, len(decided))  # the shared path was taken
