@@ -138,3 +138,46 @@ def test_minimised_byte_dfas_keep_the_language_and_merge_utf8_copies() -> None:
             assert big.matches(s) == small.matches(s), (p, s)
     string = R._regex_to_byte_dfa(pats[0], name="STRING")
     assert string.num_states == 15  # 83 unminimised: every way into the interior was a copy
+
+
+def test_hashed_refinement_equals_exact_refinement() -> None:
+    """``minimise`` refines partitions by hashed row signatures; the partition must be the exact
+    one (``_refine_exact``, rows compared whole) on the shipped grammars' terminals and on the
+    long chains of flexible-whitespace schema terminals, and a degenerate hash (successors
+    ignored) must fail the bisimulation check so that the exact refinement is used instead."""
+    import lark
+    import numpy as np
+
+    import trellis.constrain.regex as R
+    from trellis.constrain.compile import load_grammar_text
+    from trellis.constrain.json_schema import schema_to_lark
+    from trellis.constrain import shipped_grammars
+
+    texts = [load_grammar_text(n)[0] for n in shipped_grammars()]
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer", "minimum": -5}},
+                                               "b": {"type": "string", "format": "date"}}}
+    texts.append(schema_to_lark(schema, whitespace="flexible", max_whitespace=20)[0])
+    pats = {t.pattern.to_regexp() for text in texts for t in lark.Lark(text, parser="lalr").terminals}
+
+    def canon(cls):  # each state -> the first state of its class
+        return np.unique(cls, return_index=True, return_inverse=True)[1][cls]
+
+    orig = R.minimise
+    merged = 0
+    for p in sorted(pats):
+        R.minimise = lambda d, **k: d
+        try:
+            raw = R._regex_to_byte_dfa(p, name="t")
+        finally:
+            R.minimise = orig
+        _, first = np.unique(np.ascontiguousarray(raw.trans.T), axis=0, return_index=True)
+        tc = raw.trans[:, np.sort(first)]
+        exact, hashed = R._refine_exact(tc, raw.final, 200), R._refine_hashed(tc, raw.final, 200)
+        assert exact is not None and hashed is not None, p
+        assert np.array_equal(canon(exact), canon(hashed)), p
+        merged += int(exact.max()) + 1 < len(raw.final)
+        blind = np.zeros(tc.shape[1] + 1, dtype=np.uint64)
+        blind[0] = 1  # hashes finality only
+        if int(exact.max()) + 1 > 2:
+            assert R._refine_hashed(tc, raw.final, 200, weights=blind) is None, p
+    assert merged  # some terminal DFAs do shrink
