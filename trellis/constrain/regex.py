@@ -256,7 +256,7 @@ def minimise(dfa: ByteDFA, max_rounds: int = 200) -> ByteDFA:
     n = len(f)
     if n <= 1:
         return dfa
-    _, first, col = np.unique(np.ascontiguousarray(t.T), axis=0, return_index=True, return_inverse=True)
+    first, _ = unique_rows(t.T)
     tc = t[:, np.sort(first)]  # one column per byte class: bytes of a class move every state alike
     cls = _refine_hashed(tc, f, max_rounds)
     if cls is None:  # a hash collision (never seen): the exact, slower refinement
@@ -274,6 +274,17 @@ def minimise(dfa: ByteDFA, max_rounds: int = 200) -> ByteDFA:
     rows = t[reps]
     trans = np.where(rows >= 0, renum[cls[np.maximum(rows, 0)]], -1).astype(np.int32)
     return ByteDFA(np.ascontiguousarray(trans), f[reps].copy())
+
+
+def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each distinct row's first occurrence, [rows] distinct-row id) of a 2-D array.
+    Rows are compared as raw bytes (one np.void each), in no particular order of ids: np.unique
+    with ``axis=0`` sorts rows field by field, 1.7 s over the 48 flexible-schema lexer builds
+    where this takes milliseconds."""
+    a = np.ascontiguousarray(a)
+    v = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).reshape(-1)
+    _, first, inv = np.unique(v, return_index=True, return_inverse=True)
+    return first, inv.reshape(-1)
 
 
 def _refine_exact(tc: np.ndarray, f: np.ndarray, max_rounds: int) -> np.ndarray | None:
