@@ -181,3 +181,53 @@ def test_hashed_refinement_equals_exact_refinement() -> None:
         if int(exact.max()) + 1 > 2:
             assert R._refine_hashed(tc, raw.final, 200, weights=blind) is None, p
     assert merged  # some terminal DFAs do shrink
+
+
+def _same_language(a, b) -> bool:
+    """Two trimmed byte DFAs accept the same strings (breadth-first over the product)."""
+    seen, todo = {(0, 0)}, [(0, 0)]
+    while todo:
+        s, t = todo.pop()
+        if bool(a.final[s]) != bool(b.final[t]):
+            return False
+        for x in range(256):
+            u, v = int(a.trans[s, x]), int(b.trans[t, x])
+            if (u < 0) != (v < 0):
+                return False
+            if u >= 0 and (u, v) not in seen:
+                seen.add((u, v))
+                todo.append((u, v))
+    return True
+
+
+def test_linear_patterns_skip_interegular_with_the_same_language() -> None:
+    """``linear_nfa`` builds sequences of ASCII characters/classes with quantifiers directly; the
+    DFA must accept exactly what interegular's does (and ``re.fullmatch``), and every pattern
+    outside that subset must be left to interegular."""
+    import random
+    import re
+
+    import trellis.constrain.regex as R
+    from trellis.constrain.linear_regex import linear_nfa
+
+    ws = "[ \t\n\r]"  # real characters, as lark hands schema terminals over
+    linear = [rf"{ws}{{0,64}},{ws}{{0,64}}", rf"\{{{ws}{{0,8}}", rf"{ws}{{0,3}}\]", "null", r"\"name\"", "ab*c+d?",
+              r"[a-z_][a-z0-9_]*", r"x{3}y{0,2}z", r"[-a]+[b-]?\-", r"a{0}b", r"[\t\\\]x]", r"\x41B?", "a?a?a"]
+    for p in linear:
+        assert linear_nfa(p) is not None, p
+        fast = R._regex_to_byte_dfa(p, name="t")
+        orig = R.linear_nfa
+        R.linear_nfa = lambda _p: None
+        try:
+            slow = R._regex_to_byte_dfa(p, name="t")
+        finally:
+            R.linear_nfa = orig
+        assert _same_language(fast, slow), p
+        rng = random.Random(0)
+        alpha = sorted(set(b" \t\n\r,{}]abcdxyz_-\\AB\"nul"))
+        rx = re.compile(p)
+        for _ in range(500):
+            s = bytes(rng.choice(alpha) for _ in range(rng.randint(0, 7)))
+            assert fast.matches(s) == (rx.fullmatch(s.decode()) is not None), (p, s)
+    for p in ["a|b", "(ab)*", "[^a]", r"\d+", r"\w", ".", "a{2,}", "a*?", "é", "(?i:select)", "[]", r"\b", "a{3,1}"]:
+        assert linear_nfa(p) is None, p

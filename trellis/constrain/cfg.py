@@ -48,7 +48,10 @@ over-approximate, so reductions are simulated) and, for the greedy-lexing bounda
 that cannot extend the lexeme can start a viable next lexeme. That boundary check is followed
 ``VIABILITY_DEPTH`` lexemes deep; a dead end that only shows more than that many lexemes later
 (possible only in grammars where greedy lexing makes whole terminal sequences unrealisable)
-would be missed — the shipped grammars have none, which the oracle tests check.
+would be missed — the shipped grammars have none, which the oracle tests check. The search
+is first run on the top ``VIABILITY_TOP`` states of the stack alone, and its answer shared by every
+stack with that top; where it would pop below them (or needs ``$END``'s acceptance) the whole
+stack is searched, so answers are those of the whole stack.
 
 Engine (XGrammar-style)
 -----------------------

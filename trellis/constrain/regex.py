@@ -22,6 +22,7 @@ from torch import Tensor
 
 from trellis.constrain.charsets import alphabet_ranges
 from trellis.constrain.errors import GrammarError
+from trellis.constrain.linear_regex import linear_nfa
 from trellis.tokens import Vocabulary
 
 _SURROGATES = (0xD800, 0xDFFF)
@@ -181,6 +182,9 @@ def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
     feature = _unsupported_feature(pattern)
     if feature is not None:
         raise GrammarError(f"{name}: regex feature not supported ({feature}) in /{pattern}/")
+    linear = linear_nfa(pattern)
+    if linear is not None:  # e.g. flexible JSON whitespace around punctuation: no interegular needed
+        return _determinise(linear[0], linear[1], 0, name=name, pattern=pattern)
     try:
         fsm = interegular.parse_pattern(pattern).to_fsm()
     except Exception as e:  # interegular raises plain Exception subclasses (Unsupported, ...)
