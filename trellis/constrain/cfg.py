@@ -325,24 +325,7 @@ class _Runtime:
         c = self._feed_cache.get(key, False)
         if c is not False:
             return c  # type: ignore[return-value]
-        g = self.g
-        st = list(stack)
-        res: Stack | None = None
-        while True:
-            a = g.actions[st[-1]].get(t)
-            if a is None:
-                break
-            if a >= 0:
-                st.append(a)
-                res = tuple(st)
-                break
-            lhs, n = g.rules[-1 - a]
-            if n:
-                del st[-n:]
-            st.append(g.gotos[st[-1]][lhs])
-            if t == g.end and st[-1] == g.end_state:
-                res = tuple(st)
-                break
+        res = self._lr(stack, t, whole=True)
         if len(self._feed_cache) > 500_000:
             self._feed_cache.clear()
         self._feed_cache[key] = res
@@ -466,28 +449,33 @@ class _Runtime:
         c = self._top_feed.get(key, 0)
         if c != 0:
             return c  # type: ignore[return-value]
-        g = self.g
-        st = list(top)
-        res: Stack | bool | None = None
-        while True:
-            a = g.actions[st[-1]].get(t)
-            if a is None:
-                break
-            if a >= 0:
-                st.append(a)
-                res = tuple(st)
-                break
-            lhs, n = g.rules[-1 - a]
-            if n >= len(st):
-                res = False
-                break
-            if n:
-                del st[-n:]
-            st.append(g.gotos[st[-1]][lhs])
+        res = self._lr(top, t, whole=False)
         if len(self._top_feed) > 500_000:
             self._top_feed.clear()
         self._top_feed[key] = res
         return res
+
+    def _lr(self, stack: Stack, t: int, *, whole: bool) -> Stack | bool | None:
+        """The LALR step on terminal ``t``: reductions, then the shift (or ``$END``'s acceptance).
+        None on a parse error; False when ``stack`` is only a top (``whole=False``) and a
+        reduction would pop below it."""
+        g = self.g
+        st = list(stack)
+        while True:
+            a = g.actions[st[-1]].get(t)
+            if a is None:
+                return None
+            if a >= 0:
+                st.append(a)
+                return tuple(st)
+            lhs, n = g.rules[-1 - a]
+            if not whole and n >= len(st):
+                return False
+            if n:
+                del st[-n:]
+            st.append(g.gotos[st[-1]][lhs])
+            if t == g.end and st[-1] == g.end_state:
+                return tuple(st)
 
     def _bit_list(self, bits: int) -> tuple[int, ...]:
         hit = self._bits.get(bits)
