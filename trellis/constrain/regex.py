@@ -4,6 +4,9 @@ A pattern is parsed by interegular into a character-level FSM; every character c
 interegular's ``anything_else``) is expanded into UTF-8 byte-range sequences, and the resulting byte
 NFA is determinised and trimmed (states that cannot reach an accepting state are removed, so every
 live state can still be completed). Tokens may therefore end in the middle of a UTF-8 character.
+Linear ASCII patterns (characters and classes with quantifiers, e.g. flexible JSON whitespace
+around punctuation) skip interegular: ``linear_regex.py`` writes their byte NFA directly. The DFA
+is then minimised (Moore refinement on hashed signatures, checked as a bisimulation).
 
 Supported syntax is what interegular supports, with Python-``re`` meaning, except that ``\\w``,
 ``\\d``, ``\\s`` are ASCII-only (as with ``re.ASCII``). Refused with ``GrammarError`` naming the
