@@ -291,5 +291,4 @@ def global_accept(lexers: Sequence[LexerDFA], n: int) -> np.ndarray:
 def byte_classes(trans: np.ndarray) -> np.ndarray:
     """[256] int: bytes with identical columns in ``trans`` [S, 256] get one class id, so from any
     state they lead to the same state (and a search over bytes needs one byte per class)."""
-    _, inverse = np.unique(np.ascontiguousarray(trans.T), axis=0, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64)
+    return unique_rows(trans.T)[1].astype(np.int64)
