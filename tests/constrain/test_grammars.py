@@ -197,12 +197,16 @@ def test_viability_from_the_stack_top_equals_the_whole_stack(name: str) -> None:
     every byte of random sentences, for every state of the current lexer and every depth, that
     answer must equal the whole-stack search. Tops of 1 and 2 states share answers far more
     aggressively than the shipped one, so they exercise the unknown (pops below the top, EOS) paths."""
-    from trellis.constrain.cfg import VIABILITY_DEPTH, VIABILITY_TOP, _Runtime, compile_lark
+    from trellis.constrain.cfg import VIABILITY_DEPTH, VIABILITY_TOP, _Runtime, build_top_table, compile_lark
 
     text, _ = load_grammar_text(name)
     g = compile_lark(text, source=name)
     whole = _Runtime(g, top=1 << 30)
+    build_top_table(g)  # answers ahead of time (where within budget) ...
     tops = [_Runtime(g, top=k) for k in sorted({1, 2, VIABILITY_TOP})]
+    lazy = _Runtime(g)
+    lazy._table = {}  # ... and on first use
+    tops.append(lazy)
     lk = lark.Lark(text, parser="lalr")
     answers = {True: 0, False: 0}
     for doc in sentences(name, lk, 6, seed=5, max_depth=7):
@@ -216,9 +220,55 @@ def test_viability_from_the_stack_top_equals_the_whole_stack(name: str) -> None:
                 for depth in range(VIABILITY_DEPTH + 1):
                     want = whole.viable(probe, depth)
                     answers[want] += 1
+                    # viable() asks one question per viability class (vclass): the state's own
+                    # question must have the same answer
+                    assert whole._viable_stack(probe[0], probe[1], depth) == want, (doc, probe, depth)
                     for rt in tops:
                         assert rt.viable(probe, depth) == want, (doc, probe, depth, rt.top)
             st = whole.walk(st[0], st[1], bytes([b]))
             assert st is not None, doc
     decided = [v for v in tops[0]._top_viable.values() if v is not None]
     assert answers[True] and True in decided, (answers, len(decided))  # the shared path was taken
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_top_table_equals_answers_found_on_first_use(name: str) -> None:
+    """``build_top_table`` answers every stack top's viability questions at compile time; each
+    recorded answer must be the one a runtime without the table finds on first use."""
+    from trellis.constrain.cfg import _DECODE, _TD, _Runtime, build_top_table, compile_lark
+
+    g = compile_lark(load_grammar_text(name)[0], source=name)
+    build_top_table(g)
+    lazy = _Runtime(g)
+    assert lazy._table == g.top_table and not lazy._top_viable
+    lazy._table = {}
+    if not g.top_table:  # over TOP_TABLE_BUDGET: answered on first use only
+        assert name == "sql_select.lark", "only sql_select.lark's table is expected over budget"
+        return
+    checked = 0
+    for top, row in g.top_table.items():
+        for i, code in enumerate(row):
+            if code != 3:
+                assert lazy._viable_top(top, i // _TD, i % _TD) is _DECODE[code], (top, i // _TD, i % _TD)
+                checked += 1
+    assert checked >= 100
+
+
+def test_states_with_the_same_terminals_but_other_follow_bytes_are_not_merged() -> None:
+    """viable() asks one question per viability class: states with equal ``completable`` and
+    ``boundary``. After ``-`` and after ``1`` a NUMBER lexeme can become the same terminal, but
+    only ``-0`` may be followed by a digit (greedy lexing: ``1`` would take it), and a DIGIT must
+    follow: so ``-`` is viable and ``1`` is not, and the masks must say so."""
+    from trellis.constrain.cfg import CFGConstraint, compile_lark
+
+    v = byte_vocab((b"-0", b"12", b"-05"))
+    c = CFGConstraint(compile_lark('start: NUMBER DIGIT\nNUMBER: /-?(0|[1-9][0-9]*)/\nDIGIT: /[0-9]/'), v)
+    ids = {t: i for i, t in enumerate(v.tokens)}
+    row = allocate_bitmask(1, len(v))[0]
+    c.fill_mask(c.start(), row)
+    assert {bytes(v.tokens[i]) for i in allowed_ids(row, len(v))} == {b"-", b"0", b"-0", b"-05"}
+    assert c.advance(c.start(), ids[b"1"]) is None and c.advance(c.start(), ids[b"12"]) is None
+    s = c.advance(c.start(), ids[b"-"])
+    assert s is not None
+    c.fill_mask(s, row)
+    assert {bytes(v.tokens[i]) for i in allowed_ids(row, len(v))} == {b"0"}

@@ -72,7 +72,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable, Iterable
 
 import numpy as np
@@ -93,6 +93,13 @@ VIABILITY_DEPTH = 3
 # whole stack. 3 measured best on python_call.lark (first-visit mask time, 10 Gemma walks: 3 -> 0.75x
 # of whole-stack viability, 4 -> 0.87x, 6 -> 0.92x).
 VIABILITY_TOP = 3
+# A precomputed compile answers every depth-VIABILITY_DEPTH question on every possible stack top
+# ahead of time (``CompiledGrammar.top_table``) when there are at most this many: python_call.lark
+# has 6.7k (~70 ms, once per grammar, disk-cached with it), sql_select.lark 57k (~0.7 s, and a
+# pickle too big for its 50 ms warm compile), so sql_select answers them on first use.
+TOP_TABLE_BUDGET = 10_000
+_TD = VIABILITY_DEPTH + 1  # depths 0..VIABILITY_DEPTH per state in a top_table row
+_DECODE = (False, True, None)  # top_table codes; 3 = not computed
 
 Stack = tuple[int, ...]
 CfgState = tuple[Stack, int]
@@ -123,6 +130,10 @@ class CompiledGrammar:
     lexers: list[LexerDFA]
     gtrans: np.ndarray  # [G, 256] int32: the lexer states of all lexers, numbered by ``globalize``
     gfinal: np.ndarray  # [G] bool
+    # top_table[top][d * _TD + depth]: ``_Runtime._viable_top(top, d, depth)`` answered ahead of
+    # time (0 False, 1 True, 2 unknown, 3 not computed), for every LALR path of 3 states as ``top``
+    # (``build_top_table``; None: not built, only precomputed compiles build it).
+    top_table: dict[tuple[int, ...], bytes] | None = None
 
     @property
     def terminal_names(self) -> list[str]:
@@ -296,6 +307,11 @@ def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") 
     return g
 
 
+def build_top_table(g: CompiledGrammar, budget: int = TOP_TABLE_BUDGET) -> None:
+    """Set ``g.top_table`` (empty when it would take more than ``budget`` questions)."""
+    g.top_table = _Runtime(g).top_table(budget)
+
+
 # ----------------------------------------------------------------------------- parser runtime
 
 
@@ -313,6 +329,8 @@ class _Runtime:
         self._bits: dict[int, tuple[int, ...]] = {}
         self._top_feed: dict[tuple[Stack, int], Stack | bool | None] = {}
         self._top_viable: dict[tuple[Stack, int, int], bool | None] = {}
+        self._vclass: list[list[int] | None] = [None] * len(g.lexers)
+        self._table = g.top_table or {}  # read-only, shared by every runtime of g
 
     def lexer(self, stack: Stack) -> LexerDFA:
         return self.g.lexers[self.g.lexer_of[stack[-1]]]
@@ -370,9 +388,24 @@ class _Runtime:
                 return None
         return stack, d
 
+    def vclass(self, lexer_id: int) -> list[int]:
+        """[S] the viability class of each state of lexer ``lexer_id``: the lowest state with the
+        same ``completable`` and ``boundary``, the only things viability reads of a lexer state (0,
+        no lexeme yet, is its own class). Masks ask one question per class, not per end state:
+        python_call.lark's 239 lexer states fall into 103 classes."""
+        vc = self._vclass[lexer_id]
+        if vc is None:
+            lex = self.g.lexers[lexer_id]
+            seen: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {}
+            vc = [0] + [seen.setdefault((lex.completable[d], tuple(sorted(lex.boundary[d].items()))), d)
+                        for d in range(1, len(lex.accept))]
+            self._vclass[lexer_id] = vc
+        return vc
+
     def viable(self, state: CfgState, depth: int = VIABILITY_DEPTH) -> bool:
         """Can the text that led to ``state`` be completed to a sentence? (see module docstring)"""
         stack, d = state
+        d = self.vclass(self.g.lexer_of[stack[-1]])[d]
         key = (stack, d, depth)
         c = self._viable_cache.get(key)
         if c is not None:
@@ -402,12 +435,42 @@ class _Runtime:
                 return True
         return False
 
+    def top_table(self, budget: int) -> dict[Stack, bytes]:
+        """``_viable_top`` at depth ``VIABILITY_DEPTH`` for every class of every possible top of
+        ``self.top`` states (an LALR stack's adjacent states are joined by a shift or a goto, so
+        the paths of that many states hold every real top), with the lower depths its searches
+        answered on the way, encoded as ``CompiledGrammar.top_table``; empty when that is more than
+        ``budget`` questions. First visits of new stacks then find their top's answer ready: on
+        python_call.lark ~150 of a worst mask's ~270 top questions were new tops."""
+        g = self.g
+        succ = [sorted({a for a in acts.values() if a >= 0} | set(gt.values())) for acts, gt in zip(g.actions, g.gotos)]
+        tops: list[Stack] = [(a,) for a in range(len(succ))]
+        for _ in range(self.top - 1):
+            tops = [t + (b,) for t in tops for b in succ[t[-1]]]
+        classes = [sorted(set(self.vclass(i))) for i in range(len(g.lexers))]
+        if sum(len(classes[g.lexer_of[t[-1]]]) for t in tops) > budget:
+            return {}
+        for t in tops:
+            for d in classes[g.lexer_of[t[-1]]]:
+                self._viable_top(t, d, VIABILITY_DEPTH)
+        rows: dict[Stack, bytearray] = {}
+        for (top, d, depth), v in self._top_viable.items():
+            if depth < _TD:
+                row = rows.get(top)
+                if row is None:
+                    row = rows[top] = bytearray([3]) * (len(g.lexers[g.lexer_of[top[-1]]].accept) * _TD)
+                row[d * _TD + depth] = 2 if v is None else int(v)
+        return {t: bytes(r) for t, r in rows.items()}
+
     def _viable_top(self, top: Stack, d: int, depth: int) -> bool | None:
         """``viable`` of every stack that ends in ``top``, or None when that depends on the states
         below it. The same search as ``_viable_stack``, on ``top`` alone: a reduction that would pop
         below it, or ``$END`` (acceptance needs the bottom), makes its branch unknown. An answer is
         shared by all stacks with that top, so a first visit of a deep stack (nested calls, SQL
         subqueries) mostly finds its viability already known instead of searching again."""
+        row = self._table.get(top)
+        if row is not None and depth < _TD and row[d * _TD + depth] != 3:
+            return _DECODE[row[d * _TD + depth]]
         key = (top, d, depth)
         c = self._top_viable.get(key, 0)
         if c != 0:
@@ -484,12 +547,13 @@ class _Runtime:
         return hit
 
     def starts(self, lexer_id: int, byteset: int) -> tuple[int, ...]:
-        """Distinct states of lexer ``lexer_id`` reached from its state 0 by one byte of ``byteset``."""
+        """Distinct viability classes (``vclass``) of the states of lexer ``lexer_id`` reached from
+        its state 0 by one byte of ``byteset``."""
         key = (lexer_id, byteset)
         hit = self._starts.get(key)
         if hit is None:
-            row = self.g.lexers[lexer_id].rows[0]
-            hit = self._starts[key] = tuple(sorted({row[b] for b in _bit_indices(byteset) if row[b] >= 0}))
+            row, vc = self.g.lexers[lexer_id].rows[0], self.vclass(lexer_id)
+            hit = self._starts[key] = tuple(sorted({vc[row[b]] for b in _bit_indices(byteset) if row[b] >= 0}))
         return hit
 
 
@@ -604,7 +668,8 @@ class CFGConstraint:
         t = self._views.get(key)
         if t is None:
             lex = self.grammar.lexers[lexer_id]
-            t = self._views[key] = state_table(lex, d, self.walk(int(lex.glob[d])), self._local_of(lexer_id))
+            t = self._views[key] = state_table(lex, d, self.walk(int(lex.glob[d])), self._local_of(lexer_id),
+                                               self.rt.vclass(lexer_id))
         return t
 
     def mask_array(self, state: Hashable) -> np.ndarray:
@@ -636,14 +701,19 @@ class CFGConstraint:
             if s2 is not None:
                 m |= tab.group0 & self._token_mask_cached((s2, 0))
         extra: list[np.ndarray] = []
-        self._crossing(stack, tab, extra)
+        rows: list[np.ndarray] = []
+        self._crossing(stack, tab, extra, rows)
         if extra:
             words, vals = self.tm.sparse_ids(np.concatenate(extra))
             m[words] |= vals
+        for r in rows:
+            m |= r
         return m
 
-    def _crossing(self, stack: Stack, tab: StateTable | Continuation, out: list[np.ndarray]) -> None:
-        """Append to ``out`` the ids of ``tab``'s boundary-crossing tokens allowed on ``stack``.
+    def _crossing(self, stack: Stack, tab: StateTable | Continuation, out: list[np.ndarray],
+                  rows: list[np.ndarray]) -> None:
+        """Append to ``out`` the ids of ``tab``'s boundary-crossing tokens allowed on ``stack``
+        (to ``rows`` the groups kept packed, ``Continuation.packed``).
 
         Each crossing is one vectorised walk of the tokens' rests from the next lexer's start
         state (cached per (rests, lexer)); tokens that cross again recurse on the new stack.
@@ -657,17 +727,25 @@ class CFGConstraint:
             cont = rests.after.get(lid2)
             if cont is None:
                 cont = rests.after[lid2] = self._continuation(rests, lid2)
-            for u, group in cont.groups:
+            for (u, group), row in zip(cont.groups, cont.packed):  # type: ignore[arg-type]
                 if rt.viable((s2, u)):
-                    out.append(group)
+                    if row is None:
+                        out.append(group)
+                    else:
+                        rows.append(row)
             if cont.cross:
-                self._crossing(s2, cont, out)
+                self._crossing(s2, cont, out, rows)
 
     def _continuation(self, rests: Rests, lid: int) -> Continuation:
         """``rests`` walked from lexer ``lid``'s start, in its state numbering."""
         gc = self._global_continuation(rests, lid)
-        local = self._local_of(lid)
-        return Continuation([(int(local[u]), ids) for u, ids in gc.groups], gc.cross)
+        local, vc = self._local_of(lid), self.rt.vclass(lid)
+        by_class: dict[int, list[np.ndarray]] = {}  # one viability question per class, one array
+        for u, ids in gc.groups:
+            by_class.setdefault(vc[int(local[u])], []).append(ids)
+        groups = [(u, a[0] if len(a) == 1 else np.concatenate(a)) for u, a in by_class.items()]
+        packed = [self.tm.pack_ids(ids) if len(ids) > self.tm.words // 2 else None for _, ids in groups]
+        return Continuation(groups, gc.cross, packed)
 
     def _global_continuation(self, rests: Rests, lid: int) -> Continuation:
         """``rests`` walked from lexer ``lid``'s start, in global states: shared by every lexer

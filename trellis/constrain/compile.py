@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Union
 
-from trellis.constrain.cfg import CFGConstraint, CompiledGrammar, compile_lark
+from trellis.constrain.cfg import CFGConstraint, CompiledGrammar, build_top_table, compile_lark
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.json_schema import JsonSchema
 from trellis.constrain.regex import Regex, RegexConstraint
@@ -164,16 +164,20 @@ def _prune(d: Path) -> None:
 
 
 def compile_grammar(text: str, *, source: str = "<grammar>", start: str = "start",
-                    cache: bool = True) -> CompiledGrammar:
-    """Vocabulary-independent tables of Lark grammar text (disk-cached)."""
+                    cache: bool = True, top_table: bool = False) -> CompiledGrammar:
+    """Vocabulary-independent tables of Lark grammar text (disk-cached); ``top_table``: with the
+    viability answers of every stack top (``cfg.build_top_table``; for precomputed compiles)."""
     d = cache_dir() if cache else None
     path = d / f"g-{_key(text, start, _version())}.pkl" if d else None
-    if path is not None:
-        g = _read(path)
-        if isinstance(g, CompiledGrammar):
-            g.source = source
+    g = _read(path) if path is not None else None
+    if isinstance(g, CompiledGrammar):
+        g.source = source
+        if not top_table or g.top_table is not None:
             return g
-    g = compile_lark(text, source=source, start=start)
+    else:
+        g = compile_lark(text, source=source, start=start)
+    if top_table:
+        build_top_table(g)
     if path is not None:
         _write(path, g)
     return g
@@ -218,7 +222,7 @@ _COMPILED_MAX = 8  # each holds vocabulary tables (tens of MB on a 262k vocabula
 
 def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache: bool, precompute: bool,
                  progress: bool | None) -> CFGConstraint:
-    g = compile_grammar(text, source=source, start=start, cache=cache)
+    g = compile_grammar(text, source=source, start=start, cache=cache, top_table=precompute)
     if not precompute:
         return CFGConstraint(g, vocab)
     d = cache_dir() if cache else None
