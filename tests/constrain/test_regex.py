@@ -231,3 +231,45 @@ def test_linear_patterns_skip_interegular_with_the_same_language() -> None:
             assert fast.matches(s) == (rx.fullmatch(s.decode()) is not None), (p, s)
     for p in ["a|b", "(ab)*", "[^a]", r"\d+", r"\w", ".", "a{2,}", "a*?", "é", "(?i:select)", "[]", r"\b", "a{3,1}"]:
         assert linear_nfa(p) is None, p
+
+
+def test_fast_determinise_and_minimise_paths_equal_the_general_ones() -> None:
+    """Two shortcuts must build the very DFA (same numbering) the general path builds:
+    ``_already_deterministic`` (an NFA with no byte on two edges of one state is its own DFA) vs
+    the subset construction, and ``_minimal_acyclic`` (bottom-up minimisation of a DFA without
+    cycles) vs ``minimise(trim(...))``. Patterns: linear ones (both shortcuts apply to chains
+    such as flexible whitespace) and random ones with alternation and loops (interegular's path)."""
+    import random
+
+    import numpy as np
+
+    import trellis.constrain.regex as R
+    from trellis.constrain.linear_regex import linear_nfa
+
+    rng = random.Random(7)
+    ws = "[ \t\n\r]"
+    pats = [rf"{ws}{{0,64}},{ws}{{0,64}}", rf"\{{{ws}{{0,64}}", rf"{ws}{{0,64}}\}}", rf"{ws}{{0,3}}{ws}{{1,2}}",
+            "a?a?a", "ab*c+d?", r"[a-z_][a-z0-9_]*", "x{3}y{0,2}z", *PATTERNS]
+    for _ in range(200):
+        items = [rng.choice(["a", "b", "[ab]", "[a-c]", ",", ws]) + rng.choice(["", "?", "*", "+", "{2}", "{0,3}", "{1,4}"])
+                 for _ in range(rng.randint(1, 5))]
+        pats += ["".join(items), "(?:" + "|".join(items[:2]) + ")" + "".join(items[2:])]
+    shortcuts = {"deterministic": 0, "acyclic": 0}
+    for p in pats:
+        lin = linear_nfa(p)
+        if lin is not None:
+            det = R._already_deterministic(lin[0], lin[1], 0)
+            if det is not None:
+                sub = R._subsets(lin[0], lin[1], 0)
+                assert np.array_equal(det[0], sub[0]) and np.array_equal(det[1], sub[1]), p
+                shortcuts["deterministic"] += 1
+            trans, final = R._subsets(lin[0], lin[1], 0)
+        else:
+            dfa = R._regex_to_byte_dfa(p, name="t")  # minimal already: its table stands in
+            trans, final = dfa.trans, dfa.final
+        fast = R._minimal_acyclic(trans, final, name="t", pattern=p)
+        if fast is not None:
+            slow = R.minimise(R.trim(trans, final))
+            assert np.array_equal(fast.trans, slow.trans) and np.array_equal(fast.final, slow.final), p
+            shortcuts["acyclic"] += 1
+    assert min(shortcuts.values()) >= 20, shortcuts

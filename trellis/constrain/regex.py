@@ -187,6 +187,9 @@ def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
         raise GrammarError(f"{name}: regex feature not supported ({feature}) in /{pattern}/")
     linear = linear_nfa(pattern)
     if linear is not None:  # e.g. flexible JSON whitespace around punctuation: no interegular needed
+        det = _already_deterministic(linear[0], linear[1], 0)
+        if det is not None:
+            return _minimal(*det, name=name, pattern=pattern)
         return _determinise(linear[0], linear[1], 0, name=name, pattern=pattern)
     try:
         fsm = interegular.parse_pattern(pattern).to_fsm()
@@ -220,37 +223,138 @@ def _fsm_to_byte_dfa(fsm, *, name: str, pattern: str) -> ByteDFA:
 
 def _determinise(edges: list[list[tuple[int, int, int]]], finals: set[int], start: int, *,
                  name: str, pattern: str) -> ByteDFA:
+    return _minimal(*_subsets(edges, finals, start), name=name, pattern=pattern)
+
+
+def _subsets(edges: list[list[tuple[int, int, int]]], finals: set[int],
+             start: int) -> tuple[np.ndarray, np.ndarray]:
+    """Subset construction: (trans [S, 256], final [S]), states numbered breadth-first."""
     key0 = frozenset([start])
     ids: dict[frozenset[int], int] = {key0: 0}
     order = [key0]
-    rows: list[list[int]] = []
+    # Rows are built as runs of bytes every edge treats alike (target, run length): the NFAs hold
+    # byte ranges (a linear pattern's states a few each), and 256 Python steps per state, then a
+    # list-of-lists -> array conversion, were most of determinising flexible-whitespace chains.
+    runs_to: list[int] = []
+    runs_len: list[int] = []
+
+    def target(k: frozenset[int]) -> int:
+        j = ids.get(k)
+        if j is None:
+            j = ids[k] = len(order)
+            order.append(k)
+        return j
+
     i = 0
     while i < len(order):
         cur = order[i]
         i += 1
-        nxt: list[set[int] | None] = [None] * 256
-        for node in cur:
-            for lo, hi, dst in edges[node]:
-                for b in range(lo, hi + 1):
-                    s = nxt[b]
+        es = [e for node in cur for e in edges[node]]
+        cuts = sorted({0, 256}.union(*(((lo, hi + 1) for lo, hi, _ in es))))
+        if len(es) * len(cuts) <= 4096:
+            for a, b in zip(cuts, cuts[1:]):
+                k = frozenset([dst for lo, hi, dst in es if lo <= a <= hi])
+                runs_to.append(target(k) if k else -1)
+                runs_len.append(b - a)
+        else:  # many edges over many cuts (UTF-8 expansions): per byte
+            nxt: list[set[int] | None] = [None] * 256
+            for lo, hi, dst in es:
+                for x in range(lo, hi + 1):
+                    s = nxt[x]
                     if s is None:
-                        nxt[b] = {dst}
+                        nxt[x] = {dst}
                     else:
                         s.add(dst)
-        row = [-1] * 256
-        for b in range(256):
-            s = nxt[b]
-            if s is not None:
-                k = frozenset(s)
-                j = ids.get(k)
-                if j is None:
-                    j = ids[k] = len(order)
-                    order.append(k)
-                row[b] = j
-        rows.append(row)
-    trans = np.array(rows, dtype=np.int32).reshape(-1, 256)
-    final = np.array([bool(k & finals) for k in order], dtype=bool)
-    return minimise(trim(trans, final, name=name, pattern=pattern))
+            runs_to.extend(-1 if s is None else target(frozenset(s)) for s in nxt)
+            runs_len.extend([1] * 256)
+    trans = np.repeat(np.array(runs_to, dtype=np.int32), runs_len).reshape(-1, 256)
+    return trans, np.array([bool(k & finals) for k in order], dtype=bool)
+
+
+def _already_deterministic(edges: list[list[tuple[int, int, int]]], finals: set[int],
+                           start: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The NFA as a DFA table when no state has two edges on one byte, else None: what
+    ``_subsets`` would build (states numbered in the same breadth-first, byte-ascending
+    order, each subset a single state), without its per-state Python work. Linear patterns whose
+    items cannot overlap are such NFAs (``[ \t\n\r]{0,64},[ \t\n\r]{0,64}``: 130 states)."""
+    srt = []
+    for es in edges:
+        es = sorted(es)
+        if any(b[0] <= a[1] for a, b in zip(es, es[1:])):
+            return None
+        srt.append(es)
+    num = {start: 0}
+    order = [start]
+    for u in order:  # grows while read: breadth-first
+        for _, _, dst in srt[u]:
+            if dst not in num:
+                num[dst] = len(order)
+                order.append(dst)
+    runs_to: list[int] = []
+    runs_len: list[int] = []
+    for u in order:
+        pos = 0
+        for lo, hi, dst in srt[u]:
+            if lo > pos:
+                runs_to.append(-1)
+                runs_len.append(lo - pos)
+            runs_to.append(num[dst])
+            runs_len.append(hi + 1 - lo)
+            pos = hi + 1
+        if pos < 256:
+            runs_to.append(-1)
+            runs_len.append(256 - pos)
+    trans = np.repeat(np.array(runs_to, dtype=np.int32), runs_len).reshape(-1, 256)
+    return trans, np.array([u in finals for u in order], dtype=bool)
+
+
+def _minimal(trans: np.ndarray, final: np.ndarray, *, name: str, pattern: str) -> ByteDFA:
+    """Trimmed minimal DFA of ``trans`` (every state reachable from 0)."""
+    fast = _minimal_acyclic(trans, final, name=name, pattern=pattern)
+    return fast if fast is not None else minimise(trim(trans, final, name=name, pattern=pattern))
+
+
+def _minimal_acyclic(trans: np.ndarray, final: np.ndarray, *, name: str, pattern: str) -> ByteDFA | None:
+    """``minimise(trim(trans, final))`` in one pass when the DFA (all states reachable from 0)
+    has no cycle, else None. Bottom-up (Revuz): in reverse topological order a state is dead if
+    it is not final and has no live successor, else its class is given by its finality and its
+    successors' classes, which are final by then. Bounded repeats (``[ \t\n\r]{0,64}`` in every
+    flexible-whitespace punctuation terminal) are such chains: trimming and Moore refinement
+    propagate one step per round there, ~130 rounds each."""
+    n = trans.shape[0]
+    first, _ = unique_rows(trans.T)
+    tc = trans[:, np.sort(first)].tolist()  # one column per byte class
+    succ = [sorted({x for x in row if x >= 0}) for row in tc]
+    indeg = [0] * n
+    for ss in succ:
+        for x in ss:
+            indeg[x] += 1
+    topo = [u for u in range(n) if indeg[u] == 0]
+    for u in topo:  # Kahn's algorithm; topo grows while it is read
+        for x in succ[u]:
+            indeg[x] -= 1
+            if indeg[x] == 0:
+                topo.append(x)
+    if len(topo) < n:
+        return None  # a cycle: Moore refinement
+    cls = [-1] * n
+    ids: dict[tuple, int] = {}
+    for u in reversed(topo):
+        sig = (bool(final[u]), *[cls[x] if x >= 0 else -1 for x in tc[u]])
+        if sig[0] or any(c >= 0 for c in sig[1:]):
+            cls[u] = ids.setdefault(sig, len(ids))
+    if cls[0] < 0:
+        raise GrammarError(f"{name}: the regex /{pattern}/ matches nothing")
+    c = np.array(cls, dtype=np.int64)
+    live = np.flatnonzero(c >= 0)
+    _, rep = np.unique(c[live], return_index=True)
+    reps = live[np.sort(rep)]  # classes numbered by first state, as minimise(): the start stays 0
+    renum = np.full(len(ids), -1, dtype=np.int64)
+    renum[c[reps]] = np.arange(len(reps))
+    rows = trans[reps]
+    mapped = np.where(rows >= 0, renum[c[np.maximum(rows, 0)]], -1)  # dead successors: -1
+    mapped = np.where((rows >= 0) & (c[np.maximum(rows, 0)] >= 0), mapped, -1)
+    return ByteDFA(np.ascontiguousarray(mapped.astype(np.int32)), final[reps].copy())
 
 
 def minimise(dfa: ByteDFA, max_rounds: int = 200) -> ByteDFA:
