@@ -352,8 +352,8 @@ def _minimal_acyclic(trans: np.ndarray, final: np.ndarray, *, name: str, pattern
     renum = np.full(len(ids), -1, dtype=np.int64)
     renum[c[reps]] = np.arange(len(reps))
     rows = trans[reps]
-    mapped = np.where(rows >= 0, renum[c[np.maximum(rows, 0)]], -1)  # dead successors: -1
-    mapped = np.where((rows >= 0) & (c[np.maximum(rows, 0)] >= 0), mapped, -1)
+    succ_cls = c[np.maximum(rows, 0)]
+    mapped = np.where((rows >= 0) & (succ_cls >= 0), renum[succ_cls], -1)  # dead successors: -1
     return ByteDFA(np.ascontiguousarray(mapped.astype(np.int32)), final[reps].copy())
 
 
