@@ -17,7 +17,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 from torch import Tensor
 
-from trellis.packed import PackedLinears
+from trellis.kernels import TunedLinears
 from trellis.tokens import TokenTree
 
 
@@ -60,14 +60,14 @@ class _PendingTree:
 
 _SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 
-# One set of packs per (model, rows): draft views of the same model share the target's packs.
-_PACKS: "weakref.WeakKeyDictionary[Any, dict[int, PackedLinears]]" = weakref.WeakKeyDictionary()
+# One set of tuned kernels per (model, rows): draft views of the same model share the target's.
+_KERNELS: "weakref.WeakKeyDictionary[Any, dict[int, TunedLinears]]" = weakref.WeakKeyDictionary()
 
 
-def _packs_for(model: Any, rows: int) -> PackedLinears:
-    per_model = _PACKS.setdefault(model, {})
+def _kernels_for(model: Any, rows: int) -> TunedLinears:
+    per_model = _KERNELS.setdefault(model, {})
     if rows not in per_model:
-        per_model[rows] = PackedLinears.for_model(model, rows)
+        per_model[rows] = TunedLinears.for_model(model, rows)
     return per_model[rows]
 
 
@@ -80,14 +80,14 @@ class HFLanguageModel:
     """
 
     def __init__(self, model: Any, *, layers: Sequence[int] | None = None,
-                 head: Sequence[int] | None = None, packed_rows: int | None = 16) -> None:
+                 head: Sequence[int] | None = None, kernel_rows: int | None = 16) -> None:
         """``layers``: run only these decoder layers (a self-speculative draft view of ``model``;
         layer 0 must be kept, it holds the cache length); ``head``: compute logits only for these
         token ids (the others are ``-inf``), so a draft step skips most of a large LM head. Both
-        share ``model``'s weights; the view keeps its own KV cache. ``packed_rows``: on a float32
-        CPU model, forwards of 4..``packed_rows`` token rows (draft trees, small batches) use
-        prepacked MKL GEMMs (``trellis.packed``; ~1.8x the weights' memory, built on first use);
-        ``None`` turns that off."""
+        share ``model``'s weights; the view keeps its own KV cache. ``kernel_rows``: on a float32
+        CPU model, forwards of 2..``kernel_rows`` token rows (draft trees, small batches) use the
+        GEMM kernel timed fastest for each weight shape and row count (``trellis.kernels``, tuned
+        on first use and cached per machine); ``None`` keeps ``F.linear`` everywhere."""
         self.model = model.eval()
         cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         self._cfg = cfg
@@ -118,9 +118,9 @@ class HFLanguageModel:
         self._window: int | None = getattr(cfg, "sliding_window", None) if self._per_type_masks else None
         params = next(model.parameters())
         self.device, self.dtype = params.device, params.dtype
-        self._packs: PackedLinears | None = None
-        if packed_rows is not None and self.device.type == "cpu" and self.dtype == torch.float32:
-            self._packs = _packs_for(model, packed_rows)
+        self._kernels: TunedLinears | None = None
+        if kernel_rows is not None and self.device.type == "cpu" and self.dtype == torch.float32:
+            self._kernels = _kernels_for(model, kernel_rows)
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.stats = LMStats()
         self.reset()
@@ -145,6 +145,11 @@ class HFLanguageModel:
         w = self.model.get_output_embeddings().weight
         self._head = head
         self._head_w = w.detach()[head.to(w.device)].clone()  # [K, H]: one gather, then a small matmul
+
+    @property
+    def kernels(self) -> TunedLinears | None:
+        """The tuned GEMM kernels multi-row forwards use (``None``: plain ``F.linear``)."""
+        return self._kernels
 
     @property
     def head(self) -> Tensor | None:
@@ -327,9 +332,9 @@ class HFLanguageModel:
             past_key_values=self._cache,
             use_cache=True,
         )
-        packs = self._packs.active() if self._packs is not None and self._packs.applies(b * q) \
+        kernels = self._kernels.active() if self._kernels is not None and self._kernels.applies(b * q) \
             else contextlib.nullcontext()
-        with packs:
+        with kernels:
             if self._keep_layers is not None or self._head is not None:
                 logits = self._view_forward(kwargs, keep)
             else:

@@ -134,8 +134,9 @@ class Speculative:
 
     drafter: Drafter
     verifier: Verifier | None = None
-    # 16 rows: the packed CPU GEMMs (trellis.packed) verify 16 tokens for ~1.6x one decode step on
-    # 2 cores (bench_forward (b), Gemma 3 270M, 2026-11-22); the budget decides how much to use.
+    # 16 rows: with the tuned CPU GEMMs (trellis.kernels) 16 tokens verify for ~1.6x (Intel) to
+    # ~2.3x (AMD EPYC) one decode step on 2 cores (bench_forward (b), Gemma 3 270M); the budget
+    # decides how much of it to use.
     max_nodes: int = 15
     generator: torch.Generator | None = field(default=None, compare=False)
     budget: DraftBudget = field(default_factory=DraftBudget, compare=False)
