@@ -100,3 +100,19 @@ class BigramLM:
     def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
         last = torch.cat([torch.tensor([prefix[-1]]), tree.tokens])
         return self.table[last]
+
+
+def assert_greedy_equal_up_to_ties(model, prompt: Sequence[int], ours: Sequence[int], ref: Sequence[int],
+                                   tol: float = 1e-3) -> None:
+    """``ours`` equals transformers' greedy ``ref`` token for token, or first differs where the two
+    top logits are within ``tol`` (a float32 near-tie: trellis may run another, equally exact GEMM
+    kernel than transformers). After such a tie the continuations legitimately differ."""
+    ours, ref = list(ours), list(ref)
+    if ours == ref:
+        return
+    j = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), min(len(ours), len(ref)))
+    assert j < min(len(ours), len(ref)), f"lengths differ without a differing token: {len(ours)} vs {len(ref)}"
+    with torch.inference_mode():
+        logits = model(torch.tensor([list(prompt) + ref[:j]])).logits[0, -1].float()
+    gap = abs(float(logits[ref[j]] - logits[ours[j]]))
+    assert gap <= tol, f"greedy differs from transformers at new token {j} with a logit gap of {gap:.2e}"

@@ -85,7 +85,7 @@ class HFLanguageModel:
         layer 0 must be kept, it holds the cache length); ``head``: compute logits only for these
         token ids (the others are ``-inf``), so a draft step skips most of a large LM head. Both
         share ``model``'s weights; the view keeps its own KV cache. ``kernel_rows``: on a float32
-        CPU model, forwards of 2..``kernel_rows`` token rows (draft trees, small batches) use the
+        CPU model, forwards of 1..``kernel_rows`` token rows (decode steps, draft trees) use the
         GEMM kernel timed fastest for each weight shape and row count (``trellis.kernels``, tuned
         on first use and cached per machine); ``None`` keeps ``F.linear`` everywhere."""
         self.model = model.eval()
