@@ -16,8 +16,9 @@ weights and the fastest kernel wins. It must beat ``F.linear`` by ``MARGIN``, so
 not switch kernels. Every kernel is checked against ``F.linear`` before it can be chosen.
 
 The choices are cached on disk per (CPU, torch version, threads), in ``kernels.json`` under
-trellis's cache dir (``TRELLIS_CACHE_DIR=""`` disables it). Tuning the Gemma head takes seconds,
-once per machine.
+trellis's cache dir (``TRELLIS_CACHE_DIR=""`` disables it). Tuning all of Gemma 3 270M's shapes
+takes ~15 s, once per machine and thread count. Timings taken while other work loads the CPU can pick
+a worse kernel (never a wrong one): delete ``kernels.json`` to re-tune on a quiet machine.
 
 One-row forwards (plain decoding) are tuned too. Where a kernel other than ``F.linear`` wins there,
 logits differ from transformers' own decoding by float32 rounding (~1e-6), so greedy outputs can
