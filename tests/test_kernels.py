@@ -84,6 +84,8 @@ def test_choices_are_cached_on_disk_per_machine_and_threads(tmp_path):
     calls.clear()
     again = TunedLinears([lin], rows=4, timer=timer).choices()
     assert not calls and set(again["24x16"].values()) == {"transposed"}
+    TunedLinears([torch.nn.Linear(8, 12)], rows=4, timer=timer).choices()  # another model, same machine
+    assert set(json.loads((tmp_path / "kernels.json").read_text())[key]) == {"24x16", "12x8"}
 
 
 def test_no_disk_cache_when_the_cache_dir_is_disabled(tmp_path, monkeypatch):

@@ -232,8 +232,9 @@ class TunedLinears:
                 out[s] = {b: self._usable(row[str(b)], i) for b in buckets(self.rows)}
             else:
                 out[s] = self._measure(i)
-        if path is not None and {s: {str(b): k for b, k in r.items()} for s, r in out.items()} != known:
-            stored[key] = {s: {str(b): k for b, k in r.items()} for s, r in out.items()}
+        fresh = {s: {str(b): k for b, k in r.items()} for s, r in out.items()}
+        if path is not None and any(known.get(s) != r for s, r in fresh.items()):
+            stored[key] = {**known, **fresh}  # other models' shapes under the same key stay
             with contextlib.suppress(OSError):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
