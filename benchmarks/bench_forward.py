@@ -64,7 +64,7 @@ def main() -> None:
     print(f"    ratio trellis/transformers = {tps_ours / tps_hf:.3f}   identical tokens: {same}")
 
     lm = HFLanguageModel(model)
-    if lm.kernels is not None:  # tuned once per machine (cached); print what multi-row forwards use
+    if lm.kernels is not None:  # tuned once per machine (cached); print what each row count uses
         print("GEMM kernels per weight shape and row bucket:", lm.kernels.choices())
     long_prompt = (prompt * 20)[:200]
     lm.logits([long_prompt])

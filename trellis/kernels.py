@@ -130,8 +130,9 @@ def _agrees(kernel: str, prep: Any, w: Tensor, rows: int, n: int) -> bool:
 
 
 def _time(kernel: str, fn: Callable[[], Any], best: float) -> float:
-    """Min wall time of ``fn`` (running ``kernel``) over ``_REPS`` runs; stops early when clearly slower than ``best``.
-    (The caller warms each kernel up once per weight.)"""
+    """Min wall time of ``fn`` (running ``kernel``) over ``_REPS`` runs; stops early when clearly
+    slower than ``best``. No separate warm-up: ``_agrees`` has run every other kernel once on the
+    weight, and the min over runs absorbs a cold first ``F.linear``."""
     t = float("inf")
     for _ in range(_REPS):
         t0 = time.perf_counter()

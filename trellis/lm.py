@@ -148,7 +148,7 @@ class HFLanguageModel:
 
     @property
     def kernels(self) -> TunedLinears | None:
-        """The tuned GEMM kernels multi-row forwards use (``None``: plain ``F.linear``)."""
+        """The tuned GEMM kernels forwards of 1..``kernel_rows`` rows use (``None``: plain ``F.linear``)."""
         return self._kernels
 
     @property

@@ -267,8 +267,12 @@ def _subsets(edges: list[list[tuple[int, int, int]]], finals: set[int],
                         s.add(dst)
             runs_to.extend(-1 if s is None else target(frozenset(s)) for s in nxt)
             runs_len.extend([1] * 256)
-    trans = np.repeat(np.array(runs_to, dtype=np.int32), runs_len).reshape(-1, 256)
-    return trans, np.array([bool(k & finals) for k in order], dtype=bool)
+    return _run_table(runs_to, runs_len), np.array([bool(k & finals) for k in order], dtype=bool)
+
+
+def _run_table(runs_to: list[int], runs_len: list[int]) -> np.ndarray:
+    """[S, 256] int32 transitions from each row's byte runs (target, length), rows back to back."""
+    return np.repeat(np.array(runs_to, dtype=np.int32), runs_len).reshape(-1, 256)
 
 
 def _already_deterministic(edges: list[list[tuple[int, int, int]]], finals: set[int],
@@ -304,8 +308,7 @@ def _already_deterministic(edges: list[list[tuple[int, int, int]]], finals: set[
         if pos < 256:
             runs_to.append(-1)
             runs_len.append(256 - pos)
-    trans = np.repeat(np.array(runs_to, dtype=np.int32), runs_len).reshape(-1, 256)
-    return trans, np.array([u in finals for u in order], dtype=bool)
+    return _run_table(runs_to, runs_len), np.array([u in finals for u in order], dtype=bool)
 
 
 def _minimal(trans: np.ndarray, final: np.ndarray, *, name: str, pattern: str) -> ByteDFA:

@@ -3,11 +3,12 @@
 Drafting pays only when the tokens it saves outweigh what the bigger verification forward costs, and
 both sides move: acceptance changes from copy spans to free text within one output, and the cost
 curve depends on the hardware (on 2 CPU cores with the tuned GEMMs of ``trellis.kernels``, up to 8
-rows cost ~1.1x a decode step on one machine and 16 rows 1.6-2.3x; on a GPU it stays flat far longer). So instead of modelling either, each arm is
-a node budget and its reward is what the round actually delivered: tokens emitted per second of
-drafting plus verification. Discounting (Garivier & Moulines 2011) forgets old rounds, so the choice
-follows the text. Arm 0 is plain decoding, which keeps a bad drafter from making decoding slower
-for long. The choice affects speed only: every verifier is lossless whatever the draft.
+rows cost ~1.1x a decode step on one machine and 16 rows 1.6-2.3x; on a GPU it stays flat far
+longer). So instead of modelling either, each arm is a node budget and its reward is what the round
+actually delivered: tokens emitted per second of drafting plus verification. Discounting (Garivier
+& Moulines 2011) forgets old rounds, so the choice follows the text. Arm 0 is plain decoding, which
+keeps a bad drafter from making decoding slower for long. The choice affects speed only: every
+verifier is lossless whatever the draft.
 """
 
 from __future__ import annotations
