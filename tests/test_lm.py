@@ -211,3 +211,25 @@ def test_head_subset_computes_exactly_those_logits():
     assert torch.isneginf(rows[:, others]).all() and torch.isfinite(rows[:, head]).all()
     with pytest.raises(ValueError):
         HFLanguageModel(model, layers=[1, 2])  # layer 0 holds the cache length
+
+
+def test_cache_buffer_grows_and_commits_in_place_over_many_steps(tiny):
+    """The KV buffer doubles (64 -> 128 -> 256 positions) under decode steps and tree commits whose
+    accepted paths skip sibling nodes; every answer still equals a fresh forward."""
+    lm = HFLanguageModel(tiny)
+    rng = random.Random(7)
+    seq = [rng.randrange(3, 90) for _ in range(5)]
+    while len(seq) < 200:
+        if rng.random() < 0.5:
+            seq.append(rng.randrange(3, 90))
+            got = lm.logits([seq])[0]
+        else:
+            tree = random_tree(rng, rng.randrange(2, 12), 90)
+            out = lm.tree_logits(seq, tree)
+            path = tree.path_to(rng.randrange(len(tree)))
+            lm.commit(path)
+            seq = seq + [int(tree.tokens[j]) for j in path]
+            got = out[path[-1] + 1]
+        if len(seq) % 5 == 0 or len(seq) > 190:
+            assert (got - reference(tiny, seq)).abs().max().item() < TOL, len(seq)
+    assert lm.cached_rows == [tuple(seq)]

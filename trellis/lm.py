@@ -9,6 +9,7 @@ ONE forward pass with a 4D ancestor mask and depth-based position ids.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import weakref
 from dataclasses import dataclass
@@ -69,6 +70,102 @@ def _kernels_for(model: Any, rows: int) -> TunedLinears:
     if rows not in per_model:
         per_model[rows] = TunedLinears.for_model(model, rows)
     return per_model[rows]
+
+
+@functools.cache
+def _growable_layer_class() -> type:
+    """A transformers ``DynamicLayer`` over a preallocated buffer (defined on first use, so importing
+    trellis does not import transformers).
+
+    ``DynamicLayer`` appends by ``torch.cat``, copying the whole cache in every layer at every
+    forward, and trellis' commits gathered it once more. Here an append writes the new rows in place
+    (the buffer doubles when full, so growth is amortised), a crop only moves the length, and
+    committing a tree path copies just the accepted rows down. On Gemma 3 270M with a 700-token
+    context (2-core AMD EPYC, 2026-11-24) a 6-node verification plus a 3-node commit took 0.91-0.94x
+    the time of the cat-and-gather cache; a one-token decode step was unchanged (1.00x). ``keys``/``values`` are views of the first ``length``
+    positions, which is all attention reads.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowableLayer(DynamicLayer):
+        def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+            super().lazy_initialization(key_states, value_states)
+            self._kbuf: Tensor | None = None
+            self._vbuf: Tensor | None = None
+            self._length = 0
+
+        def _expose(self) -> None:
+            assert self._kbuf is not None and self._vbuf is not None
+            self.keys = self._kbuf[..., : self._length, :]
+            self.values = self._vbuf[..., : self._length, :]
+
+        def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, q = self._length, key_states.shape[-2]
+            kb, vb = self._kbuf, self._vbuf
+            if kb is None or vb is None or n + q > kb.shape[-2] or kb.shape[:-2] != key_states.shape[:-2] \
+                    or vb.shape[:-2] != value_states.shape[:-2]:
+                if kb is not None and n and kb.shape[:-2] != key_states.shape[:-2]:
+                    raise ValueError(f"cache rows {tuple(kb.shape[:-2])} do not match the new states' "
+                                     f"{tuple(key_states.shape[:-2])}")
+                cap = max(n + q, 2 * n, 64)
+                new_k = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
+                new_v = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+                if n:
+                    new_k[..., :n, :].copy_(kb[..., :n, :])  # type: ignore[index]
+                    new_v[..., :n, :].copy_(vb[..., :n, :])  # type: ignore[index]
+                self._kbuf, self._vbuf = kb, vb = new_k, new_v
+            kb[..., n : n + q, :].copy_(key_states)
+            vb[..., n : n + q, :].copy_(value_states)
+            self._length = n + q
+            self._expose()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self._length if self.is_initialized else 0
+
+        def truncate(self, length: int) -> None:
+            """Keep the first ``length`` positions."""
+            if self.is_initialized and self._kbuf is not None:
+                self._length = min(self._length, length)
+                self._expose()
+
+        def crop(self, tokens_to_remove: int) -> None:  # transformers' API: a negative count
+            if tokens_to_remove > 0:
+                raise ValueError("crop() takes a negative number of tokens to remove")
+            self.truncate(self._length + tokens_to_remove if self.is_initialized else 0)
+
+        def keep_tail(self, start: int, tail: Tensor) -> None:
+            """Keep positions ``[0, start)`` followed by ``tail`` (ascending positions >= ``start``)."""
+            if not self.is_initialized or self._kbuf is None or self._vbuf is None:
+                return
+            k = len(tail)
+            if k and not bool((tail == torch.arange(start, start + k, device=tail.device)).all()):
+                # index_select copies first, so overlapping source and destination rows are safe
+                self._kbuf[..., start : start + k, :] = self._kbuf.index_select(-2, tail)
+                self._vbuf[..., start : start + k, :] = self._vbuf.index_select(-2, tail)
+            self._length = start + k
+            self._expose()
+
+        def batch_select_indices(self, indices: Tensor) -> None:
+            if self.is_initialized and self._kbuf is not None and self._vbuf is not None:
+                self._kbuf, self._vbuf = self._kbuf[indices], self._vbuf[indices]
+                self._expose()
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self.is_initialized and self._kbuf is not None and self._vbuf is not None:
+                self._kbuf = self._kbuf.repeat_interleave(repeats, dim=0)
+                self._vbuf = self._vbuf.repeat_interleave(repeats, dim=0)
+                self._expose()
+
+        def reset(self) -> None:
+            self._kbuf = self._vbuf = None
+            self._length = 0
+            super().reset()
+
+    GrowableLayer.__qualname__ = GrowableLayer.__name__ = "GrowableLayer"
+    return GrowableLayer
 
 
 class HFLanguageModel:
@@ -227,8 +324,7 @@ class HFLanguageModel:
                 raise ValueError(f"commit(): {path} is not a root-to-node chain of the tree")
             expected_parent = i
         p = len(pend.prefix)
-        keep = torch.tensor(list(range(p)) + [p + i for i in path], dtype=torch.long, device=self.device)
-        self._gather_positions(keep)
+        self._keep_tail(p, torch.tensor([p + i for i in path], dtype=torch.long, device=self.device))
         row = pend.prefix + tuple(pend.tokens[i] for i in path)
         self._rows = [row]
         self._row_tensor = torch.tensor([row], dtype=torch.long)
@@ -284,34 +380,32 @@ class HFLanguageModel:
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
 
-        # No config on purpose: every layer is a plain full DynamicLayer, croppable at any length;
-        # sliding windows are applied through the attention mask instead of by eviction.
-        return DynamicCache()
+        # No config on purpose: every layer is a full, croppable layer (sliding windows are applied
+        # through the attention mask instead of by eviction), and each one appends in place.
+        cache = DynamicCache()
+        cache.layer_class_to_replicate = _growable_layer_class()
+        return cache
 
     def _layers(self) -> list[Any]:
-        from transformers.cache_utils import DynamicLayer
-
         layers = list(self._cache.layers)
+        cls = _growable_layer_class()
         for layer in layers:
-            if type(layer) is not DynamicLayer:
+            if type(layer) is not cls:
                 raise TypeError(f"HFLanguageModel cannot crop cache layer {type(layer).__name__}")
         return layers
 
     def _select_rows(self, idx: Tensor) -> None:
         for layer in self._layers():
-            if layer.is_initialized and layer.keys is not None and layer.keys.numel():
-                layer.keys, layer.values = layer.keys[idx], layer.values[idx]
+            layer.batch_select_indices(idx)
 
     def _crop(self, length: int) -> None:
         for layer in self._layers():
-            if layer.is_initialized and layer.keys is not None and layer.keys.numel():
-                layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
+            layer.truncate(length)
 
-    def _gather_positions(self, keep: Tensor) -> None:
+    def _keep_tail(self, start: int, tail: Tensor) -> None:
+        """Keep the first ``start`` positions, then the positions ``tail`` (ascending, >= ``start``)."""
         for layer in self._layers():
-            if layer.is_initialized and layer.keys is not None and layer.keys.numel():
-                layer.keys = layer.keys.index_select(-2, keep)
-                layer.values = layer.values.index_select(-2, keep)
+            layer.keep_tail(start, tail)
 
     def _forward(self, ids: Tensor, positions: Tensor, vis: Tensor, *, past: int, keep: int) -> Tensor:
         """Run the network on ``ids`` [B, q] after ``past`` cached tokens; ``vis`` [q, q] says which
