@@ -33,7 +33,9 @@ def drafters(vocab_size: int, model) -> dict[str, object]:
     return {
         "prompt-lookup": PromptLookup(),
         "recycling": TokenRecycling(vocab_size),
+        "recycling-static": TokenRecycling(vocab_size, dynamic=False),
         "draft-model": ModelDrafter(tiny_llama(vocab_size=vocab_size, seed=11)),
+        "draft-tree": ModelDrafter(tiny_llama(vocab_size=vocab_size, seed=11), width=3),
         "self-draft": ModelDrafter(model),
         "layer-skip": LayerSkip(model),
         "composite": Composite([PromptLookup(), TokenRecycling(vocab_size)]),
@@ -188,6 +190,7 @@ CASES = {
     "tree-deterministic": lambda g: (FixedTree([[4, 5], [3, 6], [6], [2, 4]]), TreeRejectionSampler()),
     "tree-sampled": lambda g: (SampledTree(BigramLM(V, seed=6), 3, g), TreeRejectionSampler()),
     "tree-draft-model": lambda g: (ModelDrafter(BigramLM(V, seed=5), generator=g), TreeRejectionSampler()),
+    "tree-draft-model-dynamic": lambda g: (ModelDrafter(BigramLM(V, seed=5), width=2), TreeRejectionSampler()),
 }
 
 

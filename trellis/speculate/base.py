@@ -52,7 +52,8 @@ class LearningDrafter(Drafter, Protocol):
     """A drafter that learns from every verification (e.g. token recycling's successor matrix)."""
 
     def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:
-        """``target`` [N+1, V] are the verification scores of ``draft`` after ``hyp``."""
+        """``target`` [N+1, V] are the target's log-probabilities at every node of ``draft`` after ``hyp``
+        (masked and warped: the distribution the verifier used)."""
         ...
 
 
@@ -169,7 +170,7 @@ class Speculative:
             if commit is not None:
                 commit(path)
             if isinstance(self.drafter, LearningDrafter):
-                self.drafter.observe(hyp, draft, scores, path)
+                self.drafter.observe(hyp, draft, logp, path)
             toks = draft.tree.tokens.tolist()
             rows = [0] + [i + 1 for i in path]
             emitted = 0

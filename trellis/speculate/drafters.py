@@ -15,6 +15,7 @@ from trellis.constrain.base import advance_many, forced_tokens
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import sample
 from trellis.speculate.base import Draft, Drafter, LearningDrafter
+from trellis.speculate.tree import grow, select
 from trellis.tokens import TokenTree
 
 
@@ -101,27 +102,35 @@ class GrammarForced:
 @dataclass
 class TokenRecycling:
     """Token Recycling (Luo et al. 2024, "Turning Trash into Treasure"): an adjacency matrix M [V, k]
-    holds, for each token, the top-k tokens the target predicted after it in past verifications;
-    a draft expands M breadth-first from the last token along a static tree ``template``.
+    holds, for each token, the top-k tokens the target predicted after it in past verifications,
+    with the target's probabilities P [V, k]; both are updated online from every verification.
 
-    ``template[i] = (parent, rank)``: node i is the ``rank``-th successor of node ``parent``
-    (-1 = the last committed token). M is updated online from every verification's scores.
+    ``dynamic=True`` grows each draft best-first by estimated path acceptance (the product of P
+    along the path; ``trellis.speculate.tree.grow``, EAGLE-2 style), so the node budget goes where
+    the target was confident. ``dynamic=False`` expands M breadth-first along the paper's static
+    ``template``: ``template[i] = (parent, rank)`` makes node i the ``rank``-th successor of node
+    ``parent`` (-1 = the last committed token).
     """
 
     vocab_size: int
     k: int = 8
     template: tuple[tuple[int, int], ...] = ((-1, 0), (-1, 1), (-1, 2), (0, 0), (0, 1), (1, 0), (3, 0), (3, 1),
                                             (4, 0), (6, 0), (9, 0), (10, 0))
+    dynamic: bool = True
     name: str = "recycling"
     matrix: Tensor = field(init=False, repr=False)
+    probs: Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         for i, (p, r) in enumerate(self.template):
             if not -1 <= p < i or not 0 <= r < self.k:
                 raise ValueError(f"template node {i}: parent {p} / rank {r} out of range")
         self.matrix = torch.full((self.vocab_size, self.k), -1, dtype=torch.long)  # [V, k], -1 = unknown
+        self.probs = torch.zeros(self.vocab_size, self.k)  # [V, k] target probability of each successor
 
     def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
+        if self.dynamic:
+            return self._grown(hyp.tokens[-1], max_nodes=max_nodes, max_depth=max_depth)
         toks: list[int] = []
         pars: list[int] = []
         depth: list[int] = []
@@ -148,15 +157,25 @@ class TokenRecycling:
         tree = TokenTree(torch.tensor(toks, dtype=torch.long), torch.tensor(pars, dtype=torch.long))
         return Draft(tree, None, (self.name,) * len(toks))
 
+    def _grown(self, last: int, *, max_nodes: int, max_depth: int) -> Draft:
+        def successors(path: tuple[int, ...]) -> list[tuple[int, float]]:
+            src = path[-1] if path else last
+            if src >= self.vocab_size:
+                return []
+            return [(t, p) for t, p in zip(self.matrix[src].tolist(), self.probs[src].tolist()) if t >= 0]
+
+        tree, _ = grow(successors, max_nodes=max_nodes, max_depth=max_depth)
+        return Draft(tree, None, (self.name,) * len(tree)) if len(tree) else Draft.empty()
+
     def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:
         """Recycle the verification: the target's top-k after each node become that token's successors."""
         k = min(self.k, target.shape[-1])
-        top = torch.topk(target.float(), k, dim=-1).indices  # [N+1, k]
-        finite = torch.isfinite(torch.gather(target.float(), 1, top))
-        top = top.masked_fill(~finite, -1)
+        top = torch.topk(target, k, dim=-1)  # [N+1, k]; target holds log-probabilities
+        ids = top.indices.masked_fill(~torch.isfinite(top.values), -1)
         rows = torch.tensor([hyp.tokens[-1]] + draft.tree.tokens.tolist(), dtype=torch.long)  # token at each row
         ok = rows < self.vocab_size
-        self.matrix[rows[ok], :k] = top[ok]
+        self.matrix[rows[ok], :k] = ids[ok]
+        self.probs[rows[ok], :k] = top.values[ok].exp()
 
 
 @dataclass
@@ -167,20 +186,32 @@ class ModelDrafter:
     ``model`` is anything ``trellis.generate.language_model`` accepts (a transformers model gets its
     own KV-cached ``HFLanguageModel``). Greedy targets get argmax drafts; sampling targets get
     samples and their distributions in ``Draft.probs``.
+
+    ``width > 1`` drafts a dynamic tree instead (EAGLE-2, Li et al. 2024): each depth expands the
+    ``width`` most probable frontier nodes (value = product of draft probabilities along the path)
+    into their ``width`` likeliest tokens, with ONE draft forward over the whole tree per depth
+    (``tree_logits``), and the ``max_nodes`` nodes of highest value are verified
+    (``trellis.speculate.tree.select``). Such drafts are deterministic proposals, lossless under
+    every verifier that takes trees.
     """
 
     model: Any
     generator: torch.Generator | None = None
+    width: int = 1
     name: str = "draft-model"
     _lm: Any = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         from trellis.generate import language_model
 
+        if self.width < 1:
+            raise ValueError(f"width must be >= 1, got {self.width}")
         self._lm = language_model(self.model)
 
     def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
         dec = replace(decoder, lm=self._lm)
+        if self.width > 1:
+            return self._tree(dec, hyp, max_nodes=max_nodes, max_depth=max_depth)
         n = min(max_nodes, max_depth)
         toks: list[int] = []
         probs: list[Tensor] = []
@@ -203,6 +234,35 @@ class ModelDrafter:
         rows = probs + [torch.zeros(width)]  # the last node's children are not drafted
         stacked = torch.stack(rows)  # [N+1, V_draft]
         return Draft(tree, None if decoder.temperature == 0 else stacked, (self.name,) * len(toks))
+
+    def _tree(self, dec: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
+        toks: list[int] = []
+        pars: list[int] = []
+        values: list[float] = []
+        frontier = [-1]  # nodes to expand next (-1 = the committed prefix)
+        for _ in range(min(max_depth, max_nodes)):
+            tree = TokenTree(torch.tensor(toks, dtype=torch.long), torch.tensor(pars, dtype=torch.long))
+            lp, _ = dec.tree_log_probs(hyp, tree)  # [n+1, V], one draft forward for the whole tree
+            added: list[int] = []
+            for f in frontier:
+                top = torch.topk(lp[f + 1], min(self.width, lp.shape[-1]))
+                base = 1.0 if f < 0 else values[f]
+                for v, t in zip(top.values.tolist(), top.indices.tolist()):
+                    if v == float("-inf"):
+                        break
+                    added.append(len(toks))
+                    toks.append(int(t))
+                    pars.append(f)
+                    values.append(base * math.exp(v))
+            # EOS ends a path; the verifier proposes it where it is exact
+            frontier = sorted((i for i in added if toks[i] not in dec.eos), key=lambda i: -values[i])[: self.width]
+            if not frontier or len(toks) >= 4 * max_nodes:
+                break
+        if not toks:
+            return Draft.empty()
+        full = TokenTree(torch.tensor(toks, dtype=torch.long), torch.tensor(pars, dtype=torch.long))
+        kept, _ = select(full, values, max_nodes)
+        return Draft(kept, None, (self.name,) * len(kept))
 
 
 def default_skip_sets(num_layers: int) -> list[list[int]]:
