@@ -30,3 +30,11 @@ for name, strategy in [("greedy", Greedy()),
     if name == "speculative":
         print("  accepted draft tokens per round:", round(strategy.stats.mean_accepted, 2),
               "| acceptance by drafter:", strategy.stats.acceptance_by_drafter())
+
+# The recycler inside the composite learned from every verification above; the dynamic tree it would
+# draft next spends 8 nodes on the continuations the target found likeliest (trellis.speculate.tree).
+recycler = strategy.drafter.drafters[1]
+draft = recycler.draft(dec, hyp, max_nodes=8, max_depth=4)
+print("next dynamic draft tree from token recycling:")
+for i, depth in enumerate(draft.tree.depths().tolist()):
+    print("  " + "  " * depth + repr(model.tokenizer.decode([int(draft.tree.tokens[i])])))

@@ -256,7 +256,10 @@ class ModelDrafter:
                     values.append(base * math.exp(v))
             # EOS ends a path; the verifier proposes it where it is exact
             frontier = sorted((i for i in added if toks[i] not in dec.eos), key=lambda i: -values[i])[: self.width]
-            if not frontier or len(toks) >= 4 * max_nodes:
+            # Descendants are worth at most their frontier ancestor: once the best frontier node
+            # ranks below the max_nodes-th value, deeper levels cannot change the selection.
+            if not frontier or (len(toks) >= max_nodes
+                                and values[frontier[0]] <= sorted(values, reverse=True)[max_nodes - 1]):
                 break
         if not toks:
             return Draft.empty()
