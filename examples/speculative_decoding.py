@@ -36,5 +36,12 @@ for name, strategy in [("greedy", Greedy()),
 recycler = strategy.drafter.drafters[1]
 draft = recycler.draft(dec, hyp, max_nodes=8, max_depth=4)
 print("next dynamic draft tree from token recycling:")
-for i, depth in enumerate(draft.tree.depths().tolist()):
-    print("  " + "  " * depth + repr(model.tokenizer.decode([int(draft.tree.tokens[i])])))
+
+
+def show(node: int, depth: int) -> None:
+    for child in draft.tree.children(node):
+        print("  " + "  " * depth + repr(model.tokenizer.decode([int(draft.tree.tokens[child])])))
+        show(child, depth + 1)
+
+
+show(-1, 0)
