@@ -146,6 +146,9 @@ def main() -> None:
         "auto": lambda ids: trellis_run(ids, Speculative(Composite([PromptLookup(), TokenRecycling(h.vocab_size)]),
                                                          max_nodes=args.max_nodes)),
         "layer-skip": lambda ids: trellis_run(ids, Speculative(LayerSkip(model), max_nodes=args.max_nodes)),
+        # without Draft & Verify's adaptive draft-exiting: chains run to the round's node budget
+        "layer-skip-no-exit": lambda ids: trellis_run(ids, Speculative(LayerSkip(model, adaptive_exit=False),
+                                                                       max_nodes=args.max_nodes)),
     }
     json_methods: dict[str, Callable[[list[int]], tuple[float, list[int], float]]] = {
         "hf-greedy": methods["hf-greedy"],
@@ -164,6 +167,7 @@ def main() -> None:
         json_methods = {k: v for k, v in json_methods.items() if k in keep}
     else:
         del methods["hf-early-exit"]  # ~3x slower than greedy on this model: opt-in
+        del methods["layer-skip-no-exit"]  # an ablation: opt-in
     methods["hf-greedy"]([2, 651, 1234])  # warm-up
     if lm.kernels is not None:  # tune (or read the cached choice of) the GEMM kernels before timing
         print("GEMM kernels per weight shape and row bucket:", lm.kernels.choices())
@@ -190,7 +194,8 @@ def main() -> None:
                         pooled.setdefault(name, []).append((len(toks), sec))
                     acc[name].append(a)
                     outs[name] = toks
-                for name in ("prompt-lookup", "recycling", "recycling-static", "auto", "layer-skip"):
+                for name in ("prompt-lookup", "recycling", "recycling-static", "auto", "layer-skip",
+                             "layer-skip-no-exit"):
                     if name in outs:
                         identical &= outs[name] == outs["trellis-greedy"]
                 for name in ("json-spec", "json-spec-chain"):

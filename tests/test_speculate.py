@@ -36,7 +36,7 @@ def drafters(vocab_size: int, model) -> dict[str, object]:
         "recycling-static": TokenRecycling(vocab_size, dynamic=False),
         "draft-model": ModelDrafter(tiny_llama(vocab_size=vocab_size, seed=11)),
         "draft-tree": ModelDrafter(tiny_llama(vocab_size=vocab_size, seed=11), width=3),
-        "self-draft": ModelDrafter(model),
+        "self-draft": ModelDrafter(model, stopping=None),  # full chains: the target never rejects itself
         "layer-skip": LayerSkip(model),
         "composite": Composite([PromptLookup(), TokenRecycling(vocab_size)]),
     }

@@ -144,13 +144,22 @@ def _time(kernel: str, fn: Callable[[], Any], best: float) -> float:
 
 
 def _cpu_name() -> str:
+    """The CPU as the kernel cache key names it. Family and model are part of it because VMs often
+    report just "AMD EPYC", which would let a cache carried to another generation keep choices
+    timed on the old one."""
+    info: dict[str, str] = {}
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, sep, value = line.partition(":")
+            if not sep:
+                break  # the first processor's block ends at a blank line
+            info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = info.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in info and "model" in info:
+        name += f" (family {info['cpu family']} model {info['model']})"
+    return name
 
 
 def _cache_file() -> pathlib.Path | None:

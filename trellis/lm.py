@@ -218,7 +218,11 @@ class HFLanguageModel:
         self._kernels: TunedLinears | None = None
         if kernel_rows is not None and self.device.type == "cpu" and self.dtype == torch.float32:
             self._kernels = _kernels_for(model, kernel_rows)
-        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        params_of_forward = inspect.signature(model.forward).parameters
+        self._keep_arg = "logits_to_keep" in params_of_forward
+        # Recent transformers (5.24 at least) call the KV cache argument and output field `cache`
+        # (`past_key_values` warns, and goes in 5.40); older versions only know `past_key_values`.
+        self._cache_kw = "cache" if "cache" in params_of_forward else "past_key_values"
         self.stats = LMStats()
         self.reset()
 
@@ -423,9 +427,9 @@ class HFLanguageModel:
             input_ids=ids.to(self.device),
             position_ids=positions.to(self.device).unsqueeze(0).expand(b, q),
             attention_mask=mask,
-            past_key_values=self._cache,
             use_cache=True,
         )
+        kwargs[self._cache_kw] = self._cache
         kernels = self._kernels.active() if self._kernels is not None and self._kernels.applies(b * q) \
             else contextlib.nullcontext()
         with kernels:
@@ -435,7 +439,7 @@ class HFLanguageModel:
                 if self._keep_arg:
                     kwargs["logits_to_keep"] = keep
                 out = self.model(**kwargs)
-                self._cache = out.past_key_values
+                self._cache = out[self._cache_kw]
                 logits = out.logits[:, -keep:, :]
         self.stats.forward_calls += 1
         self.stats.tokens_forwarded += b * q
@@ -460,7 +464,7 @@ class HFLanguageModel:
             base.layers = saved_layers
             if saved_types is not None:
                 cfg.layer_types = saved_types
-        self._cache = out.past_key_values
+        self._cache = out[self._cache_kw]
         h = out.last_hidden_state[:, -keep:, :]  # [B, keep, H]
         if self._head is None:
             part = self.model.get_output_embeddings()(h)

@@ -2,10 +2,11 @@
 
 from trellis.speculate.base import Draft, Drafter, SpecStats, Speculative
 from trellis.speculate.budget import DraftBudget
+from trellis.speculate.draft_exit import AdaptiveDraftExit
 from trellis.speculate.drafters import Composite, GrammarForced, LayerSkip, ModelDrafter, PromptLookup, TokenRecycling
 from trellis.speculate.verify import ChainRejectionSampler, GreedyVerifier, TreeRejectionSampler
 
 __all__ = [
-    "ChainRejectionSampler", "Composite", "Draft", "DraftBudget", "Drafter", "GrammarForced", "GreedyVerifier",
+    "AdaptiveDraftExit", "ChainRejectionSampler", "Composite", "Draft", "DraftBudget", "Drafter", "GrammarForced", "GreedyVerifier",
     "LayerSkip", "ModelDrafter", "PromptLookup", "SpecStats", "Speculative", "TokenRecycling", "TreeRejectionSampler",
 ]

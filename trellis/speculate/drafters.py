@@ -15,6 +15,7 @@ from trellis.constrain.base import advance_many, forced_tokens
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import sample
 from trellis.speculate.base import Draft, Drafter, LearningDrafter
+from trellis.speculate.draft_exit import AdaptiveDraftExit
 from trellis.speculate.tree import grow, select
 from trellis.tokens import TokenTree
 
@@ -187,6 +188,11 @@ class ModelDrafter:
     own KV-cached ``HFLanguageModel``). Greedy targets get argmax drafts; sampling targets get
     samples and their distributions in ``Draft.probs``.
 
+    A chain stops after its first token whose draft probability is below ``stopping``'s adaptive
+    threshold (Draft & Verify's draft-exiting, ``trellis.speculate.draft_exit``): a draft forward
+    spent on a token the target will likely reject costs more than the verification row it fills.
+    ``stopping=None`` drafts to the round's length cap.
+
     ``width > 1`` drafts a dynamic tree instead (EAGLE-2, Li et al. 2024): each depth expands the
     ``width`` most probable frontier nodes (value = product of draft probabilities along the path)
     into their ``width`` likeliest tokens, with ONE draft forward over the whole tree per depth
@@ -199,7 +205,9 @@ class ModelDrafter:
     generator: torch.Generator | None = None
     width: int = 1
     name: str = "draft-model"
+    stopping: AdaptiveDraftExit | None = field(default_factory=AdaptiveDraftExit)
     _lm: Any = field(init=False, repr=False, default=None)
+    _capped: bool = field(init=False, repr=False, default=False)  # the last chain ran to its cap
 
     def __post_init__(self) -> None:
         from trellis.generate import language_model
@@ -213,27 +221,40 @@ class ModelDrafter:
         if self.width > 1:
             return self._tree(dec, hyp, max_nodes=max_nodes, max_depth=max_depth)
         n = min(max_nodes, max_depth)
+        greedy = decoder.temperature == 0
         toks: list[int] = []
         probs: list[Tensor] = []
         h = hyp
-        for _ in range(n):
+        self._capped = False
+        for k in range(n):
             lp = dec.log_probs([h])  # [1, V]
             if not torch.isfinite(lp).any():
                 break
-            t = int(lp[0].argmax()) if decoder.temperature == 0 else int(sample(lp, self.generator)[0])
-            probs.append(lp[0].exp())
-            if t in decoder.eos:
-                toks.append(t)
-                break
+            t = int(lp[0].argmax()) if greedy else int(sample(lp, self.generator)[0])
+            if not greedy:
+                probs.append(lp[0].exp())
             toks.append(t)
+            if t in decoder.eos:
+                break
+            if k == n - 1:
+                self._capped = True
+            elif self.stopping is not None and self.stopping.stop(math.exp(float(lp[0].max()))):
+                break
             h = dec.extend(h, t)
         if not toks:
             return Draft.empty()
         tree = TokenTree.chain(toks)
-        width = self._lm.vocab_size
-        rows = probs + [torch.zeros(width)]  # the last node's children are not drafted
-        stacked = torch.stack(rows)  # [N+1, V_draft]
-        return Draft(tree, None if decoder.temperature == 0 else stacked, (self.name,) * len(toks))
+        if greedy:
+            return Draft(tree, None, (self.name,) * len(toks))
+        rows = probs + [torch.zeros(self._lm.vocab_size)]  # the last node's children are not drafted
+        return Draft(tree, torch.stack(rows), (self.name,) * len(toks))  # probs [N+1, V_draft]
+
+    def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:
+        """Adapt the chain's stopping threshold to how much of it the target accepted."""
+        if self.stopping is None or self.width > 1:
+            return
+        mine = [s == self.name for s in draft.sources] if draft.sources is not None else [True] * len(draft)
+        self.stopping.update(sum(mine[i] for i in path), sum(mine), capped=self._capped)
 
     def _tree(self, dec: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
         toks: list[int] = []
@@ -299,8 +320,9 @@ class LayerSkip:
 
     Each candidate layer subset is a ``HFLanguageModel`` view sharing the target's weights (own KV
     cache) whose LM head is cut to ``head_size`` likely tokens plus the prompt's tokens: on Gemma 3
-    270M the 262k-row head is ~63% of a decode step, so a half-depth, 16k-head draft step costs
-    about a quarter of a target step. The subset is chosen online by UCB1 on the observed reward
+    270M the 262k-row head is ~63% of a decode step, so a 16k-head draft step without 2-4 of the 18
+    layers reads about a third of a target step's weights. Each arm's chain stops on low draft
+    confidence (``adaptive_exit``: Draft & Verify's draft-exiting, ``ModelDrafter.stopping``). The subset is chosen online by UCB1 on the observed reward
     (accepted + 1) / (1 + cost x drafted) per round, cost = the view's estimated step cost relative
     to the target's (the SWIFT idea of optimising the skip set from acceptance, with a bandit
     instead of Bayesian optimisation). Drafts come from the Decoder's masked, warped distribution
@@ -312,6 +334,7 @@ class LayerSkip:
     head_size: int = 16384
     generator: torch.Generator | None = None
     exploration: float = 0.5
+    adaptive_exit: bool = True  # each arm's chain stops on low confidence (ModelDrafter.stopping)
     name: str = "layer-skip"
     _arms: list[ModelDrafter] = field(init=False, repr=False, default_factory=list)
     _depth: list[float] = field(init=False, repr=False, default_factory=list)  # kept layers / all layers
@@ -330,7 +353,8 @@ class LayerSkip:
         self.candidates = [list(c) for c in (self.candidates or default_skip_sets(n))]
         for c in self.candidates:
             self._arms.append(ModelDrafter(HFLanguageModel(self.model, layers=c), generator=self.generator,
-                                           name=self.name))
+                                           name=self.name,
+                                           stopping=AdaptiveDraftExit() if self.adaptive_exit else None))
             self._depth.append(len(c) / n)
         v, hdim = self.model.get_output_embeddings().weight.shape
         self._dims = (sum(p.numel() for p in self.model.parameters()) - v * hdim, v, hdim)  # body, V, H
@@ -376,6 +400,7 @@ class LayerSkip:
         i = self._last
         self._pulls[i] += 1
         self._reward[i] += (len(path) + 1) / (1 + self.cost(i) * len(draft))
+        self._arms[i].observe(hyp, draft, target, path)
 
 
 @dataclass
