@@ -209,6 +209,22 @@ def test_head_subset_computes_exactly_those_logits():
     tree = TokenTree.from_paths([[3, 4], [10]])
     rows = view.tree_logits(seq, tree)
     assert torch.isneginf(rows[:, others]).all() and torch.isfinite(rows[:, head]).all()
+    # A second view (other layers) shares the first one's head: growing it grows both.
+    shallow = HFLanguageModel(model, layers=[0, 2, 3, 5])
+    shared = shallow.set_head(view.set_head(view.head.tolist()))
+    for extra in ([20, 4, 90], list(range(60, 66))):  # 4 is in already
+        assert shared.grow(extra) == len(set(extra) - set(head))
+        head = sorted(set(head) | set(extra))
+        seq = seq + [extra[0]]
+        got = view.logits([seq])[0]
+        want = model(torch.tensor([seq])).logits[0, -1].float()
+        assert sorted(view.head.tolist()) == sorted(shallow.head.tolist()) == head
+        assert torch.allclose(got[head], want[head], atol=1e-5)
+        others = torch.ones(got.shape[0], dtype=torch.bool)
+        others[head] = False
+        assert torch.isneginf(got[others]).all() and torch.isneginf(shallow.logits([seq])[0, others]).all()
+    with pytest.raises(ValueError):
+        HFLanguageModel(tiny_gemma3(seed=1)).set_head(shared)  # rows of another model
     with pytest.raises(ValueError):
         HFLanguageModel(model, layers=[1, 2])  # layer 0 holds the cache length
 

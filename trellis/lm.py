@@ -168,6 +168,59 @@ def _growable_layer_class() -> type:
     return GrowableLayer
 
 
+class LMHead:
+    """A growable subset of an LM head: token ids and their rows of the output embedding.
+
+    ``grow`` gathers only the new rows, into spare capacity: re-gathering a 36k-row head of
+    Gemma 3 270M took 0.4 s (cProfile, one writing prompt), once per new token and draft view."""
+
+    def __init__(self, weight: Tensor, ids: Sequence[int]) -> None:
+        """``weight`` [V, H]: the model's output embedding (read, never copied whole)."""
+        self._weight = weight.detach()
+        self.vocab_size = int(weight.shape[0])
+        self._ids = torch.zeros(0, dtype=torch.long)  # [capacity]
+        self._rows = torch.zeros(0, weight.shape[1], dtype=weight.dtype, device=weight.device)  # [capacity, H]
+        self._in = torch.zeros(self.vocab_size, dtype=torch.bool)  # [V]
+        self._n = 0
+        if not self.grow(ids):
+            raise ValueError("head ids must be non-empty")
+
+    @property
+    def ids(self) -> Tensor:
+        """[K] token ids, in the order they were added."""
+        return self._ids[: self._n]
+
+    @property
+    def rows(self) -> Tensor:
+        """[K, H] their output-embedding rows (a view: valid until the next ``grow``)."""
+        return self._rows[: self._n]
+
+    def reads(self, weight: Tensor) -> bool:
+        """Whether this head's rows come from ``weight``."""
+        return self._weight.data_ptr() == weight.data_ptr() and self._weight.shape == weight.shape
+
+    def grow(self, ids: Sequence[int]) -> int:
+        """Add the ``ids`` not yet in the head; returns how many were new."""
+        new = torch.tensor(sorted({int(i) for i in ids}), dtype=torch.long)
+        if len(new) and (int(new[-1]) >= self.vocab_size or int(new[0]) < 0):
+            raise ValueError(f"head ids must lie in [0, {self.vocab_size})")
+        new = new[~self._in[new]]
+        n, need = self._n, self._n + len(new)
+        if need > len(self._ids):
+            cap = need + max(need // 4, 1024)  # headroom: a generation adds tokens a few at a time
+            ids_buf = torch.empty(cap, dtype=torch.long)
+            rows_buf = torch.empty(cap, self._rows.shape[1], dtype=self._rows.dtype, device=self._rows.device)
+            ids_buf[:n], rows_buf[:n] = self._ids[:n], self._rows[:n]
+            self._ids, self._rows = ids_buf, rows_buf
+        self._ids[n:need] = new
+        # index_select into the buffer: 0.05 s for 35k Gemma rows, against 0.12-0.47 s for
+        # `rows[n:need] = weight[new]` (a temporary, then a copy into fresh pages)
+        torch.index_select(self._weight, 0, new.to(self._weight.device), out=self._rows[n:need])
+        self._in[new] = True
+        self._n = need
+        return len(new)
+
+
 class HFLanguageModel:
     """A transformers causal LM with prefix KV reuse and one-pass tree evaluation.
 
@@ -177,7 +230,7 @@ class HFLanguageModel:
     """
 
     def __init__(self, model: Any, *, layers: Sequence[int] | None = None,
-                 head: Sequence[int] | None = None, kernel_rows: int | None = 16) -> None:
+                 head: Sequence[int] | LMHead | None = None, kernel_rows: int | None = 16) -> None:
         """``layers``: run only these decoder layers (a self-speculative draft view of ``model``;
         layer 0 must be kept, it holds the cache length); ``head``: compute logits only for these
         token ids (the others are ``-inf``), so a draft step skips most of a large LM head. Both
@@ -197,8 +250,7 @@ class HFLanguageModel:
             if not kl or kl[0] != 0 or kl[-1] >= n:
                 raise ValueError(f"layers must include 0 and lie in [0, {n}), got {list(layers)}")
             self._keep_layers = None if len(kl) == n else kl
-        self._head: Tensor | None = None
-        self._head_w: Tensor | None = None
+        self._head: LMHead | None = None  # None = every token's logit
         if head is not None:
             self.set_head(head)
         attn = getattr(model.config, "_attn_implementation", "eager") or "eager"
@@ -238,14 +290,17 @@ class HFLanguageModel:
     def reset_stats(self) -> None:
         self.stats = LMStats()
 
-    def set_head(self, ids: Sequence[int]) -> None:
-        """Restrict the logits to token ``ids`` from the next forward on (others are ``-inf``)."""
-        head = torch.tensor(sorted({int(i) for i in ids}), dtype=torch.long)
-        if len(head) == 0 or int(head[-1]) >= self.vocab_size or int(head[0]) < 0:
-            raise ValueError("head ids must be non-empty and inside the vocabulary")
-        w = self.model.get_output_embeddings().weight
+    def set_head(self, head: Sequence[int] | LMHead) -> LMHead:
+        """Compute logits only for the head's token ids from the next forward on (others are
+        ``-inf``). Token ids make a new ``LMHead``; an ``LMHead`` is shared (draft views of one
+        model keep one copy of the rows, and growing it grows them all). Returns the head."""
+        weight = self.model.get_output_embeddings().weight
+        if not isinstance(head, LMHead):
+            head = LMHead(weight, head)
+        elif not head.reads(weight):
+            raise ValueError("this LMHead holds rows of another model's output embedding")
         self._head = head
-        self._head_w = w.detach()[head.to(w.device)].clone()  # [K, H]: one gather, then a small matmul
+        return head
 
     @property
     def kernels(self) -> TunedLinears | None:
@@ -255,7 +310,7 @@ class HFLanguageModel:
     @property
     def head(self) -> Tensor | None:
         """Token ids whose logits are computed (``None`` = all)."""
-        return self._head
+        return None if self._head is None else self._head.ids
 
     @property
     def cached_rows(self) -> list[tuple[int, ...]]:
@@ -469,14 +524,14 @@ class HFLanguageModel:
         if self._head is None:
             part = self.model.get_output_embeddings()(h)
         else:
-            part = h @ self._head_w.T  # [B, keep, K]
+            part = h @ self._head.rows.T  # [B, keep, K]
         cap = getattr(cfg, "final_logit_softcapping", None)
         if cap:
             part = torch.tanh(part / cap) * cap
         if self._head is None:
             return part
         full = torch.full((*part.shape[:2], self.vocab_size), float("-inf"), dtype=part.dtype, device=part.device)
-        full[..., self._head.to(part.device)] = part
+        full[..., self._head.ids.to(part.device)] = part
         return full
 
     def _float_mask(self, allowed: Tensor, batch: int) -> Tensor:
