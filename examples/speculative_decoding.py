@@ -8,7 +8,7 @@ import time
 import torch
 
 from trellis import Decoder, Greedy, HFLanguageModel, load
-from trellis.speculate import Composite, PromptLookup, Speculative, TokenRecycling
+from trellis.speculate import Composite, LayerSkip, PromptLookup, Speculative, TokenRecycling
 
 torch.set_num_threads(2)
 model = load()
@@ -19,21 +19,30 @@ ids = model.tokenizer(prompt).input_ids
 lm = HFLanguageModel(model.model)
 dec = Decoder(lm, temperature=0, vocab=model.vocab)  # temperature 0: greedy verification
 
+# layer-skip: the model drafts for itself with a few middle layers skipped and a cut LM head
 for name, strategy in [("greedy", Greedy()),
-                       ("speculative", Speculative(Composite([PromptLookup(), TokenRecycling(model.vocab_size)])))]:
+                       ("speculative", Speculative(Composite([PromptLookup(), TokenRecycling(model.vocab_size)]))),
+                       ("layer-skip", Speculative(LayerSkip(model.model)))]:
     lm.reset()
     lm.reset_stats()
     t0 = time.perf_counter()
     hyp = strategy(dec, dec.start(ids), max_new_tokens=64)[0]
     sec = time.perf_counter() - t0
     print(f"{name:12s} {hyp.num_new / sec:5.1f} tok/s  {lm.stats.forward_calls:3d} forwards  {dec.text(hyp)!r}")
-    if name == "speculative":
+    if name != "greedy":
         print("  accepted draft tokens per round:", round(strategy.stats.mean_accepted, 2),
               "| acceptance by drafter:", strategy.stats.acceptance_by_drafter())
+    if name == "speculative":
+        composite = strategy
+    if name == "layer-skip":
+        # Draft & Verify's draft-exiting: each layer set's chain stops below its confidence threshold
+        layers = range(model.model.config.num_hidden_layers)
+        print("  layers skipped by the set pulled most:", sorted(set(layers) - set(strategy.drafter.choice)),
+              "| stop thresholds:", [round(arm.stopping.gamma, 3) for arm in strategy.drafter.arms])
 
 # The recycler inside the composite learned from every verification above; the dynamic tree it would
 # draft next spends 8 nodes on the continuations the target found likeliest (trellis.speculate.tree).
-recycler = strategy.drafter.drafters[1]
+recycler = composite.drafter.drafters[1]
 draft = recycler.draft(dec, hyp, max_nodes=8, max_depth=4)
 print("next dynamic draft tree from token recycling:")
 

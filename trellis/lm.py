@@ -171,8 +171,9 @@ def _growable_layer_class() -> type:
 class LMHead:
     """A growable subset of an LM head: token ids and their rows of the output embedding.
 
-    ``grow`` gathers only the new rows, into spare capacity: re-gathering a 36k-row head of
-    Gemma 3 270M took 0.4 s (cProfile, one writing prompt), once per new token and draft view."""
+    ``grow`` gathers only the new rows, into spare capacity: re-gathering the whole ~36k-row head
+    of Gemma 3 270M took 0.19 s a call (cProfile, one writing prompt), once per new token and
+    draft view. Draft views of one model can share one head (``HFLanguageModel.set_head``)."""
 
     def __init__(self, weight: Tensor, ids: Sequence[int]) -> None:
         """``weight`` [V, H]: the model's output embedding (read, never copied whole)."""
@@ -233,11 +234,12 @@ class HFLanguageModel:
                  head: Sequence[int] | LMHead | None = None, kernel_rows: int | None = 16) -> None:
         """``layers``: run only these decoder layers (a self-speculative draft view of ``model``;
         layer 0 must be kept, it holds the cache length); ``head``: compute logits only for these
-        token ids (the others are ``-inf``), so a draft step skips most of a large LM head. Both
-        share ``model``'s weights; the view keeps its own KV cache. ``kernel_rows``: on a float32
-        CPU model, forwards of 1..``kernel_rows`` token rows (decode steps, draft trees) use the
-        GEMM kernel timed fastest for each weight shape and row count (``trellis.kernels``, tuned
-        on first use and cached per machine); ``None`` keeps ``F.linear`` everywhere."""
+        token ids, or this shared ``LMHead`` (the others are ``-inf``), so a draft step skips most
+        of a large LM head. Both share ``model``'s weights; the view keeps its own KV cache.
+        ``kernel_rows``: on a float32 CPU model, forwards of 1..``kernel_rows`` token rows (decode
+        steps, draft trees) use the GEMM kernel timed fastest for each weight shape and row count
+        (``trellis.kernels``, tuned on first use and cached per machine); ``None`` keeps
+        ``F.linear`` everywhere."""
         self.model = model.eval()
         cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         self._cfg = cfg

@@ -7,6 +7,6 @@ from trellis.speculate.drafters import Composite, GrammarForced, LayerSkip, Mode
 from trellis.speculate.verify import ChainRejectionSampler, GreedyVerifier, TreeRejectionSampler
 
 __all__ = [
-    "AdaptiveDraftExit", "ChainRejectionSampler", "Composite", "Draft", "DraftBudget", "Drafter", "GrammarForced", "GreedyVerifier",
-    "LayerSkip", "ModelDrafter", "PromptLookup", "SpecStats", "Speculative", "TokenRecycling", "TreeRejectionSampler",
+    "AdaptiveDraftExit", "ChainRejectionSampler", "Composite", "Draft", "DraftBudget", "Drafter", "GrammarForced",
+    "GreedyVerifier", "LayerSkip", "ModelDrafter", "PromptLookup", "SpecStats", "Speculative", "TokenRecycling", "TreeRejectionSampler",
 ]

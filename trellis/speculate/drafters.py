@@ -329,8 +329,9 @@ class LayerSkip:
     Each candidate layer subset is a ``HFLanguageModel`` view sharing the target's weights (own KV
     cache) whose LM head is cut to ``head_size`` likely tokens plus the prompt's tokens: on Gemma 3
     270M the 262k-row head is ~63% of a decode step, so a 16k-head draft step without 2-4 of the 18
-    layers reads about a third of a target step's weights. Each arm's chain stops on low draft
-    confidence (``adaptive_exit``: Draft & Verify's draft-exiting, ``ModelDrafter.stopping``). The subset is chosen online by UCB1 on the observed reward
+    layers reads about a third of a target step's weights. All views share one ``LMHead``. Each
+    arm's chain stops on low draft confidence (``adaptive_exit``: Draft & Verify's draft-exiting,
+    ``ModelDrafter.stopping``). The subset is chosen online by UCB1 on the observed reward
     (accepted + 1) / (1 + cost x drafted) per round, cost = the view's estimated step cost relative
     to the target's (the SWIFT idea of optimising the skip set from acceptance, with a bandit
     instead of Bayesian optimisation). Drafts come from the Decoder's masked, warped distribution
@@ -374,6 +375,11 @@ class LayerSkip:
         body, v, hdim = self._dims
         head = len(self._head.ids) if self._head is not None else v
         return (body * self._depth[i] + head * hdim) / (body + v * hdim)
+
+    @property
+    def arms(self) -> tuple[ModelDrafter, ...]:
+        """The drafter of each candidate layer set (``stopping`` holds its exit threshold)."""
+        return tuple(self._arms)
 
     @property
     def choice(self) -> list[int]:
