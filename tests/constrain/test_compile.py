@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from trellis.constrain import CFGConstraint, Regex, RegexConstraint, compile, tree_masks
@@ -29,10 +30,16 @@ def same_masks_along(c1, c2, text: bytes, size: int):
 
 
 def test_compile_kinds() -> None:
+    from trellis.constrain import EarleyConstraint, JsonSchema
+
     v = vocab()
-    assert isinstance(compile("json.lark", v, cache=False), CFGConstraint)
-    assert isinstance(compile('start: "a"+\n', v, cache=False), CFGConstraint)
+    assert isinstance(compile("json.lark", v, cache=False), EarleyConstraint)  # Lark grammars: Earley by default
+    assert isinstance(compile('start: "a"+\n', v, cache=False), EarleyConstraint)
+    assert isinstance(compile("json.lark", v, cache=False, engine="lalr"), CFGConstraint)
+    assert isinstance(compile(JsonSchema({"type": "integer"}), v, cache=False), CFGConstraint)
     assert isinstance(compile(Regex("[ab]+"), v), RegexConstraint)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        compile("json.lark", v, engine="glr")
 
 
 def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
@@ -43,13 +50,13 @@ def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(memo, "_COMPILED", OrderedDict())  # earlier tests compiled json.lark too
     v = vocab()
-    c1 = compile("json.lark", v, precompute=True, progress=False)
+    c1 = compile("json.lark", v, precompute=True, progress=False, engine="lalr")
     memo.wait_for_cache_writes()  # tables are written in the background
     files = sorted(p.name[:2] for p in tmp_path.rglob("*.pkl"))
     assert files == ["g-", "t-"]
     memo._COMPILED.clear()  # the second compile must come from disk, not the process memo
     t = time.perf_counter()
-    c2 = compile("json.lark", v, precompute=True, progress=False)
+    c2 = compile("json.lark", v, precompute=True, progress=False, engine="lalr")
     warm = time.perf_counter() - t
     assert warm < 5.0  # generous: tests never assert tight timings
     assert set(c2.tables) == set(c1.tables)
@@ -66,12 +73,12 @@ def test_tables_on_disk_never_meet_a_differently_numbered_grammar(tmp_path, monk
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(memo, "_COMPILED", OrderedDict())
     v = vocab()
-    compile("json.lark", v, precompute=True, progress=False)
+    compile("json.lark", v, precompute=True, progress=False, engine="lalr")
     for p in tmp_path.rglob("g-*.pkl"):
         p.unlink()
     memo._COMPILED.clear()
-    c = compile("json.lark", v, precompute=True, progress=False)
-    ref = compile("json.lark", v, cache=False, precompute=False)
+    c = compile("json.lark", v, precompute=True, progress=False, engine="lalr")
+    ref = compile("json.lark", v, cache=False, precompute=False, engine="lalr")
     same_masks_along(ref, c, b'{"k": [true, -1.5e3, "x", null], "b": {}}', len(v))
 
 
@@ -111,7 +118,7 @@ def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
         b' {"', b'  "a', b'\n1', b' true', b' tru', b'":', b'", "', b'] ,', b' 12.5e', b', [', b'":-', b'"}', b'ab c',
         b' \xc3\xa9', b'  ', b'')
     v = Vocabulary(toks, eos=frozenset([len(toks) - 1]))
-    c = compile("json.lark", v, cache=False)
+    c = compile("json.lark", v, cache=False, engine="lalr")
     g = c.grammar
     checked = 0
     for lid, lex in enumerate(g.lexers):
@@ -196,7 +203,7 @@ def test_precomputed_continuations_cover_every_decode(monkeypatch) -> None:
     rng = random.Random(0)
     row = allocate_bitmask(1, len(v))[0]
     for name in ["json.lark", "arithmetic.lark", "python_call.lark", "sql_select.lark"]:
-        built = compile(name, v, cache=False, precompute=True, progress=False)
+        built = compile(name, v, cache=False, precompute=True, progress=False, engine="lalr")
         loaded = CFGConstraint(built.grammar, v, tables=pickle.loads(pickle.dumps(dict(built.tables))))
 
         def no_walk(*a, **k):
@@ -215,7 +222,7 @@ def test_precomputed_continuations_cover_every_decode(monkeypatch) -> None:
                         s = c.advance(s, rng.choice(ids))
                         assert s is not None
         # and the guard is live: a fresh, lazily built constraint does walk them
-        lazy = compile(name, v, cache=False, precompute=False)
+        lazy = compile(name, v, cache=False, precompute=False, engine="lalr")
         with monkeypatch.context() as m:
             m.setattr(cfg, "continuation", no_walk)
             try:

@@ -3,7 +3,8 @@
 Each decode samples from seeded random logits masked by the grammar until EOS or a token budget.
 At every step: the mask is non-empty (dead ends are bugs: masks are exact), EOS is in it exactly
 when ``is_accepting``, and the sampled token advances. Every finished output must parse with
-Lark's own LALR parser for the grammar (``lark.Lark(text, parser="lalr").parse``).
+Lark's own parser for the engine's language: Earley with ``lexer="dynamic_complete"`` for the
+default scannerless engine, ``parser="lalr"`` for ``engine="lalr"``.
 
 Two vocabularies: a tiny one per grammar (the grammar's alphabet, literals, pieces of random
 sentences, random byte n-grams, split UTF-8 characters) and Gemma 3's 262,144 tokens. Logits are
@@ -33,11 +34,13 @@ FULL_TINY, FULL_GEMMA = 10_000, 500
 BUDGET = 48
 
 
-def lark_parser(name: str) -> Any:
+def lark_parser(name: str, engine: str = "earley") -> Any:
     import lark
 
     text, _ = load_grammar_text(name)
-    return lark.Lark(text, parser="lalr")
+    if engine == "lalr":
+        return lark.Lark(text, parser="lalr")
+    return lark.Lark(text, parser="earley", lexer="dynamic_complete")
 
 
 def tiny_vocab(name: str, seed: int = 0) -> Vocabulary:
@@ -178,10 +181,11 @@ def _assert_ok(st: FuzzStats) -> None:
 # ----------------------------------------------------------------------------- tests
 
 
+@pytest.mark.parametrize("engine", ["earley", "lalr"])
 @pytest.mark.parametrize("name", shipped_grammars())
-def test_fuzz_tiny(name: str) -> None:
-    c = compile(name, tiny_vocab(name), cache=False)
-    st = fuzz(name, c, lark_parser(name), CI_TINY, seed=1, label="tiny")
+def test_fuzz_tiny(name: str, engine: str) -> None:
+    c = compile(name, tiny_vocab(name), cache=False, engine=engine)
+    st = fuzz(name, c, lark_parser(name, engine), CI_TINY, seed=1, label="tiny")
     _assert_ok(st)
 
 

@@ -23,10 +23,10 @@ def byte_vocab(extra: tuple[bytes, ...] = ()) -> Vocabulary:
     return Vocabulary(toks, eos=frozenset([len(toks) - 1]))
 
 
-@pytest.fixture(scope="module")
-def constraints():
+@pytest.fixture(scope="module", params=["earley", "lalr"])
+def constraints(request):
     v = byte_vocab()
-    return v, {n: compile(n, v, cache=False) for n in NAMES}
+    return v, {n: compile(n, v, cache=False, engine=request.param) for n in NAMES}
 
 
 def accepts(c, text: bytes) -> bool:

@@ -96,7 +96,7 @@ def run_oracle(name: str, n_docs: int, seed: int = 0, check_fraction: float = 1.
     vocab = oracle_vocab(docs, literals, rng)
     alphabet = "".join(sorted(set("".join(docs) + "".join(literals) + "x0 \n\"'")))
     ref = Reference(text, alphabet)
-    c = compile(name, vocab, cache=False)
+    c = compile(name, vocab, cache=False, engine="lalr")  # Reference is the LALR + contextual-lexer language
     v = len(vocab)
     eos = next(iter(vocab.eos))
     row = allocate_bitmask(1, v)[0]

@@ -1,20 +1,25 @@
-"""Grammars -> token masks: exact, precomputed, cached.
+"""Grammars -> token masks: exact, lazily built, cached.
 
-``compile(grammar, vocab)`` turns a Lark grammar (shipped name, path or text), a ``Regex`` or a
-``JsonSchema`` into a ``Constraint`` whose masks allow exactly the tokens that keep the output
-completable.
+``compile(grammar, vocab)`` turns a Lark grammar (shipped name, path or text), a GBNF grammar
+(``Gbnf``, or a ``.gbnf`` file), a ``Regex`` or a ``JsonSchema`` into a ``Constraint`` whose masks
+allow exactly the tokens that keep the output completable. Lark and GBNF grammars compile onto the
+scannerless Earley engine (``EarleyConstraint``: any context-free grammar); JSON Schemas onto the
+LALR engine (``CFGConstraint``), which ``engine="lalr"`` also selects for Lark grammars.
 """
 
 from trellis.constrain.base import (Constraint, State, Unconstrained, advance_many, fill_masks, forced_tokens,
                                     is_unconstrained, tree_masks)
 from trellis.constrain.cfg import CFGConstraint, CompiledGrammar, compile_lark
 from trellis.constrain.compile import compile, load_grammar_text, shipped_grammars
+from trellis.constrain.gbnf import Gbnf
+from trellis.constrain.scannerless import EarleyConstraint
 from trellis.constrain.errors import ConstraintError, ConstraintUsageError, GrammarError, SchemaError
 from trellis.constrain.json_schema import IgnoredKeyword, JsonSchema
 from trellis.constrain.regex import ByteDFA, Regex, RegexConstraint, regex_to_byte_dfa
 
 __all__ = [
     "ByteDFA", "CFGConstraint", "CompiledGrammar", "Constraint", "ConstraintError", "ConstraintUsageError",
+    "EarleyConstraint", "Gbnf",
     "GrammarError", "IgnoredKeyword", "JsonSchema", "Regex", "RegexConstraint", "SchemaError", "State", "Unconstrained", "advance_many",
     "compile", "compile_lark", "fill_masks", "forced_tokens", "is_unconstrained", "load_grammar_text",
     "regex_to_byte_dfa", "shipped_grammars", "tree_masks",

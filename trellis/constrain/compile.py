@@ -20,6 +20,7 @@ from collections import OrderedDict
 
 import functools
 import hashlib
+import re
 import os
 import pickle
 import tempfile
@@ -31,12 +32,14 @@ from typing import Union
 from trellis.constrain.cfg import CFGConstraint, CompiledGrammar, build_top_table, compile_lark
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.json_schema import JsonSchema
+from trellis.constrain.grammar_ir import load_lark
 from trellis.constrain.regex import Regex, RegexConstraint
+from trellis.constrain.scannerless import EarleyConstraint
 from trellis.tokens import Vocabulary
 
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 
-GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]
+GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]  # or a trellis.constrain.gbnf.Gbnf
 
 
 @functools.cache
@@ -68,25 +71,37 @@ def cache_dir() -> Path | None:
 
 def shipped_grammars() -> list[str]:
     """File names of the grammars shipped in ``trellis/grammars/``."""
-    return sorted(p.name for p in GRAMMAR_DIR.glob("*.lark"))
+    return sorted(p.name for p in GRAMMAR_DIR.glob("*.lark")) + sorted(p.name for p in GRAMMAR_DIR.glob("*.gbnf"))
+
+
+_DEFINITION = re.compile(r"^\s*(?:%|//|[?!]?[A-Za-z_][\w.]*(?:\{[^}]*\})?\s*(?:\.\s*-?\d+\s*)?(?::|::=))")
 
 
 def load_grammar_text(grammar: str | os.PathLike) -> tuple[str, str]:
-    """(text, source name) for a shipped grammar name, a path, or raw grammar text."""
+    """(text, source name) for a shipped grammar name, a path, or raw grammar text.
+
+    A string is grammar text when it starts with a definition (``name:``, ``NAME.2:``, ``name ::=``,
+    a ``%`` directive or a comment) or spans several lines; otherwise it names a shipped grammar or
+    a file (so one-line text such as ``start: /a+/`` or ``'start: "a/b"'`` is not taken for a path)."""
     if isinstance(grammar, os.PathLike):
         p = Path(grammar)
-        return p.read_text(encoding="utf-8"), str(p)
+        try:
+            return p.read_text(encoding="utf-8"), str(p)
+        except OSError as e:
+            raise GrammarError(f"cannot read grammar file ({e.strerror})", source=str(p)) from None
     g = str(grammar)
-    if "\n" not in g and ":" not in g.replace("\\", "/").split("/")[-1]:
-        name = g if g.endswith(".lark") else g + ".lark"
+    if "\n" not in g and len(g) < 4096 and Path(g).expanduser().is_file():
+        return Path(g).expanduser().read_text(encoding="utf-8"), g
+    if "\n" not in g and not _DEFINITION.match(g):
+        suffix = Path(g).suffix
+        name = g if suffix in (".lark", ".gbnf") else g + ".lark"
         shipped = GRAMMAR_DIR / name
         if shipped.is_file():
             return shipped.read_text(encoding="utf-8"), name
         p = Path(g).expanduser()
         if p.is_file():
             return p.read_text(encoding="utf-8"), str(p)
-        if g.endswith(".lark") or os.sep in g:
-            raise GrammarError(f"no such grammar file (shipped: {', '.join(shipped_grammars())})", source=g)
+        raise GrammarError(f"no such grammar file (shipped: {', '.join(shipped_grammars())})", source=g)
     return g, "<grammar>"
 
 
@@ -183,33 +198,67 @@ def compile_grammar(text: str, *, source: str = "<grammar>", start: str = "start
     return g
 
 
+ENGINES = ("auto", "earley", "lalr")
+
+
 def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", cache: bool = True,
-            precompute: bool = True, progress: bool | None = None) -> CFGConstraint | RegexConstraint:
+            precompute: bool | None = None, progress: bool | None = None, engine: str = "auto"
+            ) -> CFGConstraint | RegexConstraint | EarleyConstraint:
     """Compile a grammar for ``vocab`` into a Constraint (exact token masks).
 
-    ``precompute=True`` (default) walks the vocabulary from every lexer state now and caches the
-    tables on disk with the vocabulary fingerprint, so no mask pays a table build during decoding
-    (one build is ~3-15 ms on a 262k vocabulary). ``precompute=False`` builds each on first use:
-    cheaper when only ``advance`` is needed (e.g. validating documents). ``progress`` shows a
-    tqdm bar while precomputing (default: when stderr is a terminal).
+    ``engine`` picks the language and the engine of a Lark grammar:
+
+    * ``"earley"``: the scannerless Earley engine (``scannerless.py``): the language of the CFG
+      with each terminal expanded to its regular language, ``%ignore`` anywhere between terminals,
+      which is what Lark's Earley parser accepts (``lexer="dynamic_complete"``); any context-free
+      grammar. Vocabulary tables are built lazily per terminal-DFA state, so the first mask of a
+      new grammar costs milliseconds. Always used for ``Gbnf`` grammars.
+    * ``"lalr"``: the LALR(1) + contextual-lexer engine (``cfg.py``): the language of Lark's LALR
+      parser with greedy lexing, which can be smaller (a lexer-based language); refuses grammars
+      with LALR conflicts or colliding terminals; the tables can be precomputed and disk-cached.
+    * ``"auto"`` (default): ``"earley"`` for grammars a user brings (shipped names, files, text,
+      ``Gbnf``); ``"lalr"`` for ``JsonSchema`` (its generated grammar is built so that both
+      languages are the schema's language, and the LALR tables are the tuned path for it).
+
+    ``precompute`` (LALR engine only; default False): walk the vocabulary from every lexer state
+    now and cache the tables on disk, so no mask pays a table build during decoding (one build is
+    ~3-15 ms on a 262k vocabulary) at the cost of seconds before the first mask. ``progress``
+    shows a tqdm bar while precomputing (default: when stderr is a terminal).
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if isinstance(grammar, Regex):
         return grammar.compile(vocab)
+    from trellis.constrain.gbnf import Gbnf
+
     ignored: tuple = ()
-    if isinstance(grammar, JsonSchema):
+    path: str | None = None
+    if isinstance(grammar, Gbnf):
+        text, source, engine = grammar.to_lark(), grammar.source, "earley"
+    elif isinstance(grammar, JsonSchema):
         text, source, ignored = grammar.to_lark(), "<json schema>", grammar.ignored_keywords
+        engine = "lalr" if engine == "auto" else engine
     else:
         text, source = load_grammar_text(grammar)
-    # One constraint per (grammar, vocabulary) per process: its lexer-state tables and mask cache
-    # are the expensive part, and states are immutable values, so callers can share it.
-    key = (text, source, start, vocab.fingerprint(), precompute) + ((ignored,) if ignored else ())
+        if source.endswith(".gbnf"):
+            text, engine = Gbnf(text, source=source).to_lark(), "earley"
+        elif source != "<grammar>" and Path(source).is_file():
+            path = source
+        engine = "earley" if engine == "auto" else engine
+    precompute = bool(precompute) and engine == "lalr"
+    # One constraint per (grammar, vocabulary) per process: its tables and mask cache are the
+    # expensive part, and states are immutable values, so callers can share it.
+    key = (text, source, start, vocab.fingerprint(), precompute, engine) + ((ignored,) if ignored else ())
     hit = _COMPILED.get(key)
     if hit is not None:
         _COMPILED.move_to_end(key)
         return hit
-    c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
+    if engine == "earley":
+        c = EarleyConstraint(load_lark(text, source=source, start=start, path=path), vocab)
+    else:
+        c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
     if isinstance(grammar, JsonSchema):
-        c.ignored_keywords = ignored  # type: ignore[attr-defined]
+        c.ignored_keywords = ignored  # type: ignore[union-attr]
     _COMPILED[key] = c
     while len(_COMPILED) > _COMPILED_MAX:
         _COMPILED.popitem(last=False)

@@ -1,0 +1,197 @@
+"""A scannerless Earley recogniser over bytes: the parser of the constraint engine.
+
+Earley, "An efficient context-free parsing algorithm" (CACM 1970), with the nullable-symbol
+prediction of Aycock & Horspool, "Practical Earley Parsing" (Computer Journal 2002). Terminals are
+not lexed: each is a trimmed byte DFA run *inside* the chart (the XGrammar / Lark
+``lexer="dynamic_complete"`` semantics), so every way of splitting the text into terminals is
+followed at once and no lexer has to guess where a lexeme ends.
+
+Objects
+-------
+``ESet``: the Earley items of one terminal boundary, closed under prediction and completion,
+  interned by kernel (so equal sets reached along different paths are one object). An item is
+  ``(i, origin)``: LR(0) item ``i`` and the ``ESet`` it started in (``None`` in the kernel-less
+  initial set means "this set").
+A *chart state* is ``(scans, accepting)``: ``scans`` a frozenset of ``(t, q, E)``: terminal ``t``
+  is being scanned, its DFA is in state ``q``, it started at boundary ``E`` (whose items wait for
+  it). Ignored terminals have their own ids ``>= M`` (``Earley.ignore_id``); completing one
+  restarts the scans of the boundary it began at, so ``%ignore`` text may stand between any two
+  terminals, at the start and at the end. States are immutable and hashable.
+
+Stepping a byte moves every scan's DFA; a scan whose DFA reaches an accepting state also completes
+its terminal: the items of ``E`` waiting for it advance into a new ``ESet`` (memoised per
+``(E, t)``), whose expected terminals start new scans. Boundaries completed at one position are
+not merged: the language after a union of item sets is the union of the languages after each, and
+keeping them apart lets ``after`` be memoised per ``(E, t)``.
+
+Because the grammar is productive and every DFA state can reach acceptance (``grammar_ir``), a
+state with a scan (or accepting) is a viable prefix: Earley's correct-prefix property.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Iterable
+
+import numpy as np
+
+from trellis.constrain.grammar_ir import GrammarIR
+
+ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
+
+
+class ESet:
+    """The closed item set of one terminal boundary (see module docstring)."""
+
+    __slots__ = ("kernel", "waiting", "expects", "accepting", "starts", "after", "__weakref__")
+
+    def __init__(self) -> None:
+        self.after: dict[int, ESet] = {}
+
+
+class Earley:
+    """The recogniser of one ``GrammarIR`` (its tables; chart states are plain values)."""
+
+    def __init__(self, ir: GrammarIR) -> None:
+        self.ir = ir
+        m = len(ir.terminals)
+        # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on.
+        self.next_sym: list[int | None] = []
+        self.lhs: list[int] = []
+        self.predict: list[list[int]] = [[] for _ in ir.nonterminals]
+        for lhs, rhs in ir.rules:
+            self.predict[lhs].append(len(self.next_sym))
+            for k in range(len(rhs) + 1):
+                self.next_sym.append(rhs[k] if k < len(rhs) else None)
+                self.lhs.append(lhs)
+        self.accept_item = next(i for i, (lhs, rhs) in zip(self._rule_starts(), ir.rules)
+                                if lhs == ir.start) + 1
+        self.nullable = ir.nullable
+        # Terminal DFAs (ignored terminals get ids m.., sharing their DFA) as flat Python lists:
+        # one list index per byte is ~3x faster than indexing a numpy array from Python.
+        dfas = [t.dfa for t in ir.terminals] + [ir.terminals[t].dfa for t in ir.ignore]
+        self.n_terms = m
+        self.ignore_id = {m + k: t for k, t in enumerate(ir.ignore)}
+        self.dfa_of = list(range(m)) + list(ir.ignore)  # scan id -> terminal whose DFA it runs
+        self.trans: list[list[int]] = [d.trans.reshape(-1).tolist() for d in dfas]
+        self.final: list[list[bool]] = [d.final.tolist() for d in dfas]
+        self.has_out: list[list[bool]] = [(d.trans >= 0).any(axis=1).tolist() for d in dfas]
+        self._sets: "weakref.WeakValueDictionary[frozenset, ESet]" = weakref.WeakValueDictionary()
+        self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
+        self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
+
+    def _rule_starts(self) -> Iterable[int]:
+        i = 0
+        for _, rhs in self.ir.rules:
+            yield i
+            i += len(rhs) + 1
+
+    # -- item sets
+    def _close(self, kernel: frozenset) -> ESet:
+        hit = self._sets.get(kernel)
+        if hit is not None:
+            return hit
+        e = ESet()
+        nxt, lhs_of, predict, nullable = self.next_sym, self.lhs, self.predict, self.nullable
+        items = set(kernel)
+        agenda = list(kernel)
+        waiting: dict[int, list] = {}
+        expects: dict[int, list] = {}
+        predicted: set[int] = set()
+        accepting = False
+        while agenda:
+            i, o = agenda.pop()
+            s = nxt[i]
+            if s is None:
+                if i == self.accept_item:
+                    accepting = True
+                if o is None:
+                    continue  # a nullable completion in this set: done at prediction (Aycock-Horspool)
+                for j, o2 in o.waiting.get(lhs_of[i], ()):
+                    it = (j + 1, o2)
+                    if it not in items:
+                        items.add(it)
+                        agenda.append(it)
+            elif s >= 0:
+                waiting.setdefault(s, []).append((i, o))
+                if s not in predicted:
+                    predicted.add(s)
+                    for p in predict[s]:
+                        it = (p, None)
+                        if it not in items:
+                            items.add(it)
+                            agenda.append(it)
+                if nullable[s]:
+                    it = (i + 1, o)
+                    if it not in items:
+                        items.add(it)
+                        agenda.append(it)
+            else:
+                expects.setdefault(-1 - s, []).append((i, o))
+        e.kernel = kernel
+        e.waiting = {s: tuple((i, e if o is None else o) for i, o in v) for s, v in waiting.items()}
+        e.expects = {t: tuple((i, e if o is None else o) for i, o in v) for t, v in expects.items()}
+        e.accepting = accepting
+        e.starts = frozenset([(t, 0, e) for t in e.expects] + [(t, 0, e) for t in self.ignore_id])
+        self._sets[kernel] = e
+        return e
+
+    def after(self, e: ESet, t: int) -> ESet:
+        """The boundary after terminal ``t`` (started at ``e``) completes."""
+        hit = e.after.get(t)
+        if hit is None:
+            hit = e.after[t] = self._close(frozenset((i + 1, o) for i, o in e.expects[t]))
+        return hit
+
+    def boundary(self, e: ESet, t: int) -> ChartState:
+        """The chart state just after scan ``t`` (started at ``e``) completes: the new boundary's
+        scans, or for an ignored terminal ``e``'s own scans again."""
+        if t in self.ignore_id:
+            return (e.starts, e.accepting)
+        a = self.after(e, t)
+        return (a.starts, a.accepting)
+
+    # -- chart states
+    def start(self) -> ChartState:
+        return (self.initial.starts, self.initial.accepting)
+
+    def step(self, state: ChartState, b: int) -> ChartState | None:
+        """The state after byte ``b``, or None when no scan can take it (memoised)."""
+        key = (state, b)
+        try:
+            return self._steps[key]
+        except KeyError:
+            pass
+        out: set = set()
+        acc = False
+        trans, final, has_out = self.trans, self.final, self.has_out
+        for t, q, e in state[0]:
+            q2 = trans[t][(q << 8) | b]
+            if q2 < 0:
+                continue
+            if has_out[t][q2]:
+                out.add((t, q2, e))
+            if final[t][q2]:
+                scans, a = self.boundary(e, t)
+                out |= scans
+                acc |= a
+        res = (frozenset(out), acc) if out or acc else None
+        if len(self._steps) > 1 << 20:  # states are many in long runs; a step is cheap to redo
+            self._steps.clear()
+        self._steps[key] = res
+        return res
+
+    def walk(self, state: ChartState, data: bytes) -> ChartState | None:
+        for b in data:
+            state = self.step(state, b)  # type: ignore[assignment]
+            if state is None:
+                return None
+        return state
+
+    def live_bytes(self, state: ChartState) -> np.ndarray:
+        """[256] bool: the bytes ``step`` accepts from ``state`` (a scan's DFA moves on them)."""
+        out = np.zeros(256, dtype=bool)
+        for t, q, _ in state[0]:
+            row = self.trans[t][q << 8:(q + 1) << 8]
+            out |= np.asarray(row) >= 0
+        return out

@@ -1,0 +1,152 @@
+"""Sets of token suffixes walked through one terminal DFA at once, with numpy.
+
+The scannerless engine decides a token by following its bytes through terminal DFAs: inside one
+terminal as long as it can, and, wherever that terminal could end inside the token, on from the
+boundary after it with the rest of the token. ``RestSet`` is a set of such byte strings (whole
+tokens, or suffixes ``token[off:]``), bucketed by first byte; ``walk(dfa, q, rests)`` runs the DFA
+from state ``q`` over all of them at once, one byte column per numpy step, touching only the rests
+whose first byte has a transition (so a literal's walk costs the few tokens that start with it,
+XGrammar's "cost proportional to the tokens still alive"). It reports which rests stay inside the
+terminal to their end, and the *crossings*: (rest, j) where the terminal can end after ``j`` bytes
+with bytes left over, as a new ``RestSet`` of the leftovers. None of this depends on the parse
+stack, so walks are cached by (DFA state, rest set) and shared by every chart state scanning there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trellis.constrain.walks import TokenMatrix
+
+
+@dataclass(eq=False)
+class RestSet:
+    """Byte strings ``tokens[tid[i]][off[i]:]`` (all non-empty), sorted by first byte."""
+
+    tid: np.ndarray  # [n] int64 token ids
+    base: np.ndarray  # [n] int64 flat index of the first byte in ``tm.mat_t``
+    length: np.ndarray  # [n] int32 bytes left
+    lo: np.ndarray  # [257] int64: the rests starting with byte b are [lo[b], lo[b + 1])
+
+    def __len__(self) -> int:
+        return len(self.tid)
+
+    @property
+    def firsts(self) -> int:
+        """The first bytes present, as a 256-bit int (bit b: some rest starts with b)."""
+        f = self.__dict__.get("_firsts")
+        if f is None:
+            f = self.__dict__["_firsts"] = sum(1 << b for b in np.flatnonzero(np.diff(self.lo)).tolist())
+        return f
+
+    @classmethod
+    def vocabulary(cls, tm: TokenMatrix) -> "RestSet":
+        """Every valid token of ``tm`` from its first byte (``tm.order`` is already by first byte)."""
+        order = tm.order
+        return cls(order, tm.rank[order].copy(), tm.lengths[order].astype(np.int32), tm.first_lo)
+
+    @classmethod
+    def of(cls, tm: TokenMatrix, tid: np.ndarray, base: np.ndarray, length: np.ndarray
+           ) -> tuple["RestSet", np.ndarray]:
+        """The distinct rests among (tid, base, length) and, per input, its index in the set.
+
+        Distinct: one rest ``token[off:]`` reached along several splits of the token is walked
+        once (a run of n spaces under ``%ignore WS`` splits 2**n ways, but has n rests)."""
+        ubase, first_at, inv = np.unique(base, return_index=True, return_inverse=True)
+        first = tm.mat_t.reshape(-1)[ubase]
+        order = np.argsort(first, kind="stable")
+        pos = np.empty(len(order), dtype=np.int64)
+        pos[order] = np.arange(len(order), dtype=np.int64)
+        lo = np.searchsorted(first[order], np.arange(257)).astype(np.int64)
+        pick = first_at[order]
+        return cls(tid[pick], ubase[order], length[pick], lo), pos[inv.reshape(-1)]
+
+
+@dataclass(eq=False)
+class Walk:
+    """One DFA state walked over one ``RestSet``: ``inside[i]`` the DFA survives all of rest i;
+    ``cross`` the distinct leftovers after each place the terminal can end early; crossing k
+    came from rest ``src[k]`` and left rest ``inv[k]`` of ``cross``."""
+
+    inside: np.ndarray  # [n] bool
+    cross: RestSet | None
+    src: np.ndarray  # [k] int64
+    inv: np.ndarray  # [k] int64
+
+    def sources(self, allowed: np.ndarray) -> np.ndarray:
+        """Indices of the rests of the walked set that some allowed leftover (``allowed`` over
+        ``cross``) continues."""
+        hit = np.flatnonzero(allowed)
+        if 8 * len(hit) >= len(self.inv):
+            return self.src[allowed[self.inv]]
+        # Few allowed leftovers (the usual case): gather their crossings from a CSR index
+        # (crossings grouped by leftover) instead of testing every crossing.
+        csr = self.__dict__.get("_csr")
+        if csr is None:
+            order = np.argsort(self.inv, kind="stable")
+            bounds = np.searchsorted(self.inv[order], np.arange(len(allowed) + 1))
+            csr = self.__dict__["_csr"] = (self.src[order], bounds)
+        by_rest, bounds = csr
+        lo, hi = bounds[hit], bounds[hit + 1]
+        sizes = hi - lo
+        offs = np.repeat(lo - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+        return by_rest[np.arange(int(sizes.sum()), dtype=np.int64) + offs]
+
+
+def _starts(rs: RestSet, live: np.ndarray) -> np.ndarray:
+    """Indices of the rests whose first byte is in ``live`` (the bucket ranges, concatenated)."""
+    lo, hi = rs.lo[:-1][live], rs.lo[1:][live]
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    if not len(lo):
+        return np.zeros(0, dtype=np.int64)
+    sizes = hi - lo
+    # arange per bucket without a Python loop: offsets within each bucket plus its start.
+    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+    return np.arange(int(sizes.sum()), dtype=np.int64) + starts
+
+
+def walk(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
+         follow: np.ndarray | None = None) -> Walk:
+    """Run DFA (``trans`` [S, 256], -1 dead; ``final`` [S]) from ``q`` over every rest of ``rs``.
+
+    ``follow`` ([256] bool): only splits whose next byte is in it are reported as crossings (the
+    bytes that can start whatever may follow this terminal; None: any byte)."""
+    n = len(rs)
+    inside = np.zeros(n, dtype=bool)
+    row = trans[q]
+    idx = _starts(rs, row >= 0)
+    flat = tm.mat_t.reshape(-1)
+    stride = tm.mat_t.shape[1]
+    base, length = rs.base[idx], rs.length[idx]
+    st = row[flat[base]]
+    cross_i: list[np.ndarray] = []
+    cross_j: list[np.ndarray] = []
+    pos = 1
+    t_flat = trans.reshape(-1)
+    while len(idx):
+        done = length == pos
+        inside[idx[done]] = True
+        run = ~done
+        fin = final[st] & run
+        if follow is not None and fin.any():
+            fin[fin] = follow[flat[base[fin] + pos * stride]]
+        if fin.any():
+            cross_i.append(idx[fin])
+            cross_j.append(np.full(int(fin.sum()), pos, dtype=np.int64))
+        idx, st, base, length = idx[run], st[run], base[run], length[run]
+        if not len(idx):
+            break
+        st = t_flat[(st.astype(np.int64) << 8) | flat[base + pos * stride]]
+        ok = st >= 0
+        if not ok.all():
+            idx, st, base, length = idx[ok], st[ok], base[ok], length[ok]
+        pos += 1
+    if not cross_i:
+        return Walk(inside, None, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    ci = np.concatenate(cross_i)
+    cj = np.concatenate(cross_j)
+    sub, inv = RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32))
+    return Walk(inside, sub, ci, inv)

@@ -1,0 +1,243 @@
+"""Exact token masks for any context-free grammar: the scannerless Earley constraint.
+
+Semantics
+---------
+The language of a grammar is the language of its CFG with every terminal expanded to its regular
+language (a terminal is a set of byte strings; how Python's ``re`` would pick *one* match among
+them plays no part), with any number of ``%ignore`` terminals allowed before, between and after
+terminals. For a Lark grammar that is what Lark's Earley parser accepts with
+``lexer="dynamic_complete"``; for a GBNF grammar it is what llama.cpp and XGrammar accept. No
+lexer is involved, so colliding terminals (keyword vs identifier), ambiguous, non-LALR, left- and
+right-recursive grammars and empty rules all mean what they say.
+
+Exactness
+---------
+``fill_mask(state)`` allows exactly the tokens ``t`` such that ``text + bytes(t)`` is a prefix of a
+sentence, and EOS exactly when ``text`` is a sentence. A token is allowed iff the Earley chart
+(``earley.py``) stepped over its bytes is not empty: with a productive grammar and trimmed DFAs a
+non-empty chart is a viable prefix (correct-prefix property), so no look-ahead is needed.
+
+How a mask is computed
+----------------------
+A chart state is a set of scans ``(t, q, E)``. A token is allowed iff for some scan either
+(a) terminal ``t``'s DFA survives the whole token from ``q`` (context-free: one vocabulary walk per
+DFA state, ``rest_walk.walk``, kept as a packed bitset), or (b) ``t`` can end after ``j`` of its
+bytes and the rest is allowed from the boundary after ``t`` completes at ``E`` — the same question
+one level down, on the set of leftovers (a ``RestSet``), answered by the same decomposition and
+cached per (boundary state, rest set). Only which scans a state has, and which boundaries follow
+them, depend on the parse; walks are shared by every state and grammar position that reaches them.
+Whole masks are kept in an LRU by state.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Hashable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from trellis.constrain.earley import ChartState, Earley
+from trellis.constrain.grammar_ir import GrammarIR, follow_terminals
+from trellis.constrain.rest_walk import RestSet, Walk, walk
+from trellis.constrain.walks import TokenMatrix
+from trellis.tokens import Vocabulary
+
+
+class EarleyConstraint:
+    """Token-level constraint of a ``GrammarIR`` over one vocabulary (module docstring).
+
+    States are chart states ``(frozenset of scans, accepting)``: immutable and hashable, so beams,
+    MCTS nodes and draft trees fork them for free. ``semantics`` names the language: ``"earley"``.
+    """
+
+    semantics = "earley"
+
+    def __init__(self, ir: GrammarIR, vocab: Vocabulary, *, cache_size: int = 2048) -> None:
+        self.vocab = vocab
+        self.ir = ir
+        self.earley = Earley(ir)
+        self.tm = TokenMatrix.of(vocab)
+        self._toks = vocab.tokens
+        self._vocab_rests = RestSet.vocabulary(self.tm)
+        dfas = [t.dfa for t in ir.terminals]
+        self._dfa = [dfas[d] for d in self.earley.dfa_of]  # per scan id
+        # Bytes that can start what follows each terminal (FOLLOW sets): a token split after a
+        # terminal is only worth a walk when the rest starts with one of them. On csv.lark this
+        # keeps ~1/200 of the splits of a field token (fields end only at , " \r \n).
+        starts = [d.trans[0] >= 0 for d in dfas]
+        follow = follow_terminals(ir)
+        self._follow_bytes = [np.any([starts[u] for u in follow[d]], axis=0) if follow[d] else
+                              np.zeros(256, dtype=bool) for d in self.earley.dfa_of]
+        self._inside: dict[tuple[int, int], tuple[np.ndarray, Walk]] = {}  # (dfa, q) -> packed, walk
+        self._walks: dict[tuple[int, int, int], Walk] = {}  # (dfa, q, id(rests)) -> walk
+        self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
+        self._allowed: dict[tuple[ChartState, int], np.ndarray] = {}
+        self._masks: OrderedDict[ChartState, np.ndarray] = OrderedDict()
+        self._advance: dict[tuple[ChartState, int], ChartState | None] = {}
+        self._cache_size = cache_size
+        self._eos = self.tm.eos_bits()
+        self._group_memo: dict[ChartState, list] = {}
+        self._firsts: dict[tuple[int, int], int] = {}
+
+    # -- protocol
+    def start(self) -> ChartState:
+        return self.earley.start()
+
+    def advance(self, state: Hashable, token: int) -> ChartState | None:
+        key = (state, token)
+        hit = self._advance.get(key, False)
+        if hit is not False:
+            return hit  # type: ignore[return-value]
+        if not 0 <= token < self.tm.size or not self.tm.valid[token]:
+            return None
+        nxt = self.earley.walk(state, self._toks[token])  # type: ignore[arg-type]
+        if len(self._advance) > 1 << 18:
+            self._advance.clear()
+        self._advance[key] = nxt
+        return nxt
+
+    def is_accepting(self, state: Hashable) -> bool:
+        return bool(state[1])  # type: ignore[index]
+
+    def fill_mask(self, state: Hashable, out: Tensor) -> None:
+        out.copy_(torch.from_numpy(self.mask_array(state)))
+
+    def mask_array(self, state: Hashable) -> np.ndarray:
+        """[W] int32 packed mask row of ``state`` (cached: do not modify)."""
+        m = self._masks.get(state)  # type: ignore[arg-type]
+        if m is not None:
+            self._masks.move_to_end(state)  # type: ignore[arg-type]
+            return m
+        m = self._token_mask(state)  # type: ignore[arg-type]
+        if state[1]:  # type: ignore[index]
+            m = m | self._eos
+        self._masks[state] = m  # type: ignore[index]
+        if len(self._masks) > self._cache_size:
+            self._masks.popitem(last=False)
+        return m
+
+    # -- masks
+    def _inside_of(self, d: int, q: int) -> tuple[np.ndarray, Walk]:
+        """Packed tokens that stay inside DFA ``d`` from ``q``, and the vocabulary walk."""
+        key = (d, q)
+        hit = self._inside.get(key)
+        if hit is None:
+            dfa = self._dfa[d]
+            w = walk(dfa.trans, dfa.final, q, self._vocab_rests, self.tm, self._follow_bytes[d])
+            hit = self._inside[key] = (self.tm.pack_ids(self._vocab_rests.tid[w.inside]), w)
+            if w.cross is not None:
+                self._keep.append(w.cross)
+        return hit
+
+    def _walk(self, d: int, q: int, rs: RestSet) -> Walk:
+        key = (d, q, id(rs))
+        w = self._walks.get(key)
+        if w is None:
+            dfa = self._dfa[d]
+            w = self._walks[key] = walk(dfa.trans, dfa.final, q, rs, self.tm, self._follow_bytes[d])
+            if w.cross is not None:
+                self._keep.append(w.cross)
+        return w
+
+    def _groups(self, state: ChartState) -> list[tuple[int, int, int, list]]:
+        """The scans of ``state`` by (scan id, DFA state): [(t, q, first-byte bits, [E...])]."""
+        hit = self._group_memo.get(state)
+        if hit is None:
+            groups: dict[tuple[int, int], list] = {}
+            for t, q, e in state[0]:
+                groups.setdefault((t, q), []).append(e)
+            hit = [(t, q, self._first_bits(t, q), es) for (t, q), es in groups.items()]
+            if len(self._group_memo) > 1 << 16:
+                self._group_memo.clear()
+            self._group_memo[state] = hit
+        return hit
+
+    def _first_bits(self, d: int, q: int) -> int:
+        """The bytes DFA ``d`` takes from state ``q``, as a 256-bit int (skips walks that cannot
+        start: on sql_select.lark most of ~50 keyword scans meet no rest they could begin)."""
+        key = (d, q)
+        b = self._firsts.get(key)
+        if b is None:
+            b = self._firsts[key] = sum(1 << x for x in np.flatnonzero(self._dfa[d].trans[q] >= 0).tolist())
+        return b
+
+    def _token_mask(self, state: ChartState) -> np.ndarray:
+        m = np.zeros(self.tm.words, dtype=np.int32)
+        crossing: list[np.ndarray] = []
+        for t, q, _, es in self._groups(state):
+            packed, w = self._inside_of(t, q)
+            m |= packed
+            if w.cross is not None:
+                for e in es:
+                    ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)
+                    if ok.any():
+                        crossing.append(self._vocab_rests.tid[w.sources(ok)])
+        if crossing:
+            words, vals = self.tm.sparse_ids(np.concatenate(crossing))
+            m[words] |= vals
+        return m
+
+    def _rests_allowed(self, state: ChartState, rs: RestSet) -> np.ndarray:
+        """[len(rs)] bool: which rests the chart ``state`` can take whole (cached per state)."""
+        key = (state, id(rs))
+        hit = self._allowed.get(key)
+        if hit is not None:
+            return hit
+        ok = np.zeros(len(rs), dtype=bool)
+        firsts = rs.firsts
+        for t, q, bits, es in self._groups(state):
+            if not bits & firsts:
+                continue
+            w = self._walk(t, q, rs)
+            ok |= w.inside
+            if w.cross is not None:
+                for e in es:
+                    sub = self._rests_allowed(self.earley.boundary(e, t), w.cross)
+                    if sub.any():
+                        ok[w.sources(sub)] = True
+        if len(self._allowed) > 1 << 16:
+            self._allowed.clear()
+        self._allowed[key] = ok
+        return ok
+
+    # -- helpers the strategies use
+    def byte_classes(self) -> np.ndarray:
+        """[256] class id per byte: bytes on which every terminal DFA agrees everywhere."""
+        from trellis.constrain.lexer import byte_classes
+
+        mats = [d.trans for d in self._dfa] or [np.full((1, 256), -1, dtype=np.int32)]
+        return byte_classes(np.vstack(mats))
+
+    def completion_hint(self, state: Hashable) -> int:
+        """Fewer open scans first: a rough distance to completion for ``Budgeted``'s search."""
+        return len(state[0])  # type: ignore[index]
+
+    def forced_bytes(self, state: Hashable, limit: int = 256) -> bytes:
+        """The bytes every completion of ``state`` starts with (stops where EOS is possible)."""
+        out = bytearray()
+        st: ChartState = state  # type: ignore[assignment]
+        while len(out) < limit and not st[1]:
+            live = np.flatnonzero(self.earley.live_bytes(st))
+            if len(live) != 1:
+                break
+            b = int(live[0])
+            nxt = self.earley.step(st, b)
+            if nxt is None:
+                break
+            out.append(b)
+            st = nxt
+        return bytes(out)
+
+    def forced_tokens(self, state: Hashable) -> list[int]:
+        """Canonical tokens of the forced continuation: greedy longest-token, each one allowed."""
+        return self.tm.tokenize_forced(self.forced_bytes(state), self.advance, state)
+
+    def __repr__(self) -> str:
+        return (f"EarleyConstraint({self.ir.source}, rules={len(self.ir.rules)}, "
+                f"terminals={len(self.ir.terminals)}, vocab={self.tm.size})")
+
+
+def compile_earley(ir: GrammarIR, vocab: Vocabulary) -> EarleyConstraint:
+    return EarleyConstraint(ir, vocab)
