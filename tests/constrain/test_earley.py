@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -165,8 +166,6 @@ def corpus_lark() -> list[Path]:
 
 
 def first_rule(text: str) -> str:
-    import re
-
     m = re.search(r"^[?!]?([a-z_][a-z_0-9]*)\s*(?:\{[^}]*\})?\s*:", text, re.M)
     return m.group(1) if m else "start"  # a file of terminals only: no rule to start from
 
@@ -179,7 +178,7 @@ def test_corpus_lark_grammars_compile_or_are_refused_by_name(path: Path) -> None
     lookaround (not compiled exactly yet: refused by name, with file:line:col); grammars Lark
     refuses are refused too, with a location or the rule name."""
     text = path.read_text(encoding="utf-8")
-    start = "start" if "\nstart" in "\n" + text else first_rule(text)
+    start = "start" if re.search(r"^start\s*:", text, re.M) else first_rule(text)
     try:
         lark.Lark(text, parser="earley", lexer="dynamic_complete", start=start, source_path=str(path))
         lark_ok = True
@@ -277,3 +276,79 @@ def test_gbnf_corpus_compiles_and_accepts_its_sentences(name: str) -> None:
     for s in sentences(name, 10):
         assert accepts(c, s.encode()), s
     check_masks_along_walks(c, None, rng, walks=3, steps=15)
+
+
+# ----------------------------------------------------------------------------- the oracle
+
+
+def oracle_cases() -> list[tuple[str, str, str, str]]:
+    """(id, Lark text, start, folder) for every shipped grammar, every corpus Lark grammar that
+    compiles, and the Lark text of every corpus GBNF file."""
+    out = [(n, load_grammar_text(n)[0], "start", "") for n in ["json.lark", "arithmetic.lark", "python_call.lark",
+                                                                 "sql_select.lark", "csv.lark", "yaml_flat.lark",
+                                                                 "json_object.lark"]]
+    out += [(f"small/{k}", t, "start", "") for k, (t, _) in sorted(SMALL.items())]
+    if CORPUS.is_dir():
+        for p in corpus_lark():
+            text = p.read_text(encoding="utf-8")
+            start = "start" if re.search(r"^start\s*:", text, re.M) else first_rule(text)
+            out.append((f"{p.parent.name}/{p.name}", text, start, str(p.parent)))
+        for p in sorted((CORPUS / "llama.cpp").glob("*.gbnf")):
+            out.append((f"llama.cpp/{p.name}", Gbnf.from_file(p).to_lark(), "start", ""))
+    return out
+
+
+@pytest.mark.parametrize("case", oracle_cases(), ids=lambda c: c[0])
+def test_masks_equal_the_lark_oracle(case) -> None:
+    """Along random walks over a small vocabulary (single bytes, pieces of the grammar's literals
+    and of random strings, split UTF-8), every token is allowed iff the oracle
+    (``lark_oracle.LarkOracle``: a character-level Earley over Lark's own compiled rules, terminals
+    matched with the ``regex`` module, written independently of the engine) finds ``text + token``
+    a viable prefix, and EOS iff it accepts ``text``. Grammars the engine refuses are skipped here
+    (``test_corpus_lark_grammars_compile_or_are_refused_by_name`` checks those refusals)."""
+    from tests.constrain.lark_oracle import LarkOracle
+
+    name, text, start, folder = case
+    rng = random.Random(name)
+    lits = sorted(set(__import__("re").findall(r'"((?:[^"\\\n]|\\.){1,8})"', text)))
+    pieces = [x.encode("utf-8", "ignore") for x in lits if "\\" not in x]
+    alphabet = bytes(sorted(set(b"".join(pieces)) | set(b" \n\t0123456789abcxyzAB(),.:;[]{}\"'-+*/_=#")))
+    # \w \d \s are ASCII in trellis' DFAs, Unicode in Python's re (a documented difference):
+    # grammars that use them are walked with ASCII tokens only.
+    ascii_only = any(k in text for k in ("\\w", "\\d", "\\s", "\\W", "\\D", "\\S", "common."))
+    toks = [bytes([b]) for b in range(0x20, 0x7F)] + [b"\n", b"\t"] + pieces
+    toks += [bytes(rng.choice(alphabet) for _ in range(rng.randint(2, 5))) for _ in range(120)]
+    if not ascii_only:
+        toks += ["é".encode(), b"\xc3", b"\xa9", "日本".encode()]
+    toks = list(dict.fromkeys(t for t in toks if t)) + [b""]
+    v = Vocabulary(tuple(toks), eos=frozenset([len(toks) - 1]))
+    try:
+        c = compile(text, v, cache=False, start=start)
+    except GrammarError as e:
+        pytest.skip(f"refused: {str(e).splitlines()[0]}")
+    oracle = LarkOracle(text, start=start, import_paths=[folder] if folder else ())
+    eos = len(toks) - 1
+    walks, steps = 6, 16
+    for _ in range(walks):
+        s, doc = c.start(), b""
+        for _ in range(steps):
+            bits = np.unpackbits(c.mask_array(s).view(np.uint8), bitorder="little")[:len(toks)].astype(bool)
+            want = np.array([bool(t) and oracle.viable_bytes(doc + t) for t in toks])
+            want[eos] = oracle.accepts(doc.decode("utf-8", "replace")) if _complete_utf8(doc) else False
+            wrong = np.flatnonzero(bits != want)
+            assert not len(wrong), (name, doc, [(toks[i], bool(bits[i])) for i in wrong[:8]])
+            allowed = np.flatnonzero(bits)
+            assert len(allowed), f"empty mask after {doc!r}"
+            t = int(rng.choice(allowed))
+            if t == eos:
+                break
+            s = c.advance(s, t)
+            doc += toks[t]
+
+
+def _complete_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False

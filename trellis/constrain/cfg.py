@@ -84,7 +84,7 @@ from trellis.constrain.lexer import (LexerDFA, TerminalCollision, TerminalInfo, 
                                      global_accept, globalize)
 from trellis.constrain.walks import (Continuation, Rests, StateTable, TokenMatrix, WalkTable, continuation, scaled,
                                      start_successors, state_table, walk_table)
-from trellis.constrain.regex import literal_dfa, regex_to_byte_dfa
+from trellis.constrain.regex import literal_dfa, terminal_dfa
 from trellis.tokens import Vocabulary
 
 VIABILITY_DEPTH = 3
@@ -257,7 +257,7 @@ def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") 
             if type(pat).__name__ == "PatternStr" and not pat.flags and pat.value:
                 dfa = literal_dfa(pat.value.encode("utf-8"))
             else:
-                dfa = regex_to_byte_dfa(pat.to_regexp(), name=f"terminal {nm}")
+                dfa = terminal_dfa(pat.to_regexp(), name=f"terminal {nm}")
         except GrammarError as ge:
             raise _terminal_error(ge.message, td, text, source) from None
         mw = pat.max_width

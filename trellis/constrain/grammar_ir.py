@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.regex import ByteDFA, literal_dfa, regex_to_byte_dfa
+from trellis.constrain.regex import ByteDFA, literal_dfa, terminal_dfa
 
 
 @dataclass(eq=False)
@@ -108,7 +108,7 @@ def _terminal_dfa(td: object, text: str, source: str) -> ByteDFA:
             if not pat.value:
                 return _EPSILON
             return literal_dfa(pat.value.encode("utf-8"))
-        return regex_to_byte_dfa(pat.to_regexp(), name=f"terminal {td.name}")  # type: ignore[attr-defined]
+        return terminal_dfa(pat.to_regexp(), name=f"terminal {td.name}")  # type: ignore[attr-defined]
     except GrammarError as ge:
         line, col = _locate(text, td.name)  # type: ignore[attr-defined]
         if line is None and pat.value:

@@ -563,3 +563,95 @@ class RegexConstraint:
 
     def __repr__(self) -> str:
         return f"RegexConstraint(states={self.dfa.num_states}, vocab={self.tm.size})"
+
+
+# ----------------------------------------------------------------------------- grammar terminals
+
+
+def _strip_lazy(pattern: str) -> str:
+    """``pattern`` with every lazy quantifier (``*?``, ``+?``, ``??``, ``{m,n}?``) made greedy:
+    the same set of strings (a regex's language does not depend on laziness)."""
+    out, i, n, in_class = [], 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        out.append(c)
+        if c == "\\" and i + 1 < n:
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            for extra in ("^", "]"):
+                if pattern[i + 1:i + 2] == extra:
+                    out.append(extra)
+                    i += 1
+        elif c in "*+?}" and pattern[i + 1:i + 2] == "?" and not (c == "?" and pattern[i - 1:i] == "("):
+            i += 1  # drop the lazy marker
+        i += 1
+    return "".join(out)
+
+
+def _lazy_form(pattern: str) -> str | None:
+    """Why a lazy terminal is not of the one form compiled exactly, or None when it is:
+    literal prefix, one lazy loop over single characters, literal suffix (``/\\*(.|\\n)*?\\*/``,
+    ``".*?"``)."""
+    import re._parser as sre  # type: ignore[import-not-found]
+    from re import _constants as C  # type: ignore[attr-defined]
+
+    def flat(items: list) -> list:
+        out = []
+        for op, av in items:
+            if op is C.SUBPATTERN and av[1] == 0 and av[2] == 0:  # a group without flags
+                out.extend(flat(list(av[3])))
+            else:
+                out.append((op, av))
+        return out
+
+    def one_char(items: list) -> bool:
+        items = flat(items)
+        if len(items) != 1:
+            return False
+        op, av = items[0]
+        if op in (C.ANY, C.LITERAL, C.NOT_LITERAL, C.IN, C.CATEGORY):
+            return True
+        return op is C.BRANCH and all(one_char(list(b)) for b in av[1])
+
+    try:
+        seq = flat(list(sre.parse(pattern)))
+    except Exception:
+        return "cannot be parsed"
+    lazy = [k for k, (op, _) in enumerate(seq) if op is C.MIN_REPEAT]
+    if len(lazy) != 1:
+        return "lazy quantifier not at the top level" if not lazy else "more than one lazy quantifier"
+    k = lazy[0]
+    if not all(op is C.LITERAL for op, _ in seq[:k] + seq[k + 1:]) or k == len(seq) - 1:
+        return "lazy quantifier not between literal text (e.g. /\\/\\*(.|\\n)*?\\*\\//)"
+    if not one_char(list(seq[k][1][2])):
+        return "lazy quantifier over more than one character"
+    return None
+
+
+def shortest_matches(dfa: ByteDFA) -> ByteDFA:
+    """The strings of ``dfa`` with no proper prefix in its language (no way out of an accepting
+    state): what ``re.match`` returns for a lazy loop between literals, the first end found."""
+    trans = dfa.trans.copy()
+    trans[dfa.final] = -1
+    return trim(trans, dfa.final.copy(), name="lazy terminal")
+
+
+def terminal_dfa(pattern: str, *, name: str) -> ByteDFA:
+    """The byte DFA of a grammar terminal's regex, as a Lark lexer matches it.
+
+    A terminal is matched with ``re.match`` at a position of the text, so laziness matters: the
+    lazy loop of ``/\\/\\*(.|\\n)*?\\*\\//`` (Lark's C_COMMENT) or ``/".*?"/`` stops at the first
+    closing literal. That form (literal, lazy loop over single characters, literal) compiles to
+    its shortest matches exactly; any other lazy quantifier is refused by name rather than read as
+    greedy (which would silently accept ``/* a */ b */`` as one comment)."""
+    if pattern not in _REWRITES and _strip_lazy(pattern) != pattern:
+        why = _lazy_form(pattern)
+        if why is not None:
+            raise GrammarError(f"{name}: lazy quantifier not supported ({why}) in /{pattern}/")
+        return shortest_matches(regex_to_byte_dfa(_strip_lazy(pattern), name=name))
+    return regex_to_byte_dfa(pattern, name=name)
