@@ -36,7 +36,8 @@ def test_compile_kinds() -> None:
     assert isinstance(compile("json.lark", v, cache=False), EarleyConstraint)  # Lark grammars: Earley by default
     assert isinstance(compile('start: "a"+\n', v, cache=False), EarleyConstraint)
     assert isinstance(compile("json.lark", v, cache=False, engine="lalr"), CFGConstraint)
-    assert isinstance(compile(JsonSchema({"type": "integer"}), v, cache=False), CFGConstraint)
+    assert isinstance(compile(JsonSchema({"type": "integer"}), v, cache=False), EarleyConstraint)
+    assert isinstance(compile(JsonSchema({"type": "integer"}), v, cache=False, engine="lalr"), CFGConstraint)
     assert isinstance(compile(Regex("[ab]+"), v), RegexConstraint)
     with pytest.raises(ValueError, match="engine must be one of"):
         compile("json.lark", v, engine="glr")

@@ -352,3 +352,66 @@ def _complete_utf8(b: bytes) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+# ----------------------------------------------------------------------------- JSON Schema on Earley
+
+
+def test_schema_keys_outrank_the_other_keys_regex() -> None:
+    """A declared key is validated by its own schema, never as an "other" key: the schema grammar
+    ranks declared-key literals above the other-keys regex, and the engine cuts the regex by the
+    literals expected beside it (``lexical_priority``). Without that, '"d": "x"' would pass as an
+    additional property (found on maskbench Glaiveai2K book_flight: 12 wrong answers of 60)."""
+    from trellis.constrain import JsonSchema
+
+    schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}, "n": {"type": "integer"}},
+              "required": ["n"]}
+    v = byte_vocab("")
+    for engine in ("earley", "lalr"):
+        c = compile(JsonSchema(schema), v, cache=False, engine=engine)
+        assert accepts(c, b'{"n":1,"d":"2024-01-31"}') and accepts(c, b'{"n":1,"other":"x"}')
+        assert not accepts(c, b'{"n":1,"d":"2024/01/31"}'), engine
+        assert not accepts(c, b'{"n":1,"d":5}'), engine
+    assert compile(JsonSchema(schema), v, cache=False).ir.lexical_priority
+    assert not compile('start: "a"', v, cache=False).ir.lexical_priority  # Lark: priorities choose trees only
+
+
+def test_bnf_reader_equals_lark_loader() -> None:
+    from trellis.constrain import JsonSchema
+    from trellis.constrain.grammar_ir import load_bnf, load_lark
+
+    schema = {"type": "object", "properties": {"a": {"enum": ["x", "y|z"]}, "b": {"type": "array", "items": {
+        "type": "number", "minimum": 0}}, "c": {"type": "string", "pattern": "^[a-z]+$"}}, "additionalProperties": True}
+    text = JsonSchema(schema).to_lark()
+    fast, slow = load_bnf(text), load_lark(text)
+    assert fast is not None
+    assert [t.name for t in fast.terminals] == [t.name for t in slow.terminals]
+    assert [t.priority for t in fast.terminals] == [t.priority for t in slow.terminals]
+    assert fast.rules == slow.rules and fast.nonterminals == slow.nonterminals
+    for a, b in zip(fast.terminals, slow.terminals):
+        assert np.array_equal(a.dfa.trans, b.dfa.trans) and np.array_equal(a.dfa.final, b.dfa.final)
+    assert load_bnf("start: a?\na: \"x\"\n") is None  # EBNF: left to Lark's loader
+
+
+def test_difference_and_intersection_of_dfas() -> None:
+    from trellis.constrain.regex import difference, intersects, literal_dfa, regex_to_byte_dfa
+
+    word = regex_to_byte_dfa("[a-z]+")
+    cut = difference(word, [literal_dfa(b"if"), literal_dfa(b"in")])
+    for w, ok in [(b"i", True), (b"if", False), (b"in", False), (b"int", True), (b"iff", True), (b"x", True)]:
+        assert cut.matches(w) == ok, w
+    assert difference(literal_dfa(b"if"), [word]) is None
+    assert intersects(word, literal_dfa(b"if")) and not intersects(word, literal_dfa(b"1"))
+
+
+def test_equal_sub_automata_share_one_vocabulary_walk() -> None:
+    """Two terminals with the same regex and followers (a schema's string fields) are walked once."""
+    v = byte_vocab("")
+    c = compile('start: A "," B ","\nA: /"[a-z]*"/\nB: /"[a-z]*"/\n', v, cache=False)
+    a, b = (next(i for i, t in enumerate(c.ir.terminals) if t.name == n) for n in "AB")
+    assert c._shape(a, 0) == c._shape(b, 0) and c._shape(a, 1) == c._shape(b, 1)
+    assert c._shape(a, 0) != c._shape(a, 1)
+    c._inside_of(a, 1)
+    c._inside_of(b, 1)
+    assert len(c._inside) == 1
+    assert accepts(c, b'"ab","c",') and not accepts(c, b'"ab",c,')

@@ -62,19 +62,26 @@ def engine_witness(c, state, max_nodes: int = 3000, order: list[int] | None = No
     Only a proposal: the test verifies it with the reference (Lark's parser), so the engine can
     only help confirm its own *allowed* answers, never make the test accept a wrong one.
     """
-    rt = c.rt
+    if hasattr(c, "earley"):  # the scannerless engine: its chart steps a byte at a time
+        step = c.earley.step
+    else:
+        rt = c.rt
+
+        def step(st, b: int):
+            nxt = rt.walk(st[0], st[1], bytes((b,)))
+            return nxt if nxt is not None and rt.viable(nxt) else None
     seen = set()
     budget = [max_nodes]
 
     def dfs(st, depth: int) -> bytes | None:
-        if rt.is_accepting(st):
+        if c.is_accepting(st):
             return b""
         if depth == 0 or budget[0] <= 0:
             return None
         budget[0] -= 1
         for b in order or _BYTE_ORDER:
-            nxt = rt.walk(st[0], st[1], bytes((b,)))
-            if nxt is None or nxt in seen or not rt.viable(nxt):
+            nxt = step(st, b)
+            if nxt is None or nxt in seen:
                 continue
             seen.add(nxt)
             w = dfs(nxt, depth - 1)

@@ -2,9 +2,9 @@
 
 ``compile(grammar, vocab)`` turns a Lark grammar (shipped name, path or text), a GBNF grammar
 (``Gbnf``, or a ``.gbnf`` file), a ``Regex`` or a ``JsonSchema`` into a ``Constraint`` whose masks
-allow exactly the tokens that keep the output completable. Lark and GBNF grammars compile onto the
-scannerless Earley engine (``EarleyConstraint``: any context-free grammar); JSON Schemas onto the
-LALR engine (``CFGConstraint``), which ``engine="lalr"`` also selects for Lark grammars.
+allow exactly the tokens that keep the output completable. Grammars and schemas compile onto the
+scannerless Earley engine (``EarleyConstraint``: any context-free grammar, tables built lazily);
+``engine="lalr"`` selects the LALR + contextual-lexer engine (``CFGConstraint``).
 """
 
 from trellis.constrain.base import (Constraint, State, Unconstrained, advance_many, fill_masks, forced_tokens,

@@ -14,7 +14,7 @@ Objects
   initial set means "this set").
 A *chart state* is ``(scans, accepting)``: ``scans`` a frozenset of ``(t, q, E)``: terminal ``t``
   is being scanned, its DFA is in state ``q``, it started at boundary ``E`` (whose items wait for
-  it). Ignored terminals have their own ids ``>= M`` (``Earley.ignore_id``); completing one
+  it). Ignored terminals have their own scan ids ``>= M`` (``Earley.ignore_scans``); completing one
   restarts the scans of the boundary it began at, so ``%ignore`` text may stand between any two
   terminals, at the start and at the end. States are immutable and hashable.
 
@@ -36,6 +36,7 @@ from typing import Iterable
 import numpy as np
 
 from trellis.constrain.grammar_ir import GrammarIR
+from trellis.constrain.regex import ByteDFA, difference, intersects
 
 ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
 
@@ -67,18 +68,59 @@ class Earley:
         self.accept_item = next(i for i, (lhs, rhs) in zip(self._rule_starts(), ir.rules)
                                 if lhs == ir.start) + 1
         self.nullable = ir.nullable
-        # Terminal DFAs (ignored terminals get ids m.., sharing their DFA) as flat Python lists:
-        # one list index per byte is ~3x faster than indexing a numpy array from Python.
-        dfas = [t.dfa for t in ir.terminals] + [ir.terminals[t].dfa for t in ir.ignore]
+        # Scans run DFAs by scan id: 0..m-1 the terminals, m.. the %ignore terminals, then the
+        # terminals cut by higher-priority ones expected beside them (``lexical_priority``),
+        # added as they are met. Tables are flat Python lists: one list index per byte is ~3x
+        # faster than indexing a numpy array from Python.
         self.n_terms = m
-        self.ignore_id = {m + k: t for k, t in enumerate(ir.ignore)}
-        self.dfa_of = list(range(m)) + list(ir.ignore)  # scan id -> terminal whose DFA it runs
-        self.trans: list[list[int]] = [d.trans.reshape(-1).tolist() for d in dfas]
-        self.final: list[list[bool]] = [d.final.tolist() for d in dfas]
-        self.has_out: list[list[bool]] = [(d.trans >= 0).any(axis=1).tolist() for d in dfas]
+        self.scan_dfa: list[ByteDFA] = []
+        self.scan_term: list[int] = []  # the terminal a scan completes
+        self.scan_ignore: list[bool] = []
+        self.trans: list[list[int]] = []
+        self.final: list[list[bool]] = []
+        self.has_out: list[list[bool]] = []
+        for t in range(m):
+            self._add_scan(ir.terminals[t].dfa, t, False)
+        self.ignore_scans = tuple(self._add_scan(ir.terminals[t].dfa, t, True) for t in ir.ignore)
+        self._prio = [t.priority for t in ir.terminals] if ir.lexical_priority else None
+        self._cut: dict[tuple[int, tuple[int, ...]], int | None] = {}
+        self._overlap: dict[tuple[int, int], bool] = {}
         self._sets: "weakref.WeakValueDictionary[frozenset, ESet]" = weakref.WeakValueDictionary()
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
         self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
+
+    def _add_scan(self, dfa: ByteDFA, t: int, ignore: bool) -> int:
+        self.scan_dfa.append(dfa)
+        self.scan_term.append(t)
+        self.scan_ignore.append(ignore)
+        self.trans.append(dfa.trans.reshape(-1).tolist())
+        self.final.append(dfa.final.tolist())
+        self.has_out.append((dfa.trans >= 0).any(axis=1).tolist())
+        return len(self.scan_dfa) - 1
+
+    def _scan_of(self, t: int, expected: Iterable[int]) -> int | None:
+        """The scan id for terminal ``t`` at a boundary expecting ``expected``: ``t`` itself, or
+        ``t`` cut by the overlapping terminals of higher priority expected there (None: nothing
+        of ``t`` is left)."""
+        if self._prio is None:
+            return t
+        p = self._prio[t]
+        higher = tuple(sorted(u for u in expected if self._prio[u] > p and self._overlaps(t, u)))
+        if not higher:
+            return t
+        key = (t, higher)
+        if key not in self._cut:
+            dfas = self.ir.terminals
+            cut = difference(dfas[t].dfa, [dfas[u].dfa for u in higher], name=f"terminal {dfas[t].name}")
+            self._cut[key] = None if cut is None else self._add_scan(cut, t, False)
+        return self._cut[key]
+
+    def _overlaps(self, t: int, u: int) -> bool:
+        key = (min(t, u), max(t, u))
+        hit = self._overlap.get(key)
+        if hit is None:
+            hit = self._overlap[key] = intersects(self.ir.terminals[t].dfa, self.ir.terminals[u].dfa)
+        return hit
 
     def _rule_starts(self) -> Iterable[int]:
         i = 0
@@ -132,7 +174,8 @@ class Earley:
         e.waiting = {s: tuple((i, e if o is None else o) for i, o in v) for s, v in waiting.items()}
         e.expects = {t: tuple((i, e if o is None else o) for i, o in v) for t, v in expects.items()}
         e.accepting = accepting
-        e.starts = frozenset([(t, 0, e) for t in e.expects] + [(t, 0, e) for t in self.ignore_id])
+        scans = [(self._scan_of(t, e.expects), 0, e) for t in e.expects]
+        e.starts = frozenset([x for x in scans if x[0] is not None] + [(t, 0, e) for t in self.ignore_scans])
         self._sets[kernel] = e
         return e
 
@@ -143,12 +186,12 @@ class Earley:
             hit = e.after[t] = self._close(frozenset((i + 1, o) for i, o in e.expects[t]))
         return hit
 
-    def boundary(self, e: ESet, t: int) -> ChartState:
-        """The chart state just after scan ``t`` (started at ``e``) completes: the new boundary's
-        scans, or for an ignored terminal ``e``'s own scans again."""
-        if t in self.ignore_id:
+    def boundary(self, e: ESet, scan: int) -> ChartState:
+        """The chart state just after scan ``scan`` (started at ``e``) completes: the new
+        boundary's scans, or for an ignored terminal ``e``'s own scans again."""
+        if self.scan_ignore[scan]:
             return (e.starts, e.accepting)
-        a = self.after(e, t)
+        a = self.after(e, self.scan_term[scan])
         return (a.starts, a.accepting)
 
     # -- chart states

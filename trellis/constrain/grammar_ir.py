@@ -31,6 +31,7 @@ class Terminal:
     name: str
     dfa: ByteDFA
     pattern: str  # the regex (or literal) it was compiled from, for messages
+    priority: int = 0
 
 
 @dataclass(eq=False)
@@ -48,6 +49,11 @@ class GrammarIR:
     ignore: tuple[int, ...]
     start: int
     nullable: list[bool] = field(default_factory=list)
+    # Terminal priorities as a contextual lexer applies them: where terminals t and u are both
+    # expected and prio(u) > prio(t), t does not match u's strings. Off for Lark grammars (Lark's
+    # Earley parser uses priorities only to choose between parse trees); on for the grammars
+    # ``JsonSchema`` generates, whose declared keys outrank the "any other key" regex there.
+    lexical_priority: bool = False
 
 
 def _locate(text: str, name: str) -> tuple[int | None, int | None]:
@@ -160,7 +166,7 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
             dfa = _without_empty(dfa)
             optional[name] = f"{name}?"
         tids[name] = len(terminals)
-        terminals.append(Terminal(name, dfa, getattr(td.pattern, "value", "")))
+        terminals.append(Terminal(name, dfa, getattr(td.pattern, "value", ""), int(getattr(td, "priority", 0) or 0)))
         return tids[name]
 
     aug = nt("$start")
@@ -274,3 +280,51 @@ def follow_terminals(ir: GrammarIR) -> list[frozenset[int]]:
     ign = set(ir.ignore)
     everything = frozenset(range(m))
     return [everything if t in ign else frozenset(follow_t[t] | ign) for t in range(m)]
+
+
+_BNF_RULE = re.compile(r"([a-z_][a-z0-9_]*): ([A-Za-z0-9_ |]*)")
+_BNF_TERM = re.compile(r'([A-Z_][A-Z0-9_]*)(?:\.(-?\d+))?: ("(?:[^"\\]|\\.)*"|/(?:[^/\\]|\\.)*/[imslux]*)')
+
+
+def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
+             lexical_priority: bool = False) -> GrammarIR | None:
+    """``GrammarIR`` of plain BNF in Lark syntax (``rule: A b | c`` lines and ``NAME.prio: "lit"`` /
+    ``NAME: /regex/`` lines only, as ``JsonSchema.to_lark`` writes), read line by line; None when
+    the text uses anything else (then ``load_lark`` reads it).
+
+    Lark's grammar parser is itself an LALR parser in Python: on a 186 KB schema grammar
+    (Kubernetes kb_1007) it took 3.7 s of a 6.6 s compile, this reader ~0.05 s."""
+    from types import SimpleNamespace as NS
+
+    from lark import Token
+    from lark.load_grammar import _literal_to_pattern
+
+    rules: list = []
+    terms: dict[str, object] = {}
+    for line in text.splitlines():
+        if not line:
+            continue
+        m = _BNF_RULE.fullmatch(line)
+        if m:
+            origin = NS(name=m.group(1))
+            for alt in m.group(2).split("|"):
+                syms = [NS(name=x, is_term=x[0].isupper() or x[0] == "_" and x[1:2].isupper()) for x in alt.split()]
+                rules.append(NS(origin=origin, expansion=syms))
+            continue
+        m = _BNF_TERM.fullmatch(line)
+        if m is None:
+            return None
+        lit = m.group(3)
+        try:
+            pat = _literal_to_pattern(Token("STRING" if lit[0] == '"' else "REGEXP", lit))
+        except Exception:
+            return None
+        terms[m.group(1)] = NS(name=m.group(1), pattern=pat, priority=int(m.group(2) or 0))
+    if not any(r.origin.name == start for r in rules):
+        return None
+    used = {s.name for r in rules for s in r.expansion if s.is_term}
+    if not used <= set(terms):
+        return None
+    ir = _build([terms[n] for n in sorted(used)], rules, [], start, text, source)
+    ir.lexical_priority = lexical_priority
+    return ir

@@ -655,3 +655,60 @@ def terminal_dfa(pattern: str, *, name: str) -> ByteDFA:
             raise GrammarError(f"{name}: lazy quantifier not supported ({why}) in /{pattern}/")
         return shortest_matches(regex_to_byte_dfa(_strip_lazy(pattern), name=name))
     return regex_to_byte_dfa(pattern, name=name)
+
+
+def difference(a: ByteDFA, subtract: list[ByteDFA], *, name: str = "terminal") -> ByteDFA | None:
+    """The DFA of L(a) minus the union of L(b) for b in ``subtract`` (product construction over
+    the bytes ``a`` takes, trimmed), or None when nothing is left."""
+    k = len(subtract)
+    start = (0,) * (k + 1)
+    ids: dict[tuple[int, ...], int] = {start: 0}
+    order = [start]
+    rows: list[np.ndarray] = []
+    finals: list[bool] = []
+    dead = np.full(256, -1, dtype=np.int64)
+    i = 0
+    while i < len(order):
+        st = order[i]
+        i += 1
+        qa = st[0]
+        ra = a.trans[qa].astype(np.int64)
+        cols = np.flatnonzero(ra >= 0)
+        row = np.full(256, -1, dtype=np.int32)
+        if len(cols):
+            combo = np.stack([ra] + [subtract[j].trans[q].astype(np.int64) if q >= 0 else dead
+                                     for j, q in enumerate(st[1:])])[:, cols]
+            uniq, inv = np.unique(combo, axis=1, return_inverse=True)
+            targets = np.empty(uniq.shape[1], dtype=np.int32)
+            for c in range(uniq.shape[1]):
+                key = tuple(int(x) for x in uniq[:, c])
+                t = ids.get(key)
+                if t is None:
+                    t = ids[key] = len(order)
+                    order.append(key)
+                targets[c] = t
+            row[cols] = targets[inv.reshape(-1)]
+        rows.append(row)
+        finals.append(bool(a.final[qa]) and not any(q >= 0 and bool(subtract[j].final[q])
+                                                     for j, q in enumerate(st[1:])))
+    trans, final = np.stack(rows), np.array(finals, dtype=bool)
+    if not final.any():
+        return None
+    return trim(trans, final, name=name)
+
+
+def intersects(a: ByteDFA, b: ByteDFA) -> bool:
+    """Whether some string is in both languages (a search over the product's reachable pairs)."""
+    seen = {(0, 0)}
+    todo = [(0, 0)]
+    while todo:
+        qa, qb = todo.pop()
+        if a.final[qa] and b.final[qb]:
+            return True
+        ra, rb = a.trans[qa], b.trans[qb]
+        both = np.flatnonzero((ra >= 0) & (rb >= 0))
+        for pair in set(zip(ra[both].tolist(), rb[both].tolist())):
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return False

@@ -29,6 +29,7 @@ class RestSet:
     base: np.ndarray  # [n] int64 flat index of the first byte in ``tm.mat_t``
     length: np.ndarray  # [n] int32 bytes left
     lo: np.ndarray  # [257] int64: the rests starting with byte b are [lo[b], lo[b + 1])
+    distinct: bool = False  # every rest is from a different token (then splits of them never coincide)
 
     def __len__(self) -> int:
         return len(self.tid)
@@ -45,15 +46,23 @@ class RestSet:
     def vocabulary(cls, tm: TokenMatrix) -> "RestSet":
         """Every valid token of ``tm`` from its first byte (``tm.order`` is already by first byte)."""
         order = tm.order
-        return cls(order, tm.rank[order].copy(), tm.lengths[order].astype(np.int32), tm.first_lo)
+        return cls(order, tm.rank[order].copy(), tm.lengths[order].astype(np.int32), tm.first_lo, True)
 
     @classmethod
-    def of(cls, tm: TokenMatrix, tid: np.ndarray, base: np.ndarray, length: np.ndarray
-           ) -> tuple["RestSet", np.ndarray]:
+    def of(cls, tm: TokenMatrix, tid: np.ndarray, base: np.ndarray, length: np.ndarray, *,
+           distinct: bool = False) -> tuple["RestSet", np.ndarray]:
         """The distinct rests among (tid, base, length) and, per input, its index in the set.
 
         Distinct: one rest ``token[off:]`` reached along several splits of the token is walked
-        once (a run of n spaces under ``%ignore WS`` splits 2**n ways, but has n rests)."""
+        once (a run of n spaces under ``%ignore WS`` splits 2**n ways, but has n rests).
+        ``distinct``: the splits come from rests of different tokens, so no two coincide."""
+        if distinct:
+            first = tm.mat_t.reshape(-1)[base]
+            order = np.argsort(first, kind="stable")
+            pos = np.empty(len(order), dtype=np.int64)
+            pos[order] = np.arange(len(order), dtype=np.int64)
+            lo = np.searchsorted(first[order], np.arange(257)).astype(np.int64)
+            return cls(tid[order], base[order], length[order], lo), pos
         ubase, first_at, inv = np.unique(base, return_index=True, return_inverse=True)
         first = tm.mat_t.reshape(-1)[ubase]
         order = np.argsort(first, kind="stable")
@@ -108,45 +117,86 @@ def _starts(rs: RestSet, live: np.ndarray) -> np.ndarray:
     return np.arange(int(sizes.sum()), dtype=np.int64) + starts
 
 
+_SCALED: dict[int, tuple[np.ndarray, np.ndarray, np.int64, np.ndarray]] = {}
+
+
+def _scaled(trans: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.int64]:
+    """(flat table with states scaled by 256 and a sink state S for missing transitions, so one
+    step is ``t[state + byte]`` with no branch; final per scaled state; the sink's scaled id),
+    memoised per DFA. The entry holds ``trans`` itself, so its id cannot be reused by another
+    array while the entry lives (a stale table for a new DFA at a recycled address)."""
+    hit = _SCALED.get(id(trans))
+    if hit is None or hit[3] is not trans:
+        s = trans.shape[0]
+        t = np.vstack([np.where(trans >= 0, trans, s), np.full((1, 256), s)]).astype(np.int64) << 8
+        fin = np.zeros((s + 1) << 8, dtype=bool)
+        fin[np.flatnonzero(final) << 8] = True
+        if len(_SCALED) >= 4096:
+            _SCALED.clear()
+        hit = _SCALED[id(trans)] = (t.reshape(-1), fin, np.int64(s << 8), trans)
+    return hit[0], hit[1], hit[2]
+
+
 def walk(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
          follow: np.ndarray | None = None) -> Walk:
     """Run DFA (``trans`` [S, 256], -1 dead; ``final`` [S]) from ``q`` over every rest of ``rs``.
 
     ``follow`` ([256] bool): only splits whose next byte is in it are reported as crossings (the
-    bytes that can start whatever may follow this terminal; None: any byte)."""
+    bytes that can start whatever may follow this terminal; None: any byte).
+
+    The rests are ordered by length, longest first, so the ones still running at byte k are a
+    prefix of the arrays (no compaction per byte), and a dead rest sits in a sink state until
+    more than half are dead (then the arrays are compacted once)."""
     n = len(rs)
     inside = np.zeros(n, dtype=bool)
     row = trans[q]
     idx = _starts(rs, row >= 0)
+    none = np.zeros(0, dtype=np.int64)
+    if not len(idx):
+        return Walk(inside, None, none, none)
+    t_sc, fin, sink = _scaled(trans, final)
     flat = tm.mat_t.reshape(-1)
     stride = tm.mat_t.shape[1]
-    base, length = rs.base[idx], rs.length[idx]
-    st = row[flat[base]]
+    length = rs.length[idx]
+    order = np.argsort(-length, kind="stable")
+    idx, length = idx[order], length[order]
+    base = rs.base[idx]
+    st = t_sc[(np.int64(q) << 8) + flat[base]]
+    cnt = np.searchsorted(-length, -np.arange(int(length[0]) + 1), side="left")  # cnt[k]: length > k
+    alive = len(idx)
     cross_i: list[np.ndarray] = []
     cross_j: list[np.ndarray] = []
-    pos = 1
-    t_flat = trans.reshape(-1)
-    while len(idx):
-        done = length == pos
-        inside[idx[done]] = True
-        run = ~done
-        fin = final[st] & run
-        if follow is not None and fin.any():
-            fin[fin] = follow[flat[base[fin] + pos * stride]]
-        if fin.any():
-            cross_i.append(idx[fin])
-            cross_j.append(np.full(int(fin.sum()), pos, dtype=np.int64))
-        idx, st, base, length = idx[run], st[run], base[run], length[run]
-        if not len(idx):
+    fol = follow if follow is not None else None
+    for k in range(1, int(length[0]) + 1):
+        m = int(cnt[k])
+        ended = st[m:int(cnt[k - 1])]
+        if len(ended):
+            inside[idx[m:m + len(ended)]] = ended != sink
+        if not m:
             break
-        st = t_flat[(st.astype(np.int64) << 8) | flat[base + pos * stride]]
-        ok = st >= 0
-        if not ok.all():
-            idx, st, base, length = idx[ok], st[ok], base[ok], length[ok]
-        pos += 1
+        st = st[:m]
+        nxt = flat[base[:m] + k * stride]
+        f = fin[st]
+        if fol is not None:
+            f &= fol[nxt]
+        hit = np.flatnonzero(f)
+        if len(hit):
+            cross_i.append(idx[hit])
+            cross_j.append(np.full(len(hit), k, dtype=np.int64))
+        st = t_sc[st + nxt]
+        if 2 * alive < m or k % 4 == 0:
+            live = st != sink
+            alive = int(live.sum())
+            if 2 * alive < m:  # compact: drop the dead, keep the longest-first order
+                keep = np.flatnonzero(live)
+                st, idx, base, length = st[keep], idx[keep], base[keep], length[keep]
+                if not alive:
+                    break
+                cnt = np.searchsorted(-length, -np.arange(int(cnt.shape[0])), side="left")
     if not cross_i:
-        return Walk(inside, None, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        return Walk(inside, None, none, none)
     ci = np.concatenate(cross_i)
     cj = np.concatenate(cross_j)
-    sub, inv = RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32))
+    sub, inv = RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32),
+                          distinct=rs.distinct)
     return Walk(inside, sub, ci, inv)

@@ -40,6 +40,7 @@ from torch import Tensor
 
 from trellis.constrain.earley import ChartState, Earley
 from trellis.constrain.grammar_ir import GrammarIR, follow_terminals
+from trellis.constrain.regex import ByteDFA
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.walks import TokenMatrix
 from trellis.tokens import Vocabulary
@@ -61,17 +62,17 @@ class EarleyConstraint:
         self.tm = TokenMatrix.of(vocab)
         self._toks = vocab.tokens
         self._vocab_rests = RestSet.vocabulary(self.tm)
-        dfas = [t.dfa for t in ir.terminals]
-        self._dfa = [dfas[d] for d in self.earley.dfa_of]  # per scan id
+        self._dfa = self.earley.scan_dfa  # per scan id (grows as cut terminals are met)
         # Bytes that can start what follows each terminal (FOLLOW sets): a token split after a
         # terminal is only worth a walk when the rest starts with one of them. On csv.lark this
         # keeps ~1/200 of the splits of a field token (fields end only at , " \r \n).
-        starts = [d.trans[0] >= 0 for d in dfas]
+        starts = [t.dfa.trans[0] >= 0 for t in ir.terminals]
         follow = follow_terminals(ir)
-        self._follow_bytes = [np.any([starts[u] for u in follow[d]], axis=0) if follow[d] else
-                              np.zeros(256, dtype=bool) for d in self.earley.dfa_of]
-        self._inside: dict[tuple[int, int], tuple[np.ndarray, Walk]] = {}  # (dfa, q) -> packed, walk
-        self._walks: dict[tuple[int, int, int], Walk] = {}  # (dfa, q, id(rests)) -> walk
+        self._follow_of_term = [np.any([starts[u] for u in follow[t]], axis=0) if follow[t] else
+                                np.zeros(256, dtype=bool) for t in range(len(ir.terminals))]
+        self._shapes: dict[tuple[int, int], Hashable] = {}
+        self._inside: dict[Hashable, tuple[np.ndarray, Walk]] = {}  # shape -> packed, walk
+        self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
         self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
         self._allowed: dict[tuple[ChartState, int], np.ndarray] = {}
         self._masks: OrderedDict[ChartState, np.ndarray] = OrderedDict()
@@ -119,24 +120,37 @@ class EarleyConstraint:
         return m
 
     # -- masks
+    def _shape(self, d: int, q: int) -> Hashable:
+        """What a walk from state ``q`` of scan ``d``'s DFA depends on: the sub-automaton reachable
+        from ``q`` (canonically numbered, so equal shapes of different terminals share one walk:
+        a schema's string fields are one string DFA under several terminal names) and the bytes
+        that may follow the terminal. Sub-automata over ``CANON_MAX`` states are keyed by identity."""
+        key = (d, q)
+        hit = self._shapes.get(key)
+        if hit is None:
+            dfa = self._dfa[d]
+            follow = self._follow_of_term[self.earley.scan_term[d]].tobytes()
+            hit = self._shapes[key] = (_canonical(dfa, q), follow)
+        return hit
+
     def _inside_of(self, d: int, q: int) -> tuple[np.ndarray, Walk]:
         """Packed tokens that stay inside DFA ``d`` from ``q``, and the vocabulary walk."""
-        key = (d, q)
+        key = self._shape(d, q)
         hit = self._inside.get(key)
         if hit is None:
             dfa = self._dfa[d]
-            w = walk(dfa.trans, dfa.final, q, self._vocab_rests, self.tm, self._follow_bytes[d])
+            w = walk(dfa.trans, dfa.final, q, self._vocab_rests, self.tm, self._follow_of_term[self.earley.scan_term[d]])
             hit = self._inside[key] = (self.tm.pack_ids(self._vocab_rests.tid[w.inside]), w)
             if w.cross is not None:
                 self._keep.append(w.cross)
         return hit
 
     def _walk(self, d: int, q: int, rs: RestSet) -> Walk:
-        key = (d, q, id(rs))
+        key = (self._shape(d, q), id(rs))
         w = self._walks.get(key)
         if w is None:
             dfa = self._dfa[d]
-            w = self._walks[key] = walk(dfa.trans, dfa.final, q, rs, self.tm, self._follow_bytes[d])
+            w = self._walks[key] = walk(dfa.trans, dfa.final, q, rs, self.tm, self._follow_of_term[self.earley.scan_term[d]])
             if w.cross is not None:
                 self._keep.append(w.cross)
         return w
@@ -239,5 +253,27 @@ class EarleyConstraint:
                 f"terminals={len(self.ir.terminals)}, vocab={self.tm.size})")
 
 
-def compile_earley(ir: GrammarIR, vocab: Vocabulary) -> EarleyConstraint:
-    return EarleyConstraint(ir, vocab)
+CANON_MAX = 256
+
+
+def _canonical(dfa: ByteDFA, q: int) -> Hashable:
+    """The sub-automaton of ``dfa`` reachable from ``q``, states numbered in breadth-first order
+    of first appearance (by byte), as bytes; ``(id(trans), q)`` when it has over ``CANON_MAX``
+    states (then the walk is shared only by scans of this very DFA)."""
+    trans = dfa.trans
+    order = [q]
+    index = {q: 0}
+    i = 0
+    while i < len(order):
+        row = trans[order[i]]
+        for t in dict.fromkeys(row[row >= 0].tolist()):
+            if t not in index:
+                if len(order) >= CANON_MAX:
+                    return (id(trans), q)
+                index[t] = len(order)
+                order.append(t)
+        i += 1
+    remap = np.full(trans.shape[0] + 1, -1, dtype=np.int32)
+    remap[np.array(order)] = np.arange(len(order), dtype=np.int32)
+    sub = remap[trans[order]]  # -1 (dead) maps through remap[-1] = -1
+    return sub.tobytes() + dfa.final[order].tobytes()

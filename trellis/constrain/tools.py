@@ -886,6 +886,7 @@ def tool_constraint(tools: Sequence[Tool | Callable[..., Any]], vocab: Vocabular
     loop on spaces), preceded by up to ``LEADING_WHITESPACE`` whitespace bytes. ``lenient``: see
     ``JsonSchema``; otherwise a schema keyword that cannot be enforced raises ``SchemaError``.
     """
+    from trellis.constrain.compile import SchemaGrammar
     from trellis.constrain.compile import compile as compile_grammar
     from trellis.constrain.json_schema import JsonSchema
     from trellis.constrain.regex import Regex
@@ -897,9 +898,9 @@ def tool_constraint(tools: Sequence[Tool | Callable[..., Any]], vocab: Vocabular
     lark = JsonSchema(schema, whitespace=whitespace, max_whitespace=max_whitespace, lenient=lenient).to_lark()
     # The schema grammar allows no whitespace around the whole value; a start rule of our own puts
     # the optional leading run in front (rule/terminal names chosen not to clash with its own).
-    lark += (f"\ntrellis_tool_reply: TRELLIS_LEAD_WS? start\n"
+    lark += (f"\ntrellis_tool_reply: TRELLIS_LEAD_WS start | start\n"
              f"TRELLIS_LEAD_WS: /[ \\t\\r\\n]{{1,{LEADING_WHITESPACE}}}/\n")
-    call = compile_grammar(lark, vocab, start="trellis_tool_reply")
+    call = compile_grammar(SchemaGrammar(lark), vocab, start="trellis_tool_reply")
     if tool_choice != "auto":
         return call
     text = compile_grammar(Regex(text_pattern(parallel=parallel)), vocab)
