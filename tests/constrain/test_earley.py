@@ -415,3 +415,40 @@ def test_equal_sub_automata_share_one_vocabulary_walk() -> None:
     c._inside_of(b, 1)
     assert len(c._inside) == 1
     assert accepts(c, b'"ab","c",') and not accepts(c, b'"ab",c,')
+
+
+def test_vocabulary_walks_are_shared_across_grammars_and_runs(tmp_path, monkeypatch) -> None:
+    """A walk depends on the sub-automaton, the follow bytes and the vocabulary only: a second
+    grammar with the same terminal reuses it from memory, a new process (memo cleared) from disk,
+    and the masks are the same as a build from scratch."""
+    from trellis.constrain.compile import clear_caches, wait_for_cache_writes
+    from trellis.constrain.walk_cache import SHARED
+
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    clear_caches()
+    v = random_vocab(b'ab"{}: ,', random.Random(5), 80)
+    g1 = 'start: "{" S ":" S "}"\nS: /"[a-z]*"/\n%ignore " "\n'
+    g2 = 'start: "[" S "," S "]"\nS: /"[a-z]*"/\n%ignore " "\n'
+    walk_text = b'{ "ab" : "b'
+    c1 = compile(g1, v)
+    masks1 = _masks_along(c1, walk_text)
+    n = len(SHARED._mem)
+    assert n > 0
+    c2 = compile(g2, v)
+    _masks_along(c2, b'[ "ab" , "')
+    assert any(c2._inside[k] is SHARED._mem[(v.fingerprint(), k)] for k in c2._inside)  # reused in memory
+    wait_for_cache_writes()
+    assert list((tmp_path / "walks").glob("w-*.pkl"))
+    clear_caches()
+    from_disk = compile(g1, v)
+    assert _masks_along(from_disk, walk_text) == masks1
+    scratch = compile(g1, v, cache=False)
+    assert _masks_along(scratch, walk_text) == masks1
+
+
+def _masks_along(c, text: bytes) -> list[bytes]:
+    out, s = [], c.start()
+    for b in text:
+        out.append(c.mask_array(s).tobytes())
+        s = c.advance(s, b)
+    return out

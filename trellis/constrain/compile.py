@@ -148,6 +148,21 @@ def _write_later(path: Path, obj: object) -> None:
     _PENDING.append(t)
 
 
+def clear_caches() -> None:
+    """Forget every in-process memo of compiled grammars and shared tables (the disk cache stays:
+    point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
+    a grammar starts from. Benchmarks of cold compiles call it."""
+    from trellis.constrain import rest_walk
+    from trellis.constrain.regex import _DFA_MEMO
+    from trellis.constrain.walk_cache import SHARED
+
+    wait_for_cache_writes()
+    _COMPILED.clear()
+    _DFA_MEMO.clear()
+    SHARED.clear()
+    rest_walk._SCALED.clear()
+
+
 def wait_for_cache_writes() -> None:
     """Block until the background cache writes started so far are on disk."""
     while _PENDING:
@@ -265,13 +280,14 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         return hit
     if engine == "earley":
         ir = None
+        share = cache
         schema = isinstance(grammar, (JsonSchema, SchemaGrammar))
         if schema:  # plain BNF: skip Lark's grammar parser
             ir = load_bnf(text, source=source, start=start, lexical_priority=True)
         if ir is None:
             ir = load_lark(text, source=source, start=start, path=path)
             ir.lexical_priority = schema
-        c = EarleyConstraint(ir, vocab)
+        c = EarleyConstraint(ir, vocab, share=share)
     else:
         c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
     if isinstance(grammar, JsonSchema):

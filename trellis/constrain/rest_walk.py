@@ -85,20 +85,21 @@ class Walk:
     inv: np.ndarray  # [k] int64
 
     def sources(self, allowed: np.ndarray) -> np.ndarray:
-        """Indices of the rests of the walked set that some allowed leftover (``allowed`` over
-        ``cross``) continues."""
-        hit = np.flatnonzero(allowed)
-        if 8 * len(hit) >= len(self.inv):
-            return self.src[allowed[self.inv]]
+        """Indices of the rests of the walked set that some allowed leftover continues
+        (``allowed``: sorted indices into ``cross``)."""
+        if 8 * len(allowed) >= len(self.inv):
+            mask = np.zeros(len(self.cross), dtype=bool)  # type: ignore[arg-type]
+            mask[allowed] = True
+            return self.src[mask[self.inv]]
         # Few allowed leftovers (the usual case): gather their crossings from a CSR index
         # (crossings grouped by leftover) instead of testing every crossing.
         csr = self.__dict__.get("_csr")
         if csr is None:
             order = np.argsort(self.inv, kind="stable")
-            bounds = np.searchsorted(self.inv[order], np.arange(len(allowed) + 1))
+            bounds = np.searchsorted(self.inv[order], np.arange(len(self.cross) + 1))  # type: ignore[arg-type]
             csr = self.__dict__["_csr"] = (self.src[order], bounds)
         by_rest, bounds = csr
-        lo, hi = bounds[hit], bounds[hit + 1]
+        lo, hi = bounds[allowed], bounds[allowed + 1]
         sizes = hi - lo
         offs = np.repeat(lo - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
         return by_rest[np.arange(int(sizes.sum()), dtype=np.int64) + offs]

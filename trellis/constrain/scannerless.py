@@ -42,6 +42,7 @@ from trellis.constrain.earley import ChartState, Earley
 from trellis.constrain.grammar_ir import GrammarIR, follow_terminals
 from trellis.constrain.regex import ByteDFA
 from trellis.constrain.rest_walk import RestSet, Walk, walk
+from trellis.constrain.walk_cache import SHARED
 from trellis.constrain.walks import TokenMatrix
 from trellis.tokens import Vocabulary
 
@@ -55,8 +56,10 @@ class EarleyConstraint:
 
     semantics = "earley"
 
-    def __init__(self, ir: GrammarIR, vocab: Vocabulary, *, cache_size: int = 2048) -> None:
+    def __init__(self, ir: GrammarIR, vocab: Vocabulary, *, cache_size: int = 2048, share: bool = True) -> None:
         self.vocab = vocab
+        self.share = share  # vocabulary walks from / into the process and disk cache (walk_cache.py)
+        self._vocab_fp = vocab.fingerprint()
         self.ir = ir
         self.earley = Earley(ir)
         self.tm = TokenMatrix.of(vocab)
@@ -75,6 +78,7 @@ class EarleyConstraint:
         self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
         self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
         self._allowed: dict[tuple[ChartState, int], np.ndarray] = {}
+        self._allowed_bytes = 0
         self._masks: OrderedDict[ChartState, np.ndarray] = OrderedDict()
         self._advance: dict[tuple[ChartState, int], ChartState | None] = {}
         self._cache_size = cache_size
@@ -139,10 +143,17 @@ class EarleyConstraint:
         hit = self._inside.get(key)
         if hit is None:
             dfa = self._dfa[d]
-            w = walk(dfa.trans, dfa.final, q, self._vocab_rests, self.tm, self._follow_of_term[self.earley.scan_term[d]])
-            hit = self._inside[key] = (self.tm.pack_ids(self._vocab_rests.tid[w.inside]), w)
-            if w.cross is not None:
-                self._keep.append(w.cross)
+            follow = self._follow_of_term[self.earley.scan_term[d]]
+
+            def build() -> tuple[np.ndarray, Walk]:
+                w = walk(dfa.trans, dfa.final, q, self._vocab_rests, self.tm, follow)
+                packed = self.tm.pack_ids(self._vocab_rests.tid[w.inside])
+                w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
+                return packed, w
+
+            hit = self._inside[key] = SHARED.get(self._vocab_fp, key, build) if self.share else build()
+            if hit[1].cross is not None:
+                self._keep.append(hit[1].cross)
         return hit
 
     def _walk(self, d: int, q: int, rs: RestSet) -> Walk:
@@ -186,7 +197,7 @@ class EarleyConstraint:
             if w.cross is not None:
                 for e in es:
                     ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)
-                    if ok.any():
+                    if len(ok):
                         crossing.append(self._vocab_rests.tid[w.sources(ok)])
         if crossing:
             words, vals = self.tm.sparse_ids(np.concatenate(crossing))
@@ -194,7 +205,8 @@ class EarleyConstraint:
         return m
 
     def _rests_allowed(self, state: ChartState, rs: RestSet) -> np.ndarray:
-        """[len(rs)] bool: which rests the chart ``state`` can take whole (cached per state)."""
+        """Sorted indices of the rests of ``rs`` that the chart ``state`` can take whole (cached
+        per state, as indices: usually a few of thousands; the cache is bounded in bytes)."""
         key = (state, id(rs))
         hit = self._allowed.get(key)
         if hit is not None:
@@ -209,12 +221,15 @@ class EarleyConstraint:
             if w.cross is not None:
                 for e in es:
                     sub = self._rests_allowed(self.earley.boundary(e, t), w.cross)
-                    if sub.any():
+                    if len(sub):
                         ok[w.sources(sub)] = True
-        if len(self._allowed) > 1 << 16:
+        res = np.flatnonzero(ok)
+        self._allowed_bytes += res.nbytes + 100
+        if self._allowed_bytes > ALLOWED_CACHE_BYTES:
             self._allowed.clear()
-        self._allowed[key] = ok
-        return ok
+            self._allowed_bytes = res.nbytes + 100
+        self._allowed[key] = res
+        return res
 
     # -- helpers the strategies use
     def byte_classes(self) -> np.ndarray:
@@ -254,6 +269,9 @@ class EarleyConstraint:
 
 
 CANON_MAX = 256
+# Bound on the per-constraint cache of answers for rest sets (indices): a random walk over Gemma's
+# vocabulary on a corpus grammar grew the earlier unbounded bool arrays to 20 GB.
+ALLOWED_CACHE_BYTES = 64 * 2**20
 
 
 def _canonical(dfa: ByteDFA, q: int) -> Hashable:

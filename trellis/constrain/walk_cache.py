@@ -1,0 +1,119 @@
+"""Vocabulary walks shared across grammars and across runs.
+
+A walk of the whole vocabulary from one DFA state (``rest_walk.walk``) depends only on the
+sub-automaton reachable from that state, the bytes that may follow the terminal and the
+vocabulary, never on the grammar around it: a JSON string's interior, a number, whitespace are the
+same in every schema and grammar. ``SharedWalks`` keys them by (vocabulary fingerprint, canonical
+shape): an in-process LRU bounded by bytes (``TRELLIS_WALK_CACHE_MB``, default 256), backed by
+pickles under ``<cache dir>/walks`` (written on a background thread; ``TRELLIS_CACHE_DIR=""``
+disables the disk part, like the grammar cache).
+
+An entry is ``(packed, walk)``: the packed bitset of the tokens that stay inside, and the walk
+without its per-token ``inside`` array (only the packed form is used at the top level).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable, Hashable
+
+import numpy as np
+
+from trellis.constrain.rest_walk import Walk
+
+Entry = tuple[np.ndarray, Walk]
+
+
+def _nbytes(e: Entry) -> int:
+    packed, w = e
+    n = packed.nbytes + w.src.nbytes + w.inv.nbytes
+    if w.cross is not None:
+        n += w.cross.tid.nbytes + w.cross.base.nbytes + w.cross.length.nbytes
+    return n
+
+
+class SharedWalks:
+    """Process-wide LRU of vocabulary walks with a disk cache behind it."""
+
+    def __init__(self) -> None:
+        self._mem: OrderedDict[tuple[str, Hashable], Entry] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._mem.clear()
+            self._bytes = 0
+
+    def get(self, vocab_fp: str, shape: Hashable, build: Callable[[], Entry]) -> Entry:
+        key = (vocab_fp, shape)
+        with self._lock:
+            hit = self._mem.get(key)
+            if hit is not None:
+                self._mem.move_to_end(key)
+                return hit
+        path = _path(vocab_fp, shape)
+        hit = _read(path) if path is not None else None
+        if hit is None:
+            hit = build()
+            if path is not None:
+                _write_later(path, hit)
+        self._put(key, hit)
+        return hit
+
+    def _put(self, key: tuple[str, Hashable], e: Entry) -> None:
+        limit = float(os.environ.get("TRELLIS_WALK_CACHE_MB", "256")) * 2**20
+        with self._lock:
+            self._mem[key] = e
+            self._bytes += _nbytes(e)
+            while self._bytes > limit and len(self._mem) > 1:
+                _, old = self._mem.popitem(last=False)
+                self._bytes -= _nbytes(old)
+
+
+SHARED = SharedWalks()
+
+
+def _path(vocab_fp: str, shape: Hashable) -> Path | None:
+    from trellis.constrain.compile import _version, cache_dir
+
+    d = cache_dir()
+    if d is None:
+        return None
+    h = hashlib.sha256(repr((vocab_fp, shape, _version())).encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return d / "walks" / f"w-{h}.pkl"
+
+
+def _read(path: Path) -> Entry | None:
+    try:
+        with open(path, "rb") as f:
+            obj = pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
+        return None
+    return obj if isinstance(obj, tuple) and len(obj) == 2 else None
+
+
+def _write(path: Path, e: Entry) -> None:
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(e, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache dir only costs speed
+
+
+def _write_later(path: Path, e: Entry) -> None:
+    from trellis.constrain.compile import _PENDING
+
+    t = threading.Thread(target=_write, args=(path, e), name="trellis-walk-write")
+    t.start()
+    _PENDING.append(t)
