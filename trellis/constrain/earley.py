@@ -19,10 +19,12 @@ A *chart state* is ``(scans, accepting)``: ``scans`` a frozenset of ``(t, q, E)`
   terminals, at the start and at the end. States are immutable and hashable.
 
 Stepping a byte moves every scan's DFA; a scan whose DFA reaches an accepting state also completes
-its terminal: the items of ``E`` waiting for it advance into a new ``ESet`` (memoised per
-``(E, t)``), whose expected terminals start new scans. Boundaries completed at one position are
-not merged: the language after a union of item sets is the union of the languages after each, and
-keeping them apart lets ``after`` be memoised per ``(E, t)``.
+its terminal: the items waiting for it advance into a new ``ESet`` (all terminals completed at one
+byte into one set, as in Earley's algorithm), whose expected terminals start new scans. Sets are
+interned by their future (items still waiting, with origins), so equal boundaries reached along
+different splits are one object. ``after(E, t)`` is the boundary of one scan alone (memoised per
+``(E, t)``): the mask computation splits a state by scan, which is exact because the language after
+a union of item sets is the union of the languages after each.
 
 Because the grammar is productive and every DFA state can reach acceptance (``grammar_ir``), a
 state with a scan (or accepting) is a viable prefix: Earley's correct-prefix property.
@@ -86,6 +88,7 @@ class Earley:
         self._cut: dict[tuple[int, tuple[int, ...]], int | None] = {}
         self._overlap: dict[tuple[int, int], bool] = {}
         self._sets: "weakref.WeakValueDictionary[frozenset, ESet]" = weakref.WeakValueDictionary()
+        self._futures: "weakref.WeakValueDictionary[tuple, ESet]" = weakref.WeakValueDictionary()
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
         self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
 
@@ -170,6 +173,14 @@ class Earley:
                         agenda.append(it)
             else:
                 expects.setdefault(-1 - s, []).append((i, o))
+        # Sets with the same future (the items still waiting for a symbol, with their origins)
+        # are one set, whatever completed items led to them: after a word that can split into
+        # words at every byte, each split's boundary is the same set (composition_csv.lark).
+        future = (frozenset(it for it in items if nxt[it[0]] is not None), accepting)
+        same = self._futures.get(future)
+        if same is not None:
+            self._sets[kernel] = same
+            return same
         e.kernel = kernel
         e.waiting = {s: tuple((i, e if o is None else o) for i, o in v) for s, v in waiting.items()}
         e.expects = {t: tuple((i, e if o is None else o) for i, o in v) for t, v in expects.items()}
@@ -177,6 +188,7 @@ class Earley:
         scans = [(self._scan_of(t, e.expects), 0, e) for t in e.expects]
         e.starts = frozenset([x for x in scans if x[0] is not None] + [(t, 0, e) for t in self.ignore_scans])
         self._sets[kernel] = e
+        self._futures[future] = e
         return e
 
     def after(self, e: ESet, t: int) -> ESet:
@@ -207,6 +219,7 @@ class Earley:
             pass
         out: set = set()
         acc = False
+        done: list[tuple[int, ESet]] = []
         trans, final, has_out = self.trans, self.final, self.has_out
         for t, q, e in state[0]:
             q2 = trans[t][(q << 8) | b]
@@ -215,11 +228,23 @@ class Earley:
             if has_out[t][q2]:
                 out.add((t, q2, e))
             if final[t][q2]:
-                scans, a = self.boundary(e, t)
-                out |= scans
-                acc |= a
+                if self.scan_ignore[t]:
+                    out |= e.starts
+                    acc |= e.accepting
+                else:
+                    done.append((self.scan_term[t], e))
+        if len(done) == 1:
+            a = self.after(done[0][1], done[0][0])
+            out |= a.starts
+            acc |= a.accepting
+        elif done:
+            # Terminals completed at one byte make ONE Earley set (as in Earley's algorithm): its
+            # predictions are shared instead of repeated per completing scan.
+            a = self._close(frozenset((i + 1, o) for t, e in done for i, o in e.expects[t]))
+            out |= a.starts
+            acc |= a.accepting
         res = (frozenset(out), acc) if out or acc else None
-        if len(self._steps) > 1 << 20:  # states are many in long runs; a step is cheap to redo
+        if len(self._steps) > 1 << 18:  # states are many in long runs; a step is cheap to redo
             self._steps.clear()
         self._steps[key] = res
         return res

@@ -3,12 +3,26 @@
 Semantics
 ---------
 The language of a grammar is the language of its CFG with every terminal expanded to its regular
-language (a terminal is a set of byte strings; how Python's ``re`` would pick *one* match among
-them plays no part), with any number of ``%ignore`` terminals allowed before, between and after
-terminals. For a Lark grammar that is what Lark's Earley parser accepts with
-``lexer="dynamic_complete"``; for a GBNF grammar it is what llama.cpp and XGrammar accept. No
-lexer is involved, so colliding terminals (keyword vs identifier), ambiguous, non-LALR, left- and
-right-recursive grammars and empty rules all mean what they say.
+language (a terminal is a set of byte strings), with any number of ``%ignore`` terminals allowed
+before, between and after terminals. For a GBNF grammar that is what llama.cpp and XGrammar
+accept. For a Lark grammar it is what Lark's Earley parser accepts with
+``lexer="dynamic_complete"``, except where Lark's regex-based terminal matcher finds fewer
+matches than the terminal's language has (pinned in ``tests/constrain/test_lark_oracle.py``):
+
+1. Lark takes the match ``re.match`` returns at a position and shorter cuts of it, never a longer
+   alternative: with ``X: /a|ab/`` Lark never reads ``ab`` as one ``X``; trellis does.
+2. Lark matches an ``%ignore`` terminal once, greedily: with ``%ignore /[ ]+/`` before a terminal
+   that starts with a space, Lark can reject text that trellis accepts.
+3. Lazy quantifiers are the exception that is honoured: a lazy loop between literals
+   (``C_COMMENT``, ``/".*?"/``) ends at its first match, as ``re.match`` finds it
+   (``regex.terminal_dfa``); other lazy forms are refused by name.
+
+``\w``, ``\d`` and ``\s`` are ASCII here (Unicode in Python's ``re``); terminals with lookaround
+and ``%declare``d terminals are refused with ``GrammarError``. No lexer is involved, so colliding
+terminals (keyword vs identifier), ambiguous, non-LALR, left- and right-recursive grammars and
+empty rules all mean what they say. Terminal priorities choose between parse trees in Lark and do
+not change its language; they are ignored, except in grammars generated from JSON Schemas
+(``GrammarIR.lexical_priority``: there a contextual lexer's priority rule is part of the meaning).
 
 Exactness
 ---------
@@ -21,12 +35,13 @@ How a mask is computed
 ----------------------
 A chart state is a set of scans ``(t, q, E)``. A token is allowed iff for some scan either
 (a) terminal ``t``'s DFA survives the whole token from ``q`` (context-free: one vocabulary walk per
-DFA state, ``rest_walk.walk``, kept as a packed bitset), or (b) ``t`` can end after ``j`` of its
-bytes and the rest is allowed from the boundary after ``t`` completes at ``E`` — the same question
-one level down, on the set of leftovers (a ``RestSet``), answered by the same decomposition and
-cached per (boundary state, rest set). Only which scans a state has, and which boundaries follow
-them, depend on the parse; walks are shared by every state and grammar position that reaches them.
-Whole masks are kept in an LRU by state.
+DFA state, ``rest_walk.walk``, kept as a packed bitset and shared across grammars and runs by the
+shape of the sub-automaton, ``walk_cache.py``), or (b) ``t`` can end after ``j`` of its bytes with
+a byte that may follow it (FOLLOW sets) and the rest is allowed from the boundary after ``t``
+completes at ``E``: the same question one level down on the set of leftovers (a ``RestSet``),
+cached per (boundary state, rest set). Below ``SPLIT_DEPTH`` levels the leftovers are stepped
+through the chart itself, grouped by chart state (``_chart_walk``). Only which scans a state has,
+and which boundaries follow them, depend on the parse. Whole masks are kept in an LRU by state.
 """
 
 from __future__ import annotations
@@ -84,6 +99,7 @@ class EarleyConstraint:
         self._cache_size = cache_size
         self._eos = self.tm.eos_bits()
         self._group_memo: dict[ChartState, list] = {}
+        self._live_memo: dict[ChartState, np.ndarray] = {}
         self._firsts: dict[tuple[int, int], int] = {}
 
     # -- protocol
@@ -204,9 +220,14 @@ class EarleyConstraint:
             m[words] |= vals
         return m
 
-    def _rests_allowed(self, state: ChartState, rs: RestSet) -> np.ndarray:
+    def _rests_allowed(self, state: ChartState, rs: RestSet, depth: int = 1) -> np.ndarray:
         """Sorted indices of the rests of ``rs`` that the chart ``state`` can take whole (cached
-        per state, as indices: usually a few of thousands; the cache is bounded in bytes)."""
+        per state, as indices: usually a few of thousands; the cache is bounded in bytes).
+
+        Rests are split per scan (context-free walks, cached per sub-automaton and rest set) down
+        to ``SPLIT_DEPTH`` terminals; the leftovers beyond are stepped through the chart itself
+        (``_chart_walk``), so grammars whose terminals can abut (every split of a word into
+        words) cost a chart step per byte instead of a rest set per way of splitting."""
         key = (state, id(rs))
         hit = self._allowed.get(key)
         if hit is not None:
@@ -218,11 +239,16 @@ class EarleyConstraint:
                 continue
             w = self._walk(t, q, rs)
             ok |= w.inside
-            if w.cross is not None:
-                for e in es:
-                    sub = self._rests_allowed(self.earley.boundary(e, t), w.cross)
-                    if len(sub):
-                        ok[w.sources(sub)] = True
+            if w.cross is None:
+                continue
+            for e in es:
+                a = self.earley.boundary(e, t)
+                if depth < SPLIT_DEPTH:
+                    sub = self._rests_allowed(a, w.cross, depth + 1)
+                else:
+                    sub = self._chart_walk(a, w.cross)
+                if len(sub):
+                    ok[w.sources(sub)] = True
         res = np.flatnonzero(ok)
         self._allowed_bytes += res.nbytes + 100
         if self._allowed_bytes > ALLOWED_CACHE_BYTES:
@@ -230,6 +256,51 @@ class EarleyConstraint:
             self._allowed_bytes = res.nbytes + 100
         self._allowed[key] = res
         return res
+
+    def _chart_walk(self, state: ChartState, rs: RestSet) -> np.ndarray:
+        """Sorted indices of the rests of ``rs`` whose bytes the chart takes from ``state``.
+
+        Rests are stepped a byte at a time, grouped by chart state: a chart state is one value
+        per prefix, so rests that reach equal states share every later step, and each (state,
+        byte) pair is one memoised ``Earley.step``."""
+        live = self._live(state)
+        flat = self.tm.mat_t.reshape(-1)
+        stride = self.tm.mat_t.shape[1]
+        idx = np.flatnonzero(live[flat[rs.base]])
+        step = self.earley.step
+        groups: dict = {state: (idx, np.zeros(len(idx), dtype=np.int64))} if len(idx) else {}
+        out: list[np.ndarray] = []
+        while groups:
+            nxt_groups: dict = {}
+            for st, (r, k) in groups.items():
+                done = rs.length[r] == k
+                if done.any():
+                    out.append(r[done])
+                    r, k = r[~done], k[~done]
+                    if not len(r):
+                        continue
+                b = flat[rs.base[r] + k * stride]
+                order = np.argsort(b, kind="stable")
+                b, r, k = b[order], r[order], k[order] + 1
+                cuts = np.flatnonzero(b[1:] != b[:-1]) + 1
+                for lo, hi in zip([0] + cuts.tolist(), cuts.tolist() + [len(b)]):
+                    nxt = step(st, int(b[lo]))
+                    if nxt is None:
+                        continue
+                    prev = nxt_groups.get(nxt)
+                    nxt_groups[nxt] = ((r[lo:hi], k[lo:hi]) if prev is None else
+                                       (np.concatenate([prev[0], r[lo:hi]]), np.concatenate([prev[1], k[lo:hi]])))
+            groups = nxt_groups
+        return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
+
+    def _live(self, state: ChartState) -> np.ndarray:
+        """[256] bool: the bytes the chart takes from ``state`` (cached)."""
+        hit = self._live_memo.get(state)
+        if hit is None:
+            if len(self._live_memo) > 1 << 16:
+                self._live_memo.clear()
+            hit = self._live_memo[state] = self.earley.live_bytes(state)
+        return hit
 
     # -- helpers the strategies use
     def byte_classes(self) -> np.ndarray:
@@ -272,6 +343,12 @@ CANON_MAX = 256
 # Bound on the per-constraint cache of answers for rest sets (indices): a random walk over Gemma's
 # vocabulary on a corpus grammar grew the earlier unbounded bool arrays to 20 GB.
 ALLOWED_CACHE_BYTES = 64 * 2**20
+# How many terminals a token may be split into by per-scan walks before its leftovers are stepped
+# through the chart (``_rests_allowed``). Per-scan splitting reuses context-free walks (sql_select
+# fresh masks: 1.8 s a document at depth unbounded vs 13 s all by chart steps), but on grammars
+# whose terminals abut (Lark's composition_csv: WORD WORD) every level re-splits every suffix
+# (20 GB at depth unbounded).
+SPLIT_DEPTH = 2
 
 
 def _canonical(dfa: ByteDFA, q: int) -> Hashable:
