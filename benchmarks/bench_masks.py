@@ -36,9 +36,11 @@ compiler cache; outlines: unpickling the index; llguidance has no cache). Tokeni
 per tokenizer, not per grammar: it is timed once, printed, and excluded from compile times.
 Per-token mask time: at every position of every walk, each engine's ``fill_mask`` alone is
 timed (after advancing), engines interleaved so that machine noise hits all alike; median and
-p99. trellis runs with ``precompute=True`` tables, once with its mask LRU as shipped ("trellis",
-kept across walks as in a server) and once with the LRU emptied before every mask
-("trellis/nocache": the cost of a state never seen before). The peers run as they ship
+p99. trellis runs its default path (the scannerless Earley engine, tables built on first use)
+once with its mask LRU as shipped ("trellis", kept across walks as in a server) and once with the
+LRU emptied before every mask ("trellis/nocache": the cost of a state never seen before; the
+per-DFA-state vocabulary walks stay), and the opt-in LALR engine with precomputed tables
+("trellis-lalr"). ``benchmarks/bench_fresh.py`` times what a NEW grammar or schema costs. The peers run as they ship
 (xgrammar's adaptive mask cache is built at compile time, llguidance's caches warm up as it goes).
 Ratios are engine / xgrammar. Absolute times are noisy on the shared machines; compare ratios
 from one run. The last line starts with SUMMARY.
@@ -201,7 +203,7 @@ class ConstraintWalker(Walker):
 
     def fill(self, row: Tensor) -> None:
         if self.clear_cache:
-            masks = getattr(self.c, "_masks", None)  # trellis' whole-mask LRU (cfg.py)
+            masks = getattr(self.c, "_masks", None)  # trellis' whole-mask LRU (scannerless.py, cfg.py)
             if masks is not None:
                 masks.clear()
         self.c.fill_mask(self.state, row)
@@ -261,6 +263,9 @@ def timed_cold(fn: Callable[[], Any], setup: Callable[[], None] = lambda: None) 
 
 
 def trellis_engines(name: str, vocab: Vocabulary) -> tuple[list[EngineResult], list[Walker]]:
+    """trellis' default path (the Earley engine, tables built lazily: "trellis", and with its mask
+    LRU emptied before every mask: "trellis/nocache") and the opt-in LALR engine with
+    precomputed, disk-cached tables ("trellis-lalr")."""
     import importlib
 
     tc = importlib.import_module("trellis.constrain.compile")  # the module (the package rebinds `compile`)
@@ -268,31 +273,34 @@ def trellis_engines(name: str, vocab: Vocabulary) -> tuple[list[EngineResult], l
     old = os.environ.get("TRELLIS_CACHE_DIR")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TRELLIS_CACHE_DIR"] = tmp
+
+        def clear() -> None:
+            tc.clear_caches()  # compiled grammars, regex DFAs, shared vocabulary walks
+            shutil_rm(tmp)
+
         try:
+            default_cold, _ = timed_cold(lambda: tc.compile(name, vocab), clear)
             tc._COMPILED.clear()
-            lazy, _ = timed(lambda: tc.compile(name, vocab))
-
-            def clear() -> None:
-                tc._COMPILED.clear()
-                tc.wait_for_cache_writes()
-                shutil_rm(tmp)
-                _DFA_MEMO.clear()  # the per-process regex -> DFA memo too: cold means nothing reused
-
-            cold, _ = timed_cold(lambda: tc.compile(name, vocab, precompute=True, progress=False), clear)
+            c_default = tc.compile(name, vocab)
+            tc._COMPILED.clear()
+            c_default2 = tc.compile(name, vocab, cache=False)  # its own LRU, emptied before each mask
+            cold, _ = timed_cold(lambda: tc.compile(name, vocab, precompute=True, progress=False, engine="lalr"),
+                                 clear)
             tc._COMPILED.clear()
             tc.wait_for_cache_writes()  # tables are written in the background, off the compile's path
-            warm, c = timed(lambda: tc.compile(name, vocab, precompute=True, progress=False))
-            tc._COMPILED.clear()  # a second object, so that emptying its LRU leaves c's alone
-            c2 = tc.compile(name, vocab, precompute=True, progress=False)
+            warm, c = timed(lambda: tc.compile(name, vocab, precompute=True, progress=False, engine="lalr"))
         finally:
             if old is None:
                 os.environ.pop("TRELLIS_CACHE_DIR", None)
             else:
                 os.environ["TRELLIS_CACHE_DIR"] = old
     tc._COMPILED.clear()
-    res = [EngineResult("trellis", cold, warm, note=f"lazy compile {lazy:.3f}s"),
-           EngineResult("trellis/nocache", cold, warm)]
-    walkers: list[Walker] = [ConstraintWalker("trellis", c), ConstraintWalker("trellis/nocache", c2, clear_cache=True)]
+    res = [EngineResult("trellis", default_cold, None, note="default: Earley, lazy tables"),
+           EngineResult("trellis/nocache", default_cold, None, note="mask LRU emptied before every mask"),
+           EngineResult("trellis-lalr", cold, warm, note="engine=lalr, precompute=True")]
+    walkers: list[Walker] = [ConstraintWalker("trellis", c_default),
+                             ConstraintWalker("trellis/nocache", c_default2, clear_cache=True),
+                             ConstraintWalker("trellis-lalr", c)]
     return res, walkers
 
 

@@ -7,16 +7,18 @@ Kubernetes, Snowplow, BFCL, ...) it times, on the embedded Gemma 3 270M with its
 vocabulary, what ``generate`` costs with defaults:
 
 * ``unconstrained``: ``generate(model, prompt, max_new_tokens=1)`` (prefill + one token);
-* ``schema``: ``generate(model, prompt, schema=S, max_new_tokens=1)`` with an empty disk cache
-  (``TRELLIS_CACHE_DIR`` is a fresh temporary folder) and the in-process memos cleared
-  (``trellis.constrain.compile._COMPILED``, ``regex._DFA_MEMO``): the schema's grammar compile,
-  the first mask and the first token;
+* ``schema``: ``generate(model, prompt, schema=S, max_new_tokens=1)`` with the in-process memos
+  cleared (``trellis.constrain.compile.clear_caches()``) and a disk cache that is a fresh folder
+  for the run (``--cold-disk``: for every schema): the schema's grammar compile, the first mask
+  and the first token. The prompt's KV cache is reused by both rows (same prompt), so the rows
+  differ by what the constraint costs;
 * ``overhead`` = schema - unconstrained, measured back to back (alternating, same prompt);
 * for reference, the peers' cost for the same schema, timed the same way around one mask
   (xgrammar 0.2.8: ``compile_json_schema`` + ``fill_next_token_bitmask``; llguidance:
   ``grammar_from_json_schema`` + ``LLMatcher`` + ``fill_next_token_bitmask``; both with their
-  caches off or new objects) and trellis' previous default (``precompute=True``: every lexer
-  state's vocabulary table before the first mask) unless ``--no-old``.
+  caches off or new objects) and trellis' previous default (the LALR engine with
+  ``precompute=True``: every lexer state's vocabulary table before the first mask) unless
+  ``--no-old``.
 
 With ``--grammars`` it also times ``generate(model, prompt, grammar=G, max_new_tokens=1)`` for the
 shipped grammars and the corpus grammars of ../shared/data/grammars (Lark and GBNF), fresh each.
@@ -43,11 +45,17 @@ PROMPT = "Fill in the JSON object for the request below.\nRequest: book it for t
 
 
 def fresh() -> None:
+    """Nothing of earlier schemas in memory: ``clear_caches()`` (compiled grammars, regex DFAs,
+    shared vocabulary walks). The disk cache is a fresh folder for the whole run, so walks of
+    terminals shared with EARLIER schemas of the run (JSON strings, numbers) may come from it:
+    ``--cold-disk`` gives every schema its own empty folder."""
     tc = importlib.import_module("trellis.constrain.compile")
-    from trellis.constrain.regex import _DFA_MEMO
+    tc.clear_caches()
+    if COLD_DISK:
+        os.environ["TRELLIS_CACHE_DIR"] = tempfile.mkdtemp(prefix="trellis-ttft-")
 
-    tc._COMPILED.clear()
-    _DFA_MEMO.clear()
+
+COLD_DISK = False
 
 
 def timed(fn) -> float:
@@ -108,7 +116,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--grammars", action="store_true")
     ap.add_argument("--no-old", action="store_true", help="skip trellis' old precompute=True default")
+    ap.add_argument("--cold-disk", action="store_true", help="an empty disk cache for every schema")
     args = ap.parse_args()
+    global COLD_DISK
+    COLD_DISK = args.cold_disk
     import torch
 
     torch.set_num_threads(args.threads)
@@ -147,7 +158,7 @@ def main() -> None:
         if not args.no_old:
             fresh()
             old = timed(lambda: compile(JsonSchema(case["schema"]), handle.vocab, cache=False, precompute=True,
-                                        progress=False))
+                                        progress=False, engine="lalr"))
         p = peers(case["schema"], handle, ctx)
         rows.append({"name": case["name"], "uncon": uncon, "schema": s, "over": s - uncon, "old": old, **p})
         print(f"{case['name'][:58]:<58} {uncon:8.3f} {s:9.3f} {s - uncon:9.3f} "

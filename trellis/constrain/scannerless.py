@@ -17,7 +17,7 @@ matches than the terminal's language has (pinned in ``tests/constrain/test_lark_
    (``C_COMMENT``, ``/".*?"/``) ends at its first match, as ``re.match`` finds it
    (``regex.terminal_dfa``); other lazy forms are refused by name.
 
-``\w``, ``\d`` and ``\s`` are ASCII here (Unicode in Python's ``re``); terminals with lookaround
+``\\w``, ``\\d`` and ``\\s`` are ASCII here (Unicode in Python's ``re``); terminals with lookaround
 and ``%declare``d terminals are refused with ``GrammarError``. No lexer is involved, so colliding
 terminals (keyword vs identifier), ambiguous, non-LALR, left- and right-recursive grammars and
 empty rules all mean what they say. Terminal priorities choose between parse trees in Lark and do
