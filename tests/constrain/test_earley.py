@@ -22,6 +22,7 @@ import lark
 import numpy as np
 import pytest
 
+from tests.constrain.test_grammars import accepts, byte_vocab
 from trellis.constrain import EarleyConstraint, Gbnf, GrammarError, compile, tree_masks
 from trellis.constrain.compile import load_grammar_text
 from trellis.tokens import TokenTree, Vocabulary
@@ -44,20 +45,6 @@ SMALL = {
 }
 
 
-def accepts(c, text: bytes) -> bool:
-    s = c.start()
-    for b in text:
-        s = c.advance(s, b)
-        if s is None:
-            return False
-    return c.is_accepting(s)
-
-
-def byte_vocab(alphabet: str) -> Vocabulary:
-    toks = tuple(bytes([b]) for b in range(256)) + (b"",)
-    return Vocabulary(toks, eos=frozenset([256]))
-
-
 def lark_accepts(lk: lark.Lark, s: str) -> bool:
     try:
         lk.parse(s)
@@ -70,7 +57,7 @@ def lark_accepts(lk: lark.Lark, s: str) -> bool:
 def test_language_equals_lark_earley_on_every_short_string(name: str) -> None:
     text, alphabet = SMALL[name]
     lk = lark.Lark(text, parser="earley", lexer="dynamic_complete")
-    c = compile(text, byte_vocab(alphabet), cache=False)
+    c = compile(text, byte_vocab(), cache=False)
     assert isinstance(c, EarleyConstraint)
     n_acc = 0
     for n in range(0, 6):
@@ -89,7 +76,7 @@ def test_viable_prefixes_have_completions(name: str) -> None:
     both ways: the grammars here complete in <= 4 bytes)."""
     text, alphabet = SMALL[name]
     lk = lark.Lark(text, parser="earley", lexer="dynamic_complete")
-    c = compile(text, byte_vocab(alphabet), cache=False)
+    c = compile(text, byte_vocab(), cache=False)
     sentences = {"".join(ch) for n in range(0, 8) for ch in itertools.product(alphabet, repeat=n)
                  if lark_accepts(lk, "".join(ch))} if len(alphabet) <= 5 else None
     for n in range(0, 4):
@@ -103,7 +90,7 @@ def test_viable_prefixes_have_completions(name: str) -> None:
 
 
 def test_issue_grammars_compile_and_mean_what_they_say() -> None:
-    v = byte_vocab("")
+    v = byte_vocab()
     arith = compile(SMALL["arith_ws"][0], v, cache=False)
     assert accepts(arith, b"1 + 2*(3 - 4)") and accepts(arith, b"1+2") and not accepts(arith, b"1 +")
     sql = compile(SMALL["sql_agg"][0], v, cache=False)
@@ -208,15 +195,15 @@ def test_relative_import_from_the_grammar_folder(tmp_path: Path) -> None:
     sit beside it as csv.lark/json.lark; the corpus flattened the names)."""
     for name in ("csv", "json", "storage"):
         shutil.copy(CORPUS / "lark" / f"composition_{name}.lark", tmp_path / f"{name}.lark")
-    c = compile(str(tmp_path / "storage.lark"), byte_vocab(""), cache=False)
+    c = compile(str(tmp_path / "storage.lark"), byte_vocab(), cache=False)
     assert accepts(c, b'{"a": [1, 2]}') and accepts(c, b"# a b\nc,1\n") and not accepts(c, b"a,b\n")
     with pytest.raises(GrammarError, match=r"%import: grammar file csv.lark not found") as e:
-        compile((tmp_path / "storage.lark").read_text(), byte_vocab(""), cache=False)
+        compile((tmp_path / "storage.lark").read_text(), byte_vocab(), cache=False)
     assert e.value.line == 5
 
 
 def test_refusals_are_typed_and_located() -> None:
-    v = byte_vocab("")
+    v = byte_vocab()
     with pytest.raises(GrammarError, match="%declare is not supported") as e:
         compile('start: A\n%declare A\n', v, cache=False)
     assert (e.value.line, e.value.column) == (2, 1)
@@ -230,7 +217,7 @@ def test_refusals_are_typed_and_located() -> None:
 
 
 def test_one_line_grammar_text_is_not_a_path() -> None:
-    v = byte_vocab("")
+    v = byte_vocab()
     assert accepts(compile("start: /a+/", v, cache=False), b"aaa")
     assert accepts(compile('start: "a/b"', v, cache=False), b"a/b")
     with pytest.raises(GrammarError, match="no such grammar file"):
@@ -239,7 +226,7 @@ def test_one_line_grammar_text_is_not_a_path() -> None:
 
 
 def test_states_are_immutable_values_and_tree_masks_work() -> None:
-    v = byte_vocab("")
+    v = byte_vocab()
     c = compile(SMALL["ambiguous"][0], v, cache=False)
     s0 = c.start()
     a = c.advance(s0, ord("a"))
@@ -366,7 +353,7 @@ def test_schema_keys_outrank_the_other_keys_regex() -> None:
 
     schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}, "n": {"type": "integer"}},
               "required": ["n"]}
-    v = byte_vocab("")
+    v = byte_vocab()
     for engine in ("earley", "lalr"):
         c = compile(JsonSchema(schema), v, cache=False, engine=engine)
         assert accepts(c, b'{"n":1,"d":"2024-01-31"}') and accepts(c, b'{"n":1,"other":"x"}')
@@ -406,7 +393,7 @@ def test_difference_and_intersection_of_dfas() -> None:
 
 def test_equal_sub_automata_share_one_vocabulary_walk() -> None:
     """Two terminals with the same regex and followers (a schema's string fields) are walked once."""
-    v = byte_vocab("")
+    v = byte_vocab()
     c = compile('start: A "," B ","\nA: /"[a-z]*"/\nB: /"[a-z]*"/\n', v, cache=False)
     a, b = (next(i for i, t in enumerate(c.ir.terminals) if t.name == n) for n in "AB")
     assert c._shape(a, 0) == c._shape(b, 0) and c._shape(a, 1) == c._shape(b, 1)

@@ -131,7 +131,7 @@ def _write(path: Path, obj: object) -> None:
         with os.fdopen(fd, "wb") as f:
             pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
-        _prune(path.parent)
+        _prune(path.parent.parent if path.parent.name == "walks" else path.parent)
     except OSError:
         pass  # a read-only cache dir only costs speed
 
@@ -170,13 +170,14 @@ def wait_for_cache_writes() -> None:
 
 
 def _prune(d: Path) -> None:
-    """Delete the least recently used vocabulary tables beyond ``TRELLIS_GRAMMAR_CACHE_MB``.
+    """Delete the least recently used vocabulary tables (LALR ``t-*``, shared walks ``walks/w-*``)
+    beyond ``TRELLIS_GRAMMAR_CACHE_MB``.
 
     Tables are large (json.lark on a 262k vocabulary: ~34 MB) and every distinct grammar or
     JSON schema adds one, so the cache is bounded (default 2048 MB)."""
     limit = float(os.environ.get("TRELLIS_GRAMMAR_CACHE_MB", "2048")) * 2**20
     files = []
-    for p in d.glob("t-*.pkl"):
+    for p in [*d.glob("t-*.pkl"), *d.glob("walks/w-*.pkl")]:
         try:
             st = p.stat()
         except OSError:

@@ -5,7 +5,8 @@ sub-automaton reachable from that state, the bytes that may follow the terminal 
 vocabulary, never on the grammar around it: a JSON string's interior, a number, whitespace are the
 same in every schema and grammar. ``SharedWalks`` keys them by (vocabulary fingerprint, canonical
 shape): an in-process LRU bounded by bytes (``TRELLIS_WALK_CACHE_MB``, default 256), backed by
-pickles under ``<cache dir>/walks`` (written on a background thread; ``TRELLIS_CACHE_DIR=""``
+pickles under ``<cache dir>/walks`` (written on a background thread, pruned with the LALR tables
+under ``TRELLIS_GRAMMAR_CACHE_MB``; ``TRELLIS_CACHE_DIR=""``
 disables the disk part, like the grammar cache).
 
 An entry is ``(packed, walk)``: the packed bitset of the tokens that stay inside, and the walk
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -90,30 +90,13 @@ def _path(vocab_fp: str, shape: Hashable) -> Path | None:
 
 
 def _read(path: Path) -> Entry | None:
-    try:
-        with open(path, "rb") as f:
-            obj = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
-        return None
+    from trellis.constrain.compile import _read as read
+
+    obj = read(path)
     return obj if isinstance(obj, tuple) and len(obj) == 2 else None
 
 
-def _write(path: Path, e: Entry) -> None:
-    import tempfile
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(e, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache dir only costs speed
-
-
 def _write_later(path: Path, e: Entry) -> None:
-    from trellis.constrain.compile import _PENDING
+    from trellis.constrain.compile import _write_later as write_later
 
-    t = threading.Thread(target=_write, args=(path, e), name="trellis-walk-write")
-    t.start()
-    _PENDING.append(t)
+    write_later(path, e)
