@@ -92,7 +92,7 @@ def _path(vocab_fp: str, shape: Hashable) -> Path | None:
 def _read(path: Path) -> Entry | None:
     from trellis.constrain.compile import _read as read
 
-    obj = read(path)
+    obj = read(path, wait=False)
     return obj if isinstance(obj, tuple) and len(obj) == 2 else None
 
 
