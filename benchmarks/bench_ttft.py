@@ -11,7 +11,9 @@ vocabulary, what ``generate`` costs with defaults:
   cleared (``trellis.constrain.compile.clear_caches()``) and a disk cache that is a fresh folder
   for the run (``--cold-disk``: for every schema): the schema's grammar compile, the first mask
   and the first token. The prompt's KV cache is reused by both rows (same prompt), so the rows
-  differ by what the constraint costs;
+  differ by what the constraint costs. ``finish_in_budget=False``: with ``max_new_tokens=1`` the
+  budget steering would search for a completion before the first token, which a request with a
+  real budget does not;
 * ``overhead`` = schema - unconstrained, measured back to back (alternating, same prompt);
 * for reference, the peers' cost for the same schema, timed the same way around one mask
   (xgrammar 0.2.8: ``compile_json_schema`` + ``fill_next_token_bitmask``; llguidance:
@@ -151,7 +153,7 @@ def main() -> None:
             continue
         fresh()
         u = timed(lambda: generate(handle, PROMPT, max_new_tokens=1))
-        s = timed(lambda: generate(handle, PROMPT, schema=case["schema"], max_new_tokens=1))
+        s = timed(lambda: generate(handle, PROMPT, schema=case["schema"], max_new_tokens=1, finish_in_budget=False))
         u2 = timed(lambda: generate(handle, PROMPT, max_new_tokens=1))
         uncon = (u + u2) / 2
         old = None
@@ -184,7 +186,7 @@ def main() -> None:
             fresh()
             try:
                 u = timed(lambda: generate(handle, PROMPT, max_new_tokens=1))
-                s = timed(lambda: generate(handle, PROMPT, grammar=g, max_new_tokens=1))
+                s = timed(lambda: generate(handle, PROMPT, grammar=g, max_new_tokens=1, finish_in_budget=False))
             except ConstraintError as e:
                 print(f"{os.path.basename(g):<40} {'-':>8} {'-':>9}  refused: {str(e).splitlines()[0][:70]}")
                 continue

@@ -24,7 +24,7 @@ from typing import Callable, Hashable
 
 import numpy as np
 
-from trellis.constrain.rest_walk import Walk
+from trellis.constrain.rest_walk import RestSet, Walk
 
 Entry = tuple[np.ndarray, Walk]
 
@@ -62,7 +62,7 @@ class SharedWalks:
         if hit is None:
             hit = build()
             if path is not None:
-                _write_later(path, hit)
+                _write_later(path, _snapshot(hit))
         self._put(key, hit)
         return hit
 
@@ -87,6 +87,18 @@ def _path(vocab_fp: str, shape: Hashable) -> Path | None:
         return None
     h = hashlib.sha256(repr((vocab_fp, shape, _version())).encode("utf-8", "surrogatepass")).hexdigest()[:40]
     return d / "walks" / f"w-{h}.pkl"
+
+
+def _snapshot(e: Entry) -> Entry:
+    """A copy of ``e`` with only its dataclass fields, for the background writer: the live
+    objects grow lazy attributes (``Walk._csr``, ``RestSet._firsts``) while in use, and pickling a
+    ``__dict__`` that another thread adds to raises "dictionary changed size during iteration"."""
+    packed, w = e
+    cross = None
+    if w.cross is not None:
+        c = w.cross
+        cross = RestSet(c.tid, c.base, c.length, c.lo)
+    return packed, Walk(w.inside, cross, w.src, w.inv)
 
 
 def _read(path: Path) -> Entry | None:
