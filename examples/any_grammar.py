@@ -1,0 +1,65 @@
+"""Grammars as people write them: a non-LALR Lark grammar, a keyword/identifier collision, and a
+llama.cpp GBNF grammar, each constraining Gemma 3 270M (CPU, offline).
+
+    python examples/any_grammar.py
+
+The LALR engine refuses the first two ("Shift/Reduce conflict for terminal WS", "Collision between
+Terminals AGG and IDENT"); the default scannerless Earley engine compiles them as written, and the
+first mask of each new grammar comes in milliseconds (vocabulary walks are built on first use).
+"""
+
+from __future__ import annotations
+
+import time
+
+from trellis import generate, load
+from trellis.constrain import Gbnf, GrammarError, compile
+
+ARITH = r"""
+start: expr
+expr: term (WS? ADDOP WS? term)*
+term: factor (WS? MULOP WS? factor)*
+factor: NUMBER | "(" WS? expr WS? ")"
+ADDOP: "+" | "-"
+MULOP: "*" | "/"
+WS: / +/
+NUMBER: /[0-9]+/
+"""
+
+SQL = r"""
+start: "SELECT " item (", " item)* " FROM " IDENT
+item: AGG "(" IDENT ")" | IDENT
+AGG: "COUNT" | "SUM" | "AVG"
+IDENT: /[A-Za-z_][A-Za-z0-9_]*/
+"""
+
+# llama.cpp's GBNF dialect, unchanged (`root`, `::=`, character classes, repetition bounds).
+DATE = Gbnf(r"""
+root   ::= year "-" month "-" day
+year   ::= [12] [0-9]{3}
+month  ::= "0" [1-9] | "1" [0-2]
+day    ::= "0" [1-9] | [12] [0-9] | "3" [01]
+""", source="date.gbnf")
+
+
+def main() -> None:
+    model = load()
+    for grammar, engine in ((ARITH, "lalr"), (SQL, "lalr")):
+        try:
+            compile(grammar, model.vocab, engine=engine)
+        except GrammarError as e:
+            print(f"engine={engine} refuses it: {str(e).splitlines()[0][:100]}")
+    for name, grammar, prompt in (
+            ("arithmetic", ARITH, "Twelve plus seven times three, as a formula:"),
+            ("sql", SQL, "The query that sums the price column of the orders table:\n"),
+            ("gbnf date", DATE, "The first moon landing happened on (YYYY-MM-DD)")):
+        t0 = time.perf_counter()
+        c = compile(grammar, model.vocab)
+        c.mask_array(c.start())
+        first = time.perf_counter() - t0
+        res = generate(model, prompt, grammar=c, max_new_tokens=24, finish_in_budget=False)
+        print(f"{name:<11} first mask after {first * 1e3:5.0f} ms -> {res.text!r} (finished={res.finished})")
+
+
+if __name__ == "__main__":
+    main()
