@@ -41,6 +41,8 @@ def test_compile_kinds() -> None:
     assert isinstance(compile(Regex("[ab]+"), v), RegexConstraint)
     with pytest.raises(ValueError, match="engine must be one of"):
         compile("json.lark", v, engine="glr")
+    with pytest.raises(ValueError, match="precompute=True applies to engine='lalr' only"):
+        compile("json.lark", v, precompute=True)
 
 
 def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:

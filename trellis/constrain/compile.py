@@ -1,17 +1,18 @@
 """``compile(grammar, vocab) -> Constraint``, with a disk cache of the compiled tables.
 
-``grammar`` is one of: a ``Regex``; a ``JsonSchema`` (compiled through its Lark text; the
-constraint's ``ignored_keywords`` lists what lenient mode ignored); the name of a grammar shipped
-in ``trellis/grammars/`` (``"json.lark"`` or ``"json"``); a path to a ``.lark`` file; or raw
-Lark grammar text.
+``grammar`` is one of: a ``Regex``; a ``JsonSchema`` (compiled through its BNF text; the
+constraint's ``ignored_keywords`` lists what lenient mode ignored); a ``Gbnf``; the name of a
+grammar shipped in ``trellis/grammars/`` (``"json.lark"`` or ``"json"``); a path to a ``.lark`` or
+``.gbnf`` file; or raw Lark grammar text. ``engine`` picks the scannerless Earley engine (default)
+or the LALR one (``compile``'s docstring).
 
 The cache lives under ``platformdirs.user_cache_dir("trellis")`` (override: ``TRELLIS_CACHE_DIR``;
-``TRELLIS_CACHE_DIR=""`` or ``cache=False`` disables it). Entries are pickles keyed by
-(grammar text, start rule, vocab.fingerprint(), trellis version, cache format). The
-vocabulary-independent grammar tables are always cached; with ``precompute=True`` (the default)
-the per-lexer-state vocabulary tables are built up front (tqdm progress bar) and cached too
-(bounded by ``TRELLIS_GRAMMAR_CACHE_MB``, least recently used first out), otherwise they are built
-lazily on first use of each lexer state during decoding.
+``TRELLIS_CACHE_DIR=""`` or ``cache=False`` disables it). Earley: vocabulary walks per DFA shape
+under ``walks/`` (``walk_cache.py``), built on first use. LALR: pickles keyed by (grammar text,
+start rule, vocab.fingerprint(), trellis version, cache format); the vocabulary-independent
+grammar tables are always cached; with ``precompute=True`` the per-lexer-state vocabulary tables
+are built up front (tqdm progress bar) and cached too, otherwise lazily on first use. Vocabulary
+tables of both are bounded by ``TRELLIS_GRAMMAR_CACHE_MB``, least recently used first out.
 """
 
 from __future__ import annotations
@@ -247,7 +248,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
       the contextual lexer applies them (declared keys outrank the "other keys" regex where both
       are expected: ``GrammarIR.lexical_priority``), so both engines give the schema's language.
 
-    ``precompute`` (LALR engine only; default False): walk the vocabulary from every lexer state
+    ``precompute`` (LALR engine only, ``ValueError`` otherwise; default False): walk the vocabulary from every lexer state
     now and cache the tables on disk, so no mask pays a table build during decoding (one build is
     ~3-15 ms on a 262k vocabulary) at the cost of seconds before the first mask. ``progress``
     shows a tqdm bar while precomputing (default: when stderr is a terminal).
@@ -275,7 +276,10 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         elif source != "<grammar>" and Path(source).is_file():
             path = source
         engine = "earley" if engine == "auto" else engine
-    precompute = bool(precompute) and engine == "lalr"
+    if precompute and engine != "lalr":
+        raise ValueError("precompute=True applies to engine='lalr' only: the Earley engine builds its "
+                         "vocabulary walks on first use and shares them across grammars and runs")
+    precompute = bool(precompute)
     # One constraint per (grammar, vocabulary) per process: its tables and mask cache are the
     # expensive part, and states are immutable values, so callers can share it.
     key = (text, source, start, vocab.fingerprint(), precompute, engine) + ((ignored,) if ignored else ())
@@ -285,14 +289,13 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         return hit
     if engine == "earley":
         ir = None
-        share = cache
         schema = isinstance(grammar, (JsonSchema, SchemaGrammar))
         if schema:  # plain BNF: skip Lark's grammar parser
             ir = load_bnf(text, source=source, start=start, lexical_priority=True)
         if ir is None:
             ir = load_lark(text, source=source, start=start, path=path)
             ir.lexical_priority = schema
-        c = EarleyConstraint(ir, vocab, share=share)
+        c = EarleyConstraint(ir, vocab, share=cache)
     else:
         c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
     if isinstance(grammar, JsonSchema):

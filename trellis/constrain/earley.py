@@ -63,18 +63,17 @@ class Earley:
         self.lhs: list[int] = []
         self.predict: list[list[int]] = [[] for _ in ir.nonterminals]
         for lhs, rhs in ir.rules:
+            if lhs == ir.start:  # the augmented rule start -> <start>: complete after one symbol
+                self.accept_item = len(self.next_sym) + 1
             self.predict[lhs].append(len(self.next_sym))
             for k in range(len(rhs) + 1):
                 self.next_sym.append(rhs[k] if k < len(rhs) else None)
                 self.lhs.append(lhs)
-        self.accept_item = next(i for i, (lhs, rhs) in zip(self._rule_starts(), ir.rules)
-                                if lhs == ir.start) + 1
         self.nullable = ir.nullable
         # Scans run DFAs by scan id: 0..m-1 the terminals, m.. the %ignore terminals, then the
         # terminals cut by higher-priority ones expected beside them (``lexical_priority``),
         # added as they are met. Tables are flat Python lists: one list index per byte is ~3x
         # faster than indexing a numpy array from Python.
-        self.n_terms = m
         self.scan_dfa: list[ByteDFA] = []
         self.scan_term: list[int] = []  # the terminal a scan completes
         self.scan_ignore: list[bool] = []
@@ -124,12 +123,6 @@ class Earley:
         if hit is None:
             hit = self._overlap[key] = intersects(self.ir.terminals[t].dfa, self.ir.terminals[u].dfa)
         return hit
-
-    def _rule_starts(self) -> Iterable[int]:
-        i = 0
-        for _, rhs in self.ir.rules:
-            yield i
-            i += len(rhs) + 1
 
     # -- item sets
     def _close(self, kernel: frozenset) -> ESet:

@@ -167,7 +167,6 @@ def walk(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMat
     alive = len(idx)
     cross_i: list[np.ndarray] = []
     cross_j: list[np.ndarray] = []
-    fol = follow if follow is not None else None
     for k in range(1, int(length[0]) + 1):
         m = int(cnt[k])
         ended = st[m:int(cnt[k - 1])]
@@ -178,8 +177,8 @@ def walk(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMat
         st = st[:m]
         nxt = flat[base[:m] + k * stride]
         f = fin[st]
-        if fol is not None:
-            f &= fol[nxt]
+        if follow is not None:
+            f &= follow[nxt]
         hit = np.flatnonzero(f)
         if len(hit):
             cross_i.append(idx[hit])

@@ -101,6 +101,7 @@ class EarleyConstraint:
         self._group_memo: dict[ChartState, list] = {}
         self._live_memo: dict[ChartState, np.ndarray] = {}
         self._firsts: dict[tuple[int, int], int] = {}
+        self._byte_classes: np.ndarray | None = None
 
     # -- protocol
     def start(self) -> ChartState:
@@ -148,10 +149,12 @@ class EarleyConstraint:
         key = (d, q)
         hit = self._shapes.get(key)
         if hit is None:
-            dfa = self._dfa[d]
-            follow = self._follow_of_term[self.earley.scan_term[d]].tobytes()
-            hit = self._shapes[key] = (_canonical(dfa, q), follow)
+            hit = self._shapes[key] = (_canonical(self._dfa[d], q), self._follow(d).tobytes())
         return hit
+
+    def _follow(self, d: int) -> np.ndarray:
+        """[256] bool: the bytes that can start what follows scan ``d``'s terminal."""
+        return self._follow_of_term[self.earley.scan_term[d]]
 
     def _inside_of(self, d: int, q: int) -> tuple[np.ndarray, Walk]:
         """Packed tokens that stay inside DFA ``d`` from ``q``, and the vocabulary walk."""
@@ -159,10 +162,9 @@ class EarleyConstraint:
         hit = self._inside.get(key)
         if hit is None:
             dfa = self._dfa[d]
-            follow = self._follow_of_term[self.earley.scan_term[d]]
 
             def build() -> tuple[np.ndarray, Walk]:
-                w = walk(dfa.trans, dfa.final, q, self._vocab_rests, self.tm, follow)
+                w = walk(dfa.trans, dfa.final, q, self._vocab_rests, self.tm, self._follow(d))
                 packed = self.tm.pack_ids(self._vocab_rests.tid[w.inside])
                 w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
                 return packed, w
@@ -177,7 +179,7 @@ class EarleyConstraint:
         w = self._walks.get(key)
         if w is None:
             dfa = self._dfa[d]
-            w = self._walks[key] = walk(dfa.trans, dfa.final, q, rs, self.tm, self._follow_of_term[self.earley.scan_term[d]])
+            w = self._walks[key] = walk(dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))
             if w.cross is not None:
                 self._keep.append(w.cross)
         return w
@@ -304,11 +306,14 @@ class EarleyConstraint:
 
     # -- helpers the strategies use
     def byte_classes(self) -> np.ndarray:
-        """[256] class id per byte: bytes on which every terminal DFA agrees everywhere."""
-        from trellis.constrain.lexer import byte_classes
+        """[256] class id per byte: bytes on which every terminal DFA agrees everywhere (the DFAs
+        that lexical priority cuts out of them are products of these, so they agree too)."""
+        if self._byte_classes is None:
+            from trellis.constrain.lexer import byte_classes
 
-        mats = [d.trans for d in self._dfa] or [np.full((1, 256), -1, dtype=np.int32)]
-        return byte_classes(np.vstack(mats))
+            mats = [t.dfa.trans for t in self.ir.terminals] or [np.full((1, 256), -1, dtype=np.int32)]
+            self._byte_classes = byte_classes(np.vstack(mats))
+        return self._byte_classes
 
     def completion_hint(self, state: Hashable) -> int:
         """Fewer open scans first: a rough distance to completion for ``Budgeted``'s search."""
@@ -319,7 +324,7 @@ class EarleyConstraint:
         out = bytearray()
         st: ChartState = state  # type: ignore[assignment]
         while len(out) < limit and not st[1]:
-            live = np.flatnonzero(self.earley.live_bytes(st))
+            live = np.flatnonzero(self._live(st))
             if len(live) != 1:
                 break
             b = int(live[0])
