@@ -200,37 +200,57 @@ def _same_language(a, b) -> bool:
     return True
 
 
-def test_linear_patterns_skip_interegular_with_the_same_language() -> None:
-    """``linear_nfa`` builds sequences of ASCII characters/classes with quantifiers directly; the
-    DFA must accept exactly what interegular's does (and ``re.fullmatch``), and every pattern
-    outside that subset must be left to interegular."""
+def test_compiled_dfas_equal_interegulars_on_patterns_both_read() -> None:
+    """``regex_compile`` (Python's parser, Thompson NFA) replaced interegular for terminals: on
+    patterns both read alike (no Unicode shorthand classes, no flags: interegular's \\w is ASCII)
+    the two DFAs must accept the same language, and ``re.fullmatch`` agrees on samples."""
     import random
     import re
 
+    import interegular
+
     import trellis.constrain.regex as R
-    from trellis.constrain.linear_regex import linear_nfa
 
     ws = "[ \t\n\r]"  # real characters, as lark hands schema terminals over
-    linear = [rf"{ws}{{0,64}},{ws}{{0,64}}", rf"\{{{ws}{{0,8}}", rf"{ws}{{0,3}}\]", "null", r"\"name\"", "ab*c+d?",
-              r"[a-z_][a-z0-9_]*", r"x{3}y{0,2}z", r"[-a]+[b-]?\-", r"a{0}b", r"[\t\\\]x]", r"\x41B?", "a?a?a"]
-    for p in linear:
-        assert linear_nfa(p) is not None, p
-        fast = R._regex_to_byte_dfa(p, name="t")
-        orig = R.linear_nfa
-        R.linear_nfa = lambda _p: None
-        try:
-            slow = R._regex_to_byte_dfa(p, name="t")
-        finally:
-            R.linear_nfa = orig
-        assert _same_language(fast, slow), p
-        rng = random.Random(0)
-        alpha = sorted(set(b" \t\n\r,{}]abcdxyz_-\\AB\"nul"))
+    pats = [rf"{ws}{{0,64}},{ws}{{0,64}}", rf"\{{{ws}{{0,8}}", rf"{ws}{{0,3}}\]", "null", r"\"name\"", "ab*c+d?",
+            r"[a-z_][a-z0-9_]*", r"x{3}y{0,2}z", r"[-a]+[b-]?\-", r"a{0}b", r"[\t\\\]x]", r"\x41B?", "a?a?a",
+            "a|b", "(ab)*", "[^a]", "a{2,}", "é", "[^\"\\\\]*", "(?:é|€)+x?", ".b", *PATTERNS]
+    rng = random.Random(0)
+    alpha = sorted(set(" \t\n\r,{}]abcdxyz_-\\AB\"nulé€"))
+    for p in pats:
+        if "\\w" in p or "\\d" in p or "\\s" in p or "(?i" in p:  # ſ matches s under re's i
+            continue
+        new = R._regex_to_byte_dfa(p, name="t")
+        old = R._determinise(*_interegular_nfa(interegular.parse_pattern(p).to_fsm()), name="t", pattern=p)
+        assert _same_language(new, old), p
         rx = re.compile(p)
-        for _ in range(500):
-            s = bytes(rng.choice(alpha) for _ in range(rng.randint(0, 7)))
-            assert fast.matches(s) == (rx.fullmatch(s.decode()) is not None), (p, s)
-    for p in ["a|b", "(ab)*", "[^a]", r"\d+", r"\w", ".", "a{2,}", "a*?", "é", "(?i:select)", "[]", r"\b", "a{3,1}"]:
-        assert linear_nfa(p) is None, p
+        for _ in range(300):
+            s = "".join(rng.choice(alpha) for _ in range(rng.randint(0, 7)))
+            assert new.matches(s.encode()) == (rx.fullmatch(s) is not None), (p, s)
+
+
+def _interegular_nfa(fsm):  # type: ignore[no-untyped-def]
+    """interegular FSM -> (byte edges, finals, start) as the old path expanded it (an oracle)."""
+    from trellis.constrain.charsets import alphabet_ranges
+    from trellis.constrain.regex import codepoint_ranges_to_utf8
+
+    seqs = {cls: codepoint_ranges_to_utf8(list(r)) for cls, r in alphabet_ranges(fsm.alphabet).items()}
+    states = sorted(fsm.states)
+    index = {s: i for i, s in enumerate(states)}
+    edges: list = [[] for _ in states]
+    for s, row in fsm.map.items():
+        for cls, t in row.items():
+            for seq in seqs.get(cls, []):
+                cur = index[s]
+                for k, (lo, hi) in enumerate(seq):
+                    if k == len(seq) - 1:
+                        dst = index[t]
+                    else:
+                        edges.append([])
+                        dst = len(edges) - 1
+                    edges[cur].append((lo, hi, dst))
+                    cur = dst
+    return edges, {index[s] for s in fsm.finals}, index[fsm.initial]
 
 
 def test_fast_determinise_and_minimise_paths_equal_the_general_ones() -> None:
@@ -238,13 +258,13 @@ def test_fast_determinise_and_minimise_paths_equal_the_general_ones() -> None:
     ``_already_deterministic`` (an NFA with no byte on two edges of one state is its own DFA) vs
     the subset construction, and ``_minimal_acyclic`` (bottom-up minimisation of a DFA without
     cycles) vs ``minimise(trim(...))``. Patterns: linear ones (both shortcuts apply to chains
-    such as flexible whitespace) and random ones with alternation and loops (interegular's path)."""
+    such as flexible whitespace) and random ones with alternation and loops."""
     import random
 
     import numpy as np
 
     import trellis.constrain.regex as R
-    from trellis.constrain.linear_regex import linear_nfa
+    from trellis.constrain.regex_compile import regex_nfa
 
     rng = random.Random(7)
     ws = "[ \t\n\r]"
@@ -256,17 +276,13 @@ def test_fast_determinise_and_minimise_paths_equal_the_general_ones() -> None:
         pats += ["".join(items), "(?:" + "|".join(items[:2]) + ")" + "".join(items[2:])]
     shortcuts = {"deterministic": 0, "acyclic": 0}
     for p in pats:
-        lin = linear_nfa(p)
-        if lin is not None:
-            det = R._already_deterministic(lin[0], lin[1], 0)
-            if det is not None:
-                sub = R._subsets(lin[0], lin[1], 0)
-                assert np.array_equal(det[0], sub[0]) and np.array_equal(det[1], sub[1]), p
-                shortcuts["deterministic"] += 1
-            trans, final = R._subsets(lin[0], lin[1], 0)
-        else:
-            dfa = R._regex_to_byte_dfa(p, name="t")  # minimal already: its table stands in
-            trans, final = dfa.trans, dfa.final
+        edges, finals = regex_nfa(p)
+        det = R._already_deterministic(edges, finals, 0)
+        if det is not None:
+            sub = R._subsets(edges, finals, 0)
+            assert np.array_equal(det[0], sub[0]) and np.array_equal(det[1], sub[1]), p
+            shortcuts["deterministic"] += 1
+        trans, final = R._subsets(edges, finals, 0)
         fast = R._minimal_acyclic(trans, final, name="t", pattern=p)
         if fast is not None:
             slow = R.minimise(R.trim(trans, final))

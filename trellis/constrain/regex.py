@@ -1,16 +1,15 @@
 """Regular expressions -> byte-level DFAs, and the ``Regex`` constraint.
 
-A pattern is parsed by interegular into a character-level FSM; every character class (including
-interegular's ``anything_else``) is expanded into UTF-8 byte-range sequences, and the resulting byte
-NFA is determinised and trimmed (states that cannot reach an accepting state are removed, so every
-live state can still be completed). Tokens may therefore end in the middle of a UTF-8 character.
-Linear ASCII patterns (characters and classes with quantifiers, e.g. flexible JSON whitespace
-around punctuation) skip interegular: ``linear_regex.py`` writes their byte NFA directly. The DFA
-is then minimised (Moore refinement on hashed signatures, checked as a bisimulation).
+A pattern is read by Python's own regex parser and built into a byte NFA over UTF-8
+(``regex_compile.py``: every character set, flags included, exactly as ``re`` matches it), then
+determinised and trimmed (states that cannot reach an accepting state are removed, so every live
+state can still be completed). Tokens may therefore end in the middle of a UTF-8 character. The
+DFA is then minimised (Moore refinement on hashed signatures, checked as a bisimulation).
 
-Supported syntax is what interegular supports, with Python-``re`` meaning, except that ``\\w``,
-``\\d``, ``\\s`` are ASCII-only (as with ``re.ASCII``). Refused with ``GrammarError`` naming the
-feature: backreferences, lookahead/lookbehind, anchors (``^``, ``$``, ``\\b``, ``\\A``, ``\\Z``).
+The language is ``re.fullmatch``'s, with Unicode ``\\w \\d \\s`` and every flag (``i`` ``s`` ``x``
+``m`` ``a`` ``u``). Refused with ``GrammarError`` naming the feature: backreferences,
+lookahead/lookbehind, anchors (``^``, ``$``, ``\\b``, ``\\A``, ``\\Z``), conditional and atomic groups,
+possessive quantifiers.
 """
 
 from __future__ import annotations
@@ -23,9 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trellis.constrain.charsets import alphabet_ranges
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.linear_regex import linear_nfa
+from trellis.constrain.regex_compile import RegexUnsupported, regex_nfa
 from trellis.tokens import Vocabulary
 
 _SURROGATES = (0xD800, 0xDFFF)
@@ -106,51 +104,12 @@ _REWRITES = {
 }
 
 
-def _unsupported_feature(pattern: str) -> str | None:
-    """Name the first regex feature interegular cannot compile exactly, or None."""
-    i, n, in_class = 0, len(pattern), False
-    while i < n:
-        c = pattern[i]
-        if c == "\\" and i + 1 < n:
-            e = pattern[i + 1]
-            if not in_class:
-                if e.isdigit() and e != "0":
-                    return "backreference"
-                if e in "bBAZ":
-                    return f"anchor \\{e}"
-                if e == "g":
-                    return "backreference"
-            i += 2
-            continue
-        if in_class:
-            if c == "]":
-                in_class = False
-        elif c == "[":
-            in_class = True
-            if pattern[i + 1:i + 2] == "^":
-                i += 1
-            if pattern[i + 1:i + 2] == "]":
-                i += 1
-        elif c == "(" and pattern[i + 1:i + 2] == "?":
-            rest = pattern[i + 2:i + 5]
-            if rest.startswith("="):
-                return "lookahead"
-            if rest.startswith("!"):
-                return "negative lookahead"
-            if rest.startswith("<=") or rest.startswith("<!"):
-                return "lookbehind"
-            if rest.startswith("P="):
-                return "backreference"
-            if rest.startswith("("):
-                return "conditional group"
-        elif c in "^$":
-            return f"anchor {c}"
-        i += 1
-    return None
-
-
 _DFA_MEMO: dict[str, ByteDFA] = {}  # pattern -> DFA; generated grammars repeat terminals
 _DFA_MEMO_MAX = 4096
+# Subset states past which a regex is refused by name rather than determinised for minutes. The
+# largest real terminal seen is ~20k states (``[a-zA-Z_]\w{0,63}`` with Unicode ``\w``: 0.7 s);
+# random nestings of overlapping Unicode classes reach millions (one took 141 s for 88k states).
+MAX_DFA_STATES = 100_000
 
 
 def literal_dfa(data: bytes) -> ByteDFA:
@@ -179,46 +138,27 @@ def regex_to_byte_dfa(pattern: str, *, name: str = "regex") -> ByteDFA:
 
 
 def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
-    import interegular
+    import re
 
     pattern = _REWRITES.get(pattern, pattern)
-    feature = _unsupported_feature(pattern)
-    if feature is not None:
-        raise GrammarError(f"{name}: regex feature not supported ({feature}) in /{pattern}/")
-    linear = linear_nfa(pattern)
-    if linear is not None:  # e.g. flexible JSON whitespace around punctuation: no interegular needed
-        det = _already_deterministic(linear[0], linear[1], 0)
-        if det is not None:
-            return _minimal(*det, name=name, pattern=pattern)
-        return _determinise(linear[0], linear[1], 0, name=name, pattern=pattern)
     try:
-        fsm = interegular.parse_pattern(pattern).to_fsm()
-    except Exception as e:  # interegular raises plain Exception subclasses (Unsupported, ...)
-        raise GrammarError(f"{name}: regex not supported ({e}) in /{pattern}/") from None
-    return _fsm_to_byte_dfa(fsm, name=name, pattern=pattern)
+        edges, finals = regex_nfa(pattern)
+    except RegexUnsupported as e:
+        raise GrammarError(f"{name}: regex feature not supported ({e}) in /{pattern}/") from None
+    except (re.error, OverflowError, RecursionError) as e:
+        raise GrammarError(f"{name}: invalid regex ({e}) in /{pattern}/") from None
+    det = _already_deterministic(edges, finals, 0)  # chains such as flexible JSON whitespace
+    if det is not None:
+        return _minimal(*det, name=name, pattern=pattern)
+    try:
+        return _determinise(edges, finals, 0, name=name, pattern=pattern)
+    except _TooLarge:
+        raise GrammarError(f"{name}: regex too large (its DFA passes {MAX_DFA_STATES:,} states) "
+                           f"in /{pattern}/") from None
 
 
-def _fsm_to_byte_dfa(fsm, *, name: str, pattern: str) -> ByteDFA:
-    seqs_by_class = {cls: codepoint_ranges_to_utf8(list(r)) for cls, r in alphabet_ranges(fsm.alphabet).items()}
-
-    # Byte NFA: fsm states keep their ids; intermediate nodes are appended.
-    states = sorted(fsm.states)
-    index = {s: i for i, s in enumerate(states)}
-    edges: list[list[tuple[int, int, int]]] = [[] for _ in states]
-    finals = {index[s] for s in fsm.finals}
-    for s, row in fsm.map.items():
-        for cls, t in row.items():
-            for seq in seqs_by_class.get(cls, []):
-                cur = index[s]
-                for k, (lo, hi) in enumerate(seq):
-                    if k == len(seq) - 1:
-                        dst = index[t]
-                    else:
-                        edges.append([])
-                        dst = len(edges) - 1
-                    edges[cur].append((lo, hi, dst))
-                    cur = dst
-    return _determinise(edges, finals, index[fsm.initial], name=name, pattern=pattern)
+class _TooLarge(Exception):
+    pass
 
 
 def _determinise(edges: list[list[tuple[int, int, int]]], finals: set[int], start: int, *,
@@ -241,6 +181,8 @@ def _subsets(edges: list[list[tuple[int, int, int]]], finals: set[int],
     def target(k: frozenset[int]) -> int:
         j = ids.get(k)
         if j is None:
+            if len(order) >= MAX_DFA_STATES:
+                raise _TooLarge
             j = ids[k] = len(order)
             order.append(k)
         return j
@@ -249,24 +191,30 @@ def _subsets(edges: list[list[tuple[int, int, int]]], finals: set[int],
     while i < len(order):
         cur = order[i]
         i += 1
-        es = [e for node in cur for e in edges[node]]
-        cuts = sorted({0, 256}.union(*(((lo, hi + 1) for lo, hi, _ in es))))
-        if len(es) * len(cuts) <= 4096:
-            for a, b in zip(cuts, cuts[1:]):
-                k = frozenset([dst for lo, hi, dst in es if lo <= a <= hi])
-                runs_to.append(target(k) if k else -1)
-                runs_len.append(b - a)
-        else:  # many edges over many cuts (UTF-8 expansions): per byte
-            nxt: list[set[int] | None] = [None] * 256
-            for lo, hi, dst in es:
-                for x in range(lo, hi + 1):
-                    s = nxt[x]
-                    if s is None:
-                        nxt[x] = {dst}
-                    else:
-                        s.add(dst)
-            runs_to.extend(-1 if s is None else target(frozenset(s)) for s in nxt)
-            runs_len.extend([1] * 256)
+        # Sweep the edges' endpoints once (O(E log E) a state): Unicode classes give states
+        # hundreds of edges, where testing every edge at every cut was quadratic.
+        events = sorted([(lo, 1, dst) for node in cur for lo, _, dst in edges[node]]
+                        + [(hi + 1, -1, dst) for node in cur for _, hi, dst in edges[node]])
+        active: dict[int, int] = {}
+        pos = 0
+        k = 0
+        while k < len(events):
+            at = events[k][0]
+            if at > pos:
+                runs_to.append(target(frozenset(active)) if active else -1)
+                runs_len.append(at - pos)
+                pos = at
+            while k < len(events) and events[k][0] == at:
+                _, d, dst = events[k]
+                c = active.get(dst, 0) + d
+                if c:
+                    active[dst] = c
+                else:
+                    del active[dst]
+                k += 1
+        if pos < 256:
+            runs_to.append(-1)
+            runs_len.append(256 - pos)
     return _run_table(runs_to, runs_len), np.array([bool(k & finals) for k in order], dtype=bool)
 
 

@@ -1,0 +1,139 @@
+"""``regex_compile``: Python regexes -> byte DFAs, checked against ``re.fullmatch`` itself.
+
+Random regexes over a small alphabet full of case-folding traps (Kelvin sign, long s, final sigma,
+dotted and dotless i), Unicode shorthand classes, negated classes, every flag; both directions:
+strings drawn from the DFA must match ``re``, and random strings ``re`` matches must be in the DFA.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from trellis.constrain.errors import GrammarError
+from trellis.constrain.regex import regex_to_byte_dfa
+
+ALPHA = "aAbkKsS\u017f\u212a\u03c3\u03c2\u03a3\u0130i\u0131\u00e9\u00c9\u20ac\U0001f600 09_\n-."
+
+
+def _atom(rng: random.Random, depth: int) -> str:
+    r = rng.random()
+    if depth > 0 and r < 0.25:
+        inner = "|".join(_seq(rng, depth - 1) for _ in range(rng.randint(1, 3)))
+        flag = rng.choice(["?:", "?:", "?i:", "?s:", "?a:", "?-i:"])
+        return f"({flag}{inner})"
+    if r < 0.45:
+        return rng.choice([r"\d", r"\w", r"\s", r"\D", r"\W", r"\S", "."])
+    if r < 0.7:
+        items = [re.escape(rng.choice(ALPHA)) for _ in range(rng.randint(1, 3))]
+        if rng.random() < 0.3:
+            items.append(rng.choice([r"\w", r"\d", r"\s", "a-z", "A-Z", "\u03b1-\u03c9", "\\x00-\\x7f"]))
+        return "[" + ("^" if rng.random() < 0.3 else "") + "".join(items) + "]"
+    return re.escape(rng.choice(ALPHA))
+
+
+def _seq(rng: random.Random, depth: int) -> str:
+    out = []
+    for _ in range(rng.randint(1, 3)):
+        a = _atom(rng, depth)
+        q = rng.choice(["", "", "", "?", "*", "+", "{2}", "{0,2}", "{1,3}", "*?", "+?"])
+        out.append(a + q)
+    return "".join(out)
+
+
+def _pattern(rng: random.Random) -> str:
+    p = _seq(rng, 2)
+    if rng.random() < 0.2:
+        p = rng.choice(["(?i)", "(?s)", "(?a)", "(?is)", "(?m)"]) + p
+    return p
+
+
+def _draw(dfa, rng: random.Random, limit: int = 24) -> bytes | None:  # type: ignore[no-untyped-def]
+    """A random string of the DFA's language (None if the walk gives up)."""
+    q, out = 0, bytearray()
+    for _ in range(limit):
+        if dfa.final[q] and rng.random() < 0.3:
+            return bytes(out)
+        nxt = [b for b in range(256) if dfa.trans[q, b] >= 0]
+        if not nxt:
+            return bytes(out) if dfa.final[q] else None
+        b = rng.choice(nxt)
+        out.append(b)
+        q = int(dfa.trans[q, b])
+    return bytes(out) if dfa.final[q] else None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_regexes_mean_what_re_means(seed: int) -> None:
+    rng = random.Random(seed)
+    refused = 0
+    for _ in range(25):
+        p = _pattern(rng)
+        rx = re.compile(p)
+        try:
+            dfa = regex_to_byte_dfa(p)
+        except GrammarError as e:  # nested overlapping Unicode classes can pass the size cap
+            assert "regex too large" in str(e), (p, e)
+            refused += 1
+            continue
+        for _ in range(30):  # the DFA's strings are re's
+            s = _draw(dfa, rng)
+            if s is not None:
+                assert rx.fullmatch(s.decode("utf-8")), (p, s)
+        for _ in range(300):  # re's strings (random ones) are the DFA's
+            s = "".join(rng.choice(ALPHA) for _ in range(rng.randint(0, 4)))
+            assert dfa.matches(s.encode()) == (rx.fullmatch(s) is not None), (p, s)
+    assert refused <= 2, refused
+
+
+def test_a_regex_whose_dfa_explodes_is_refused_by_name_not_compiled_for_minutes() -> None:
+    p = r"(?:k*\w?\w+|x)(?:\w.+\s+|[0Kk]\S{2}[^9x]{2})|K{1,3}\S(?a:\.\s{1,3})*?|[^k ]+?[^A]"
+    with pytest.raises(GrammarError, match="regex too large"):
+        regex_to_byte_dfa("(?:" + p + ")+")
+
+
+@pytest.mark.parametrize("pattern, text, ok", [
+    (r"(?i:k)", "\u212a", True),  # Kelvin sign lower-cases to k
+    (r"(?i:s)", "\u017f", True),  # long s: one of re's extra folds
+    (r"(?i:\u03c3)", "\u03c2", True),  # final sigma
+    (r"(?i:[a-z])", "\u0130", True),  # dotted capital I lower-cases to i
+    (r"(?i:[^k])", "\u212a", False),
+    (r"\w+", "\u00e9t\u00e9_\u0661", True),  # Unicode word characters and digits
+    (r"(?a:\w+)", "\u00e9", False),
+    (r"\d", "\u0661", True),  # ARABIC-INDIC DIGIT ONE
+    (r"\s", "\u2003", True),  # EM SPACE
+    (r".", "\n", False),
+    (r"(?s:.)", "\n", True),
+    ("(?x: a b \\  c # comment\n)", "ab c", True),
+    (r"(?m:a)", "a", True),
+    (r"\U0001F600+", "\U0001f600\U0001f600", True),
+    (r"[\u00e0-\u00ff]", "\u00c9", False),
+    (r"(?i)[\u00e0-\u00ff]", "\u00c9", True),
+])
+def test_flags_and_unicode_classes(pattern: str, text: str, ok: bool) -> None:
+    assert bool(re.fullmatch(pattern, text)) == ok  # the oracle first
+    assert regex_to_byte_dfa(pattern).matches(text.encode()) == ok
+
+
+@pytest.mark.parametrize("pattern, feature", [
+    (r"a(?=b)", "lookahead"), (r"a(?!b)", "negative lookahead"), (r"(?<=a)b", "lookbehind"),
+    (r"(?<!a)b", "negative lookbehind"), (r"^a", "anchor ^"), (r"a$", "anchor $"), (r"\bfoo", r"word boundary \b"),
+    (r"(a)\1", "backreference"), (r"(a)?(?(1)b|c)", "conditional group"),
+])
+def test_unsupported_constructs_are_refused_by_name(pattern: str, feature: str) -> None:
+    with pytest.raises(GrammarError, match=re.escape(f"({feature})")):
+        regex_to_byte_dfa(pattern)
+
+
+def test_invalid_regex_is_a_grammar_error() -> None:
+    with pytest.raises(GrammarError, match="invalid regex"):
+        regex_to_byte_dfa("a(b")
+
+
+def test_case_table_bound_holds_for_this_unicode_version() -> None:
+    """``_cased`` scans code points below U+20000 only: no case mapping may start above."""
+    import _sre
+
+    assert not [c for c in range(0x20000, 0x110000) if _sre.unicode_iscased(c) or _sre.unicode_tolower(c) != c]

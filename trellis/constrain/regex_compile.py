@@ -1,0 +1,350 @@
+"""Python regex text -> byte NFA over UTF-8, read with Python's own regex parser.
+
+Grammar terminals and ``Regex`` constraints are Python regexes (Lark hands its terminals to
+``re``), so the parse tree is taken from ``re._parser``, the parser ``re.compile`` itself runs:
+escapes, ``\\U`` literals, verbose mode (``x``), scoped and global flags (``(?i:...)``, ``(?s)``)
+mean here exactly what they mean there. The tree is built into a Thompson NFA (Thompson 1968)
+whose edges are byte ranges: every character set becomes the UTF-8 byte-range sequences of its
+code points. ``epsilon_free`` removes the empty moves; ``regex.py`` determinises and minimises.
+
+Character sets are exact under every flag, including the ones whose meaning lives inside
+``_sre`` rather than the parser:
+
+* ``\\d \\w \\s`` (Unicode unless ``a``): the code points ``re`` itself matches, found once per
+  process by running the class over a string of every code point (~20 ms per class).
+* ``i`` (ignore case): a character outside ``CASED`` (no case mapping to or from it, no special
+  fold) matches under ``i`` exactly when it matches without; for the ~2,900 characters inside,
+  the one-character regex is run by ``re`` over them. So Kelvin sign, long s, final sigma and
+  dotted I follow ``re`` to the letter, with no case table of our own.
+* ``.`` is every code point but ``\\n`` (all of them under ``s``); ``m`` changes only anchors.
+
+Refused by name (``RegexUnsupported``): lookahead and lookbehind (they look outside the match),
+anchors and ``\\b``, backreferences, conditional groups, atomic groups, possessive quantifiers.
+Lazy quantifiers are read as greedy: a full-match language does not depend on laziness (grammar
+terminals, where ``re.match`` makes it matter, go through ``regex.terminal_dfa`` first).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+try:  # Python >= 3.11
+    import re._constants as C  # type: ignore[import-not-found]
+    import re._parser as P  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as C  # type: ignore[no-redef]
+    import sre_parse as P  # type: ignore[no-redef]
+import re
+
+from trellis.constrain.charsets import MAXC, Ranges, cs_diff, cs_inter, cs_neg, cs_union
+
+MAX_NFA_STATES = 400_000  # a regex past this is refused rather than compiled for minutes
+
+Edges = list[list[tuple[int, int, int]]]  # per NFA state: (first byte, last byte, target)
+
+
+class RegexUnsupported(Exception):
+    """A construct that cannot be compiled exactly, or a regex too large (message says which)."""
+
+
+_FLAG_LETTERS = ((C.SRE_FLAG_IGNORECASE, "i"), (C.SRE_FLAG_DOTALL, "s"), (C.SRE_FLAG_ASCII, "a"))
+_REFUSED = {
+    C.ASSERT: "lookaround", C.ASSERT_NOT: "negative lookaround", C.AT: "anchor",
+    C.GROUPREF: "backreference", C.GROUPREF_EXISTS: "conditional group",
+}
+for _name, _what in (("ATOMIC_GROUP", "atomic group"), ("POSSESSIVE_REPEAT", "possessive quantifier"),
+                     ("GROUPREF_IGNORE", "backreference")):
+    if hasattr(C, _name):
+        _REFUSED[getattr(C, _name)] = _what
+_CATEGORY_TEXT = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_SPACE: r"\s",
+                  C.CATEGORY_NOT_SPACE: r"\S", C.CATEGORY_WORD: r"\w", C.CATEGORY_NOT_WORD: r"\W"}
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+# ----------------------------------------------------------------------------- exact char sets
+
+
+@lru_cache(maxsize=1)
+def _every_char() -> str:
+    """Every code point but the surrogates, in order (decoded from UTF-32: ~5 ms)."""
+    cps = np.concatenate([np.arange(0, _SURROGATES[0]), np.arange(_SURROGATES[1] + 1, MAXC + 1)])
+    return cps.astype("<u4").tobytes().decode("utf-32-le")
+
+
+def _runs(text: str, rx: str, flags: int, *, consecutive: bool) -> Ranges:
+    """The code points of ``text`` matched by the one-character regex ``rx``, as ranges
+    (``consecutive``: ``text`` is ``_every_char()``, so a run of matches is one range)."""
+    pat = re.compile(f"(?:{rx})+", flags)
+    out: list[tuple[int, int]] = []
+    for m in pat.finditer(text):
+        if not consecutive:
+            out.extend((c, c) for c in map(ord, text[m.start():m.end()]))
+            continue
+        lo, hi = ord(text[m.start()]), ord(text[m.end() - 1])
+        if lo < _SURROGATES[0] < hi:  # a run across the gap
+            out += [(lo, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, hi)]
+        else:
+            out.append((lo, hi))
+    return cs_union((), tuple(out))
+
+
+@lru_cache(maxsize=64)
+def _category(rx: str, flags: int) -> Ranges:
+    """``\\d`` ``\\w`` ``\\s`` (and negations) as ``re`` matches them under ``flags``."""
+    return _runs(_every_char(), rx, flags, consecutive=True)
+
+
+@lru_cache(maxsize=1)
+def _cased() -> tuple[Ranges, str]:
+    """The characters whose matching can change under ``i``: cased ones, the lower-case forms of
+    any character, and ``re``'s extra folds. Case mappings end below U+20000 in every Unicode
+    version so far (``tests/constrain/test_regex_compile.py`` checks the whole range)."""
+    import _sre
+
+    from re._casefix import _EXTRA_CASES  # type: ignore[import-not-found]
+
+    chars: set[int] = set()
+    for c in range(0x20000):
+        low = _sre.unicode_tolower(c)
+        if low != c or _sre.unicode_iscased(c):
+            chars.add(c)
+            chars.add(low)
+    for k, vs in _EXTRA_CASES.items():
+        chars.add(k)
+        chars.update(vs)
+    chars.discard(-1)
+    ranges = cs_union((), tuple((c, c) for c in chars))
+    return ranges, "".join(map(chr, sorted(chars)))
+
+
+def _esc(c: int) -> str:
+    return f"\\U{c:08x}"
+
+
+def _set_text(op: object, av: object) -> str:
+    """Regex text of one single-character node (for ``re`` to evaluate under flags)."""
+    if op is C.LITERAL:
+        return _esc(av)  # type: ignore[arg-type]
+    if op is C.NOT_LITERAL:
+        return f"[^{_esc(av)}]"  # type: ignore[arg-type]
+    if op is C.ANY:
+        return "."
+    parts = []
+    for iop, iav in av:  # type: ignore[attr-defined]
+        if iop is C.NEGATE:
+            parts.insert(0, "^")
+        elif iop is C.LITERAL:
+            parts.append(_esc(iav))
+        elif iop is C.RANGE:
+            parts.append(f"{_esc(iav[0])}-{_esc(iav[1])}")
+        elif iop is C.CATEGORY:
+            parts.append(_CATEGORY_TEXT[iav])
+        else:
+            raise RegexUnsupported(f"character class item {iop}")
+    return "[" + "".join(parts) + "]"
+
+
+def _plain_set(op: object, av: object, flags: int) -> Ranges:
+    """The node's characters as if ``i`` were off."""
+    if op is C.LITERAL:
+        return ((av, av),)  # type: ignore[return-value]
+    if op is C.NOT_LITERAL:
+        return cs_neg(((av, av),))  # type: ignore[arg-type]
+    if op is C.ANY:
+        return ((0, MAXC),) if flags & C.SRE_FLAG_DOTALL else cs_neg(((10, 10),))
+    out: Ranges = ()
+    negate = False
+    for iop, iav in av:  # type: ignore[attr-defined]
+        if iop is C.NEGATE:
+            negate = True
+        elif iop is C.LITERAL:
+            out = cs_union(out, ((iav, iav),))
+        elif iop is C.RANGE:
+            out = cs_union(out, ((iav[0], iav[1]),))
+        elif iop is C.CATEGORY:
+            out = cs_union(out, _category(_CATEGORY_TEXT[iav], flags & C.SRE_FLAG_ASCII))
+        else:
+            raise RegexUnsupported(f"character class item {iop}")
+    return cs_neg(out) if negate else out
+
+
+def char_set(op: object, av: object, flags: int) -> Ranges:
+    """Exactly the code points (no surrogates) one single-character node matches under ``flags``."""
+    plain = _plain_set(op, av, flags)
+    if flags & C.SRE_FLAG_IGNORECASE:
+        cased, text = _cased()
+        rx_flags = flags & (C.SRE_FLAG_IGNORECASE | C.SRE_FLAG_DOTALL | C.SRE_FLAG_ASCII)
+        inside = _runs(text, _set_text(op, av), rx_flags, consecutive=False)
+        plain = cs_union(cs_diff(plain, cased), inside)
+    return cs_diff(plain, (_SURROGATES,))
+
+
+# ----------------------------------------------------------------------------- Thompson NFA
+
+
+class _NFA:
+    """States with byte-range edges and empty moves, appended as the tree is walked."""
+
+    def __init__(self) -> None:
+        self.edges: Edges = []
+        self.eps: list[list[int]] = []
+
+    def new(self) -> int:
+        if len(self.edges) >= MAX_NFA_STATES:
+            raise RegexUnsupported(f"regex too large (over {MAX_NFA_STATES:,} automaton states)")
+        self.edges.append([])
+        self.eps.append([])
+        return len(self.edges) - 1
+
+    def chars(self, s: int, e: int, ranges: Ranges) -> None:
+        """Edges s -> e over the UTF-8 encodings of ``ranges``: a copy of the set's byte automaton
+        (``_utf8_dawg``), deterministic, so the subset construction pairs at most one of its
+        states with each state of the other sets met along the same bytes."""
+        nodes = _utf8_dawg(ranges)
+        ids = [s] + [self.new() for _ in nodes[1:]]
+        for i, row in enumerate(nodes):
+            out = self.edges[ids[i]]
+            for lo, hi, t in row:
+                out.append((lo, hi, e if t < 0 else ids[t]))
+
+    def build(self, items: list, flags: int, s: int) -> int:
+        """Add the sequence ``items`` starting at state ``s``; return its end state."""
+        for op, av in items:
+            if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
+                e = self.new()
+                self.chars(s, e, char_set(op, av, flags))
+                s = e
+            elif op is C.SUBPATTERN:
+                _, add, drop, sub = av
+                s = self.build(list(sub), (flags | add) & ~drop, s)
+            elif op is C.BRANCH:
+                e = self.new()
+                for alt in av[1]:
+                    a = self.new()
+                    self.eps[s].append(a)
+                    self.eps[self.build(list(alt), flags, a)].append(e)
+                s = e
+            elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
+                lo, hi, sub = av
+                sub = list(sub)
+                for _ in range(lo):
+                    s = self.build(sub, flags, s)
+                if hi == C.MAXREPEAT:
+                    a = self.new()
+                    self.eps[s].append(a)
+                    b = self.build(sub, flags, a)
+                    self.eps[b].append(a)
+                    e = self.new()
+                    self.eps[s].append(e)
+                    self.eps[b].append(e)
+                    s = e
+                elif hi > lo:
+                    e = self.new()
+                    for _ in range(hi - lo):
+                        self.eps[s].append(e)
+                        s = self.build(sub, flags, s)
+                    self.eps[s].append(e)
+                    s = e
+            elif op in _REFUSED:
+                what = _REFUSED[op]
+                if op is C.ASSERT or op is C.ASSERT_NOT:
+                    what = ("lookbehind" if av[0] < 0 else "lookahead") if op is C.ASSERT else \
+                        ("negative lookbehind" if av[0] < 0 else "negative lookahead")
+                elif op is C.AT:
+                    what = {C.AT_BEGINNING: "anchor ^", C.AT_BEGINNING_STRING: "anchor \\A",
+                            C.AT_END: "anchor $", C.AT_END_STRING: "anchor \\Z",
+                            C.AT_BOUNDARY: "word boundary \\b", C.AT_NON_BOUNDARY: "anchor \\B"}.get(av, "anchor")
+                raise RegexUnsupported(what)
+            else:
+                raise RegexUnsupported(f"regex construct {op}")
+        return s
+
+
+@lru_cache(maxsize=4096)
+def _utf8_dawg(ranges: Ranges) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """The minimal acyclic byte automaton of the UTF-8 encodings of ``ranges``: nodes (node 0 the
+    root) of edges (first byte, last byte, target node; -1 the end). ``codepoint_ranges_to_utf8``
+    splits ranges so that at any prefix two sequences' next byte ranges are equal or disjoint
+    (a lead range wider than one byte is followed only by full continuation ranges), so the trie
+    of the sequences is deterministic; equal subtrees are then merged (Unicode ``\\w``: 734 ranges,
+    ~1,000 sequences, a few hundred nodes)."""
+    from trellis.constrain.regex import codepoint_ranges_to_utf8
+
+    trie: dict = {}
+    for seq in codepoint_ranges_to_utf8(list(ranges)):
+        node = trie
+        for r in seq:
+            node = node.setdefault(r, {})
+    out: list[tuple[tuple[int, int, int], ...]] = [()]
+    sig_id: dict[tuple, int] = {}
+
+    def canon(node: dict) -> int:
+        if not node:
+            return -1
+        sig = tuple((lo, hi, canon(child)) for (lo, hi), child in sorted(node.items()))
+        j = sig_id.get(sig)
+        if j is None:
+            j = sig_id[sig] = len(out)
+            out.append(sig)
+        return j
+
+    out[0] = tuple((lo, hi, canon(child)) for (lo, hi), child in sorted(trie.items()))
+    return tuple(out)
+
+
+def epsilon_free(nfa: _NFA, start: int, end: int) -> tuple[Edges, set[int]]:
+    """The NFA without empty moves, states renumbered from ``start`` = 0: a state's edges are the
+    byte edges of its closure; it is final when its closure holds ``end``. Only the start and
+    targets of byte edges are kept (the others are only ever passed through)."""
+    closures: dict[int, list[int]] = {}
+
+    def closure(q: int) -> list[int]:
+        hit = closures.get(q)
+        if hit is None:
+            seen = {q}
+            stack = [q]
+            while stack:
+                for t in nfa.eps[stack.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+            hit = closures[q] = list(seen)
+        return hit
+
+    num = {start: 0}
+    order = [start]
+    edges: Edges = []
+    finals: set[int] = set()
+    for q in order:  # grows while read
+        cl = closure(q)
+        row = []
+        for p in cl:
+            for lo, hi, t in nfa.edges[p]:
+                j = num.get(t)
+                if j is None:
+                    j = num[t] = len(order)
+                    order.append(t)
+                row.append((lo, hi, j))
+        if end in cl:
+            finals.add(num[q])
+        edges.append(row)
+    return edges, finals
+
+
+def regex_nfa(pattern: str) -> tuple[Edges, set[int]]:
+    """Epsilon-free byte NFA (start state 0) of a Python regex's full-match language.
+
+    Raises ``re.error`` for text ``re`` rejects and ``RegexUnsupported`` for constructs above."""
+    tree = P.parse(pattern, 0)
+    flags = tree.state.flags
+    if not flags & C.SRE_FLAG_ASCII:
+        flags |= C.SRE_FLAG_UNICODE  # what re.compile does for every str pattern
+    nfa = _NFA()
+    s = nfa.new()
+    e = nfa.build(list(tree), flags, s)
+    return epsilon_free(nfa, s, e)
+
+
+__all__ = ["RegexUnsupported", "char_set", "regex_nfa"]
