@@ -31,9 +31,9 @@ Where this differs from Lark's own lexer (``lark.Lark(..., parser="lalr").parse`
    ``"abc"``, Lark lexes ``abd`` as ``a`` then ``bd``...; we reject at ``d`` (the lexeme ``ab``
    is not complete). So our language can be smaller than Lark's, never containing a string whose
    greedy lexing Lark would do differently.
-3. ``\\w``, ``\\d``, ``\\s`` are ASCII-only here (interegular), Unicode in Python's ``re``.
-4. Regex features interegular cannot express exactly (lookaround, backreferences, anchors) are
-   refused with ``GrammarError``; ``common.ESCAPED_STRING`` (a lookbehind) is rewritten into the
+3. Terminal regexes mean what ``re`` means (``regex_compile.py``: Unicode ``\\w \\d \\s``, flags).
+4. Regex features that look outside the match or need backtracking state (lookaround,
+   backreferences, anchors) are refused with ``GrammarError``; ``common.ESCAPED_STRING`` (a lookbehind) is rewritten into the
    equivalent lookaround-free regex.
 
 The shipped grammars (``trellis/grammars/*.lark``) avoid 1-3; the oracle tests check that every

@@ -17,8 +17,10 @@ matches than the terminal's language has (pinned in ``tests/constrain/test_lark_
    (``C_COMMENT``, ``/".*?"/``) ends at its first match, as ``re.match`` finds it
    (``regex.terminal_dfa``); other lazy forms are refused by name.
 
-``\\w``, ``\\d`` and ``\\s`` are ASCII here (Unicode in Python's ``re``); terminals with lookaround
-and ``%declare``d terminals are refused with ``GrammarError``. No lexer is involved, so colliding
+Terminal regexes mean what Python's ``re`` means, read by ``re``'s own parser
+(``regex_compile.py``): Unicode ``\\w \\d \\s``, flags ``i`` (with ``re``'s folds: Kelvin sign, long s)
+``s`` ``x`` ``m`` ``u`` ``a``. Terminals with lookaround, anchors or backreferences and ``%declare``d
+terminals are refused with ``GrammarError``. No lexer is involved, so colliding
 terminals (keyword vs identifier), ambiguous, non-LALR, left- and right-recursive grammars and
 empty rules all mean what they say. Terminal priorities choose between parse trees in Lark and do
 not change its language; they are ignored, except in grammars generated from JSON Schemas
