@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trellis.constrain.rest_walk import RestSet, Walk, _scaled
+from trellis.constrain.rest_walk import RestSet, Walk, _scaled, drop_inside
 from trellis.constrain.walks import TokenMatrix
 
 
@@ -157,8 +157,9 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
     if not cross_lo:
         return Walk(inside, None, none, none)
     lo, hi = np.concatenate(cross_lo), np.concatenate(cross_hi)
-    ci = trie.lex[_ranges(lo, hi)]
-    cj = np.repeat(np.concatenate(cross_j), hi - lo)
+    ci, cj = drop_inside(inside, trie.lex[_ranges(lo, hi)], np.repeat(np.concatenate(cross_j), hi - lo))
+    if not len(ci):
+        return Walk(inside, None, none, none)
     stride = tm.mat_t.shape[1]
     sub, inv = RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32),
                           distinct=True)
