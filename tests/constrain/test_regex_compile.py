@@ -94,6 +94,63 @@ def test_a_regex_whose_dfa_explodes_is_refused_by_name_not_compiled_for_minutes(
         regex_to_byte_dfa("(?:" + p + ")+")
 
 
+def _lookaround(rng: random.Random) -> str:
+    if rng.random() < 0.5:  # lookahead: any small pattern
+        return "(?" + rng.choice("=!") + _seq(rng, 0) + ")"
+    width = rng.choice([1, 1, 2])  # lookbehind: fixed width, as re requires
+    body = "".join(rng.choice([re.escape(rng.choice(ALPHA)), r"\w", r"\d", "[^a]", "."]) for _ in range(width))
+    return "(?<" + rng.choice("=!") + body + ")"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_lookarounds_mean_what_re_means_or_are_refused_by_name(seed: int) -> None:
+    """Lookarounds that see only the match compile exactly; the ones that could see past either
+    end are refused, naming which (the text around a terminal would decide them)."""
+    rng = random.Random(100 + seed)
+    compiled = 0
+    for _ in range(25):
+        parts = [_seq(rng, 0) for _ in range(3)]
+        parts.insert(rng.randint(0, 3), _lookaround(rng))
+        if rng.random() < 0.5:
+            parts.insert(rng.randint(0, 4), _lookaround(rng))
+        p = "".join(parts)
+        if rng.random() < 0.3:  # a lookaround inside a repetition (a block comment's shape)
+            p = f"(?:{p})+" + _seq(rng, 0)
+        rx = re.compile(p)
+        try:
+            dfa = regex_to_byte_dfa(p)
+        except GrammarError as e:
+            if "matches nothing" in str(e):  # e.g. ...É(?<!\w): then re matches nothing either
+                assert not any(rx.fullmatch("".join(rng.choice(ALPHA) for _ in range(rng.randint(0, 6))))
+                               for _ in range(300)), p
+                continue
+            assert re.search(r"(lookahead|lookbehind) that can see (past the end|before the start)|too large",
+                             str(e)), (p, e)
+            continue
+        compiled += 1
+        for _ in range(30):
+            s = _draw(dfa, rng)
+            if s is not None:
+                assert rx.fullmatch(s.decode("utf-8")), (p, s)
+        for _ in range(300):
+            s = "".join(rng.choice(ALPHA) for _ in range(rng.randint(0, 6)))
+            assert dfa.matches(s.encode()) == (rx.fullmatch(s) is not None), (p, s)
+    assert compiled >= 5, compiled
+
+
+@pytest.mark.parametrize("pattern, yes, no", [
+    (r"\/\*(\*(?!\/)|[^*])*\*\/", ["/**/", "/* a * b */", "/* ** */"], ["/* a */ b */", "/*/"]),
+    (r'"(?:[^"\\]|\\.)*(?<!\\)"', ['"a"', '"a\\"b"', '""'], ['"a\\"']),
+    (r"\/(?!\/)(?:\\\/|\\\\|[^\/\n])*\/[imslux]*", ["/a/", "/a\\/b/i"], ["//", "//i"]),
+])
+def test_lookarounds_inside_the_match_compile_exactly(pattern: str, yes: list, no: list) -> None:
+    dfa = regex_to_byte_dfa(pattern)
+    for s in yes:
+        assert dfa.matches(s.encode()) and re.fullmatch(pattern, s), s
+    for s in no:
+        assert not dfa.matches(s.encode()) and not re.fullmatch(pattern, s), s
+
+
 @pytest.mark.parametrize("pattern, text, ok", [
     (r"(?i:k)", "\u212a", True),  # Kelvin sign lower-cases to k
     (r"(?i:s)", "\u017f", True),  # long s: one of re's extra folds
@@ -118,12 +175,14 @@ def test_flags_and_unicode_classes(pattern: str, text: str, ok: bool) -> None:
 
 
 @pytest.mark.parametrize("pattern, feature", [
-    (r"a(?=b)", "lookahead"), (r"a(?!b)", "negative lookahead"), (r"(?<=a)b", "lookbehind"),
-    (r"(?<!a)b", "negative lookbehind"), (r"^a", "anchor ^"), (r"a$", "anchor $"), (r"\bfoo", r"word boundary \b"),
+    (r"a(?=b)", "lookahead that can see past the end"), (r"a(?!b)", "negative lookahead that can see past the end"),
+    (r"(?<=a)b", "lookbehind that can see before the start"),
+    (r"(?<!a)b", "negative lookbehind that can see before the start"), (r"(?=(?=a))a", "lookahead inside a lookaround"),
+    (r"^a", "anchor ^"), (r"a$", "anchor $"), (r"\bfoo", r"word boundary \b"),
     (r"(a)\1", "backreference"), (r"(a)?(?(1)b|c)", "conditional group"),
 ])
 def test_unsupported_constructs_are_refused_by_name(pattern: str, feature: str) -> None:
-    with pytest.raises(GrammarError, match=re.escape(f"({feature})")):
+    with pytest.raises(GrammarError, match=re.escape(f"({feature}")):
         regex_to_byte_dfa(pattern)
 
 

@@ -32,8 +32,8 @@ Where this differs from Lark's own lexer (``lark.Lark(..., parser="lalr").parse`
    is not complete). So our language can be smaller than Lark's, never containing a string whose
    greedy lexing Lark would do differently.
 3. Terminal regexes mean what ``re`` means (``regex_compile.py``: Unicode ``\\w \\d \\s``, flags).
-4. Regex features that look outside the match or need backtracking state (lookaround,
-   backreferences, anchors) are refused with ``GrammarError``; ``common.ESCAPED_STRING`` (a lookbehind) is rewritten into the
+4. Regex features that look outside the match or need backtracking state (a lookaround that can
+   see past the match, backreferences, anchors) are refused with ``GrammarError``; ``common.ESCAPED_STRING`` (a lookbehind) is rewritten into the
    equivalent lookaround-free regex.
 
 The shipped grammars (``trellis/grammars/*.lark``) avoid 1-3; the oracle tests check that every

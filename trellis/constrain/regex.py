@@ -7,8 +7,9 @@ state can still be completed). Tokens may therefore end in the middle of a UTF-8
 DFA is then minimised (Moore refinement on hashed signatures, checked as a bisimulation).
 
 The language is ``re.fullmatch``'s, with Unicode ``\\w \\d \\s`` and every flag (``i`` ``s`` ``x``
-``m`` ``a`` ``u``). Refused with ``GrammarError`` naming the feature: backreferences,
-lookahead/lookbehind, anchors (``^``, ``$``, ``\\b``, ``\\A``, ``\\Z``), conditional and atomic groups,
+``m`` ``a`` ``u``), and lookarounds that see only the match (``lookaround.py``). Refused with
+``GrammarError`` naming the feature: a lookaround that can see past either end of the match,
+backreferences, anchors (``^``, ``$``, ``\\b``, ``\\A``, ``\\Z``), conditional and atomic groups,
 possessive quantifiers.
 """
 
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.regex_compile import RegexUnsupported, regex_nfa
+from trellis.constrain.regex_compile import Lookaround, RegexUnsupported, regex_nfa
 from trellis.tokens import Vocabulary
 
 _SURROGATES = (0xD800, 0xDFFF)
@@ -142,7 +143,12 @@ def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
 
     pattern = _REWRITES.get(pattern, pattern)
     try:
-        edges, finals = regex_nfa(pattern)
+        try:
+            edges, finals = regex_nfa(pattern)
+        except Lookaround:
+            from trellis.constrain.lookaround import lookaround_dfa
+
+            return _minimal(*lookaround_dfa(pattern), name=name, pattern=pattern)
     except RegexUnsupported as e:
         raise GrammarError(f"{name}: regex feature not supported ({e}) in /{pattern}/") from None
     except (re.error, OverflowError, RecursionError) as e:

@@ -18,14 +18,17 @@ Character sets are exact under every flag, including the ones whose meaning live
   dotted I follow ``re`` to the letter, with no case table of our own.
 * ``.`` is every code point but ``\\n`` (all of them under ``s``); ``m`` changes only anchors.
 
-Refused by name (``RegexUnsupported``): lookahead and lookbehind (they look outside the match),
-anchors and ``\\b``, backreferences, conditional groups, atomic groups, possessive quantifiers.
+Lookarounds raise ``Lookaround`` here; ``guarded_nfa`` keeps them as guarded empty moves for
+``lookaround.py``, which compiles the ones that see only the match. Refused by name
+(``RegexUnsupported``): anchors and ``\\b``, backreferences, conditional groups, atomic groups,
+possessive quantifiers.
 Lazy quantifiers are read as greedy: a full-match language does not depend on laziness (grammar
 terminals, where ``re.match`` makes it matter, go through ``regex.terminal_dfa`` first).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -47,6 +50,10 @@ Edges = list[list[tuple[int, int, int]]]  # per NFA state: (first byte, last byt
 
 class RegexUnsupported(Exception):
     """A construct that cannot be compiled exactly, or a regex too large (message says which)."""
+
+
+class Lookaround(RegexUnsupported):
+    """The regex has a lookaround: ``lookaround.py`` compiles it (or refuses it, by name)."""
 
 
 _FLAG_LETTERS = ((C.SRE_FLAG_IGNORECASE, "i"), (C.SRE_FLAG_DOTALL, "s"), (C.SRE_FLAG_ASCII, "a"))
@@ -184,18 +191,40 @@ def char_set(op: object, av: object, flags: int) -> Ranges:
 # ----------------------------------------------------------------------------- Thompson NFA
 
 
-class _NFA:
-    """States with byte-range edges and empty moves, appended as the tree is walked."""
+@dataclass(frozen=True)
+class Guard:
+    """A lookaround ``(?=X)`` ``(?!X)`` ``(?<=X)`` ``(?<!X)``: an empty move allowed only when the
+    text after (``ahead``) or before the point matches ``X`` (``negative``: does not). ``items`` and
+    ``flags`` are X's parse tree and flags; ``width`` its width in characters (fixed for a
+    lookbehind, as ``re`` requires)."""
 
-    def __init__(self) -> None:
+    ahead: bool
+    negative: bool
+    items: tuple
+    flags: int
+    width: int
+
+    @property
+    def what(self) -> str:
+        return ("negative " if self.negative else "") + ("lookahead" if self.ahead else "lookbehind")
+
+
+class _NFA:
+    """States with byte-range edges and empty moves, appended as the tree is walked. With
+    ``guards`` on, lookarounds become guarded empty moves (``geps``: (guard index, target))."""
+
+    def __init__(self, *, guards: bool = False) -> None:
         self.edges: Edges = []
         self.eps: list[list[int]] = []
+        self.geps: list[list[tuple[int, int]]] = []
+        self.guards: list[Guard] | None = [] if guards else None
 
     def new(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
             raise RegexUnsupported(f"regex too large (over {MAX_NFA_STATES:,} automaton states)")
         self.edges.append([])
         self.eps.append([])
+        self.geps.append([])
         return len(self.edges) - 1
 
     def chars(self, s: int, e: int, ranges: Ranges) -> None:
@@ -247,11 +276,22 @@ class _NFA:
                         s = self.build(sub, flags, s)
                     self.eps[s].append(e)
                     s = e
+            elif (op is C.ASSERT or op is C.ASSERT_NOT) and self.guards is not None:
+                direction, sub = av
+                lo, hi = sub.getwidth()
+                g = Guard(direction > 0, op is C.ASSERT_NOT, tuple(sub), flags, lo)
+                if not g.ahead and lo != hi:  # pragma: no cover - re refuses these itself
+                    raise RegexUnsupported(f"{g.what} of variable width")
+                e = self.new()
+                self.geps[s].append((len(self.guards), e))
+                self.guards.append(g)
+                s = e
             elif op in _REFUSED:
                 what = _REFUSED[op]
                 if op is C.ASSERT or op is C.ASSERT_NOT:
                     what = ("lookbehind" if av[0] < 0 else "lookahead") if op is C.ASSERT else \
                         ("negative lookbehind" if av[0] < 0 else "negative lookahead")
+                    raise Lookaround(what)
                 elif op is C.AT:
                     what = {C.AT_BEGINNING: "anchor ^", C.AT_BEGINNING_STRING: "anchor \\A",
                             C.AT_END: "anchor $", C.AT_END_STRING: "anchor \\Z",
@@ -333,18 +373,50 @@ def epsilon_free(nfa: _NFA, start: int, end: int) -> tuple[Edges, set[int]]:
     return edges, finals
 
 
-def regex_nfa(pattern: str) -> tuple[Edges, set[int]]:
-    """Epsilon-free byte NFA (start state 0) of a Python regex's full-match language.
-
-    Raises ``re.error`` for text ``re`` rejects and ``RegexUnsupported`` for constructs above."""
+def _parse(pattern: str) -> tuple[list, int]:
     tree = P.parse(pattern, 0)
     flags = tree.state.flags
     if not flags & C.SRE_FLAG_ASCII:
         flags |= C.SRE_FLAG_UNICODE  # what re.compile does for every str pattern
+    return list(tree), flags
+
+
+def regex_nfa(pattern: str) -> tuple[Edges, set[int]]:
+    """Epsilon-free byte NFA (start state 0) of a Python regex's full-match language.
+
+    Raises ``re.error`` for text ``re`` rejects, ``Lookaround`` for a lookaround (see
+    ``guarded_nfa``) and ``RegexUnsupported`` for the other constructs above."""
+    items, flags = _parse(pattern)
     nfa = _NFA()
     s = nfa.new()
-    e = nfa.build(list(tree), flags, s)
+    e = nfa.build(items, flags, s)
     return epsilon_free(nfa, s, e)
 
 
-__all__ = ["RegexUnsupported", "char_set", "regex_nfa"]
+def guarded_nfa(pattern: str) -> tuple[_NFA, int, int]:
+    """The Thompson NFA of ``pattern`` with its lookarounds as guarded empty moves (``nfa.guards``),
+    empty moves kept: (nfa, start, end)."""
+    items, flags = _parse(pattern)
+    nfa = _NFA(guards=True)
+    s = nfa.new()
+    return nfa, s, nfa.build(items, flags, s)
+
+
+def items_nfa(items: list, flags: int, *, any_prefix: bool = False) -> tuple[Edges, set[int]]:
+    """Epsilon-free byte NFA of a parsed (sub)pattern; ``any_prefix``: of ``(?s:.)*`` + it, the
+    texts that END with a match (a lookbehind's tracker). Lookarounds inside are refused."""
+    nfa = _NFA()
+    s = nfa.new()
+    a = s
+    if any_prefix:
+        a = nfa.new()
+        nfa.eps[s].append(a)
+        nfa.chars(a, a, ((0, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, MAXC)))
+    try:
+        e = nfa.build(items, flags, a)
+    except Lookaround as err:
+        raise RegexUnsupported(f"{err} inside a lookaround") from None
+    return epsilon_free(nfa, s, e)
+
+
+__all__ = ["Guard", "Lookaround", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa", "regex_nfa"]

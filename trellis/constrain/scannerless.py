@@ -19,7 +19,9 @@ matches than the terminal's language has (pinned in ``tests/constrain/test_lark_
 
 Terminal regexes mean what Python's ``re`` means, read by ``re``'s own parser
 (``regex_compile.py``): Unicode ``\\w \\d \\s``, flags ``i`` (with ``re``'s folds: Kelvin sign, long s)
-``s`` ``x`` ``m`` ``u`` ``a``. Terminals with lookaround, anchors or backreferences and ``%declare``d
+``s`` ``x`` ``m`` ``u`` ``a``. A lookaround inside a terminal is compiled exactly when it sees only
+the terminal's own text (``lookaround.py``: ``(\\*(?!\\/)|[^*])*`` in a block comment); one that can
+see the text around the terminal (``/[?](?![a-z])/``), anchors, backreferences and ``%declare``d
 terminals are refused with ``GrammarError``. No lexer is involved, so colliding
 terminals (keyword vs identifier), ambiguous, non-LALR, left- and right-recursive grammars and
 empty rules all mean what they say. Terminal priorities choose between parse trees in Lark and do
