@@ -5,7 +5,7 @@
 
 Vocabulary: the embedded Gemma 3 270M's 262,144 tokens (``trellis.models.load()``). Every engine
 runs on its default path: trellis ``compile(spec, vocab)`` with no options (Lark and GBNF grammars
-on the scannerless Earley engine, ``JsonSchema`` on the lazily built LALR tables); xgrammar 0.2.8
+on the scannerless Earley engine, ``JsonSchema`` too); xgrammar 0.2.8
 ``GrammarCompiler(info, max_threads=--threads, cache_enabled=False)`` + ``GrammarMatcher``;
 llguidance a new ``LLMatcher``. The peers read the HF tokenizer themselves
 (``trellis.integrations.xgrammar.tokenizer_info(vocab, tokenizer)``,

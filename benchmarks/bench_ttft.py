@@ -1,6 +1,6 @@
 """Time to first token for a schema or grammar the process has never seen: the user's wait.
 
-    python benchmarks/bench_ttft.py [--schemas 20] [--threads 2] [--grammars]
+    python benchmarks/bench_ttft.py [--schemas 20] [--threads 2] [--grammars] [--no-old] [--no-peers]
 
 For each of ``--schemas`` maskbench schemas (interleaved across sources, so a mix of GitHub,
 Kubernetes, Snowplow, BFCL, ...) it times, on the embedded Gemma 3 270M with its 262,144-token
@@ -118,6 +118,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--grammars", action="store_true")
     ap.add_argument("--no-old", action="store_true", help="skip trellis' old precompute=True default")
+    ap.add_argument("--no-peers", action="store_true", help="skip xgrammar and llguidance (minutes on some schemas)")
     ap.add_argument("--cold-disk", action="store_true", help="an empty disk cache for every schema")
     args = ap.parse_args()
     global COLD_DISK
@@ -161,7 +162,7 @@ def main() -> None:
             fresh()
             old = timed(lambda: compile(JsonSchema(case["schema"]), handle.vocab, cache=False, precompute=True,
                                         progress=False, engine="lalr"))
-        p = peers(case["schema"], handle, ctx)
+        p = {} if args.no_peers else peers(case["schema"], handle, ctx)
         rows.append({"name": case["name"], "uncon": uncon, "schema": s, "over": s - uncon, "old": old, **p})
         print(f"{case['name'][:58]:<58} {uncon:8.3f} {s:9.3f} {s - uncon:9.3f} "
               f"{old if old is not None else float('nan'):9.3f} {p.get('xgrammar', float('nan')):7.3f} "
@@ -172,7 +173,8 @@ def main() -> None:
             f"{sorted(r['over'] for r in rows)[int(0.9 * (len(rows) - 1))] * 1e3:.0f} ms)")
     if not args.no_old:
         line += f"; old precompute=True compile {med('old'):.3f}s"
-    line += f"; xgrammar compile+mask {med('xgrammar') * 1e3:.0f} ms, llguidance {med('llguidance') * 1e3:.0f} ms"
+    if not args.no_peers:
+        line += f"; xgrammar compile+mask {med('xgrammar') * 1e3:.0f} ms, llguidance {med('llguidance') * 1e3:.0f} ms"
     if args.grammars:
         from trellis.constrain import shipped_grammars
 
