@@ -92,6 +92,8 @@ def test_a_regex_whose_dfa_explodes_is_refused_by_name_not_compiled_for_minutes(
     p = r"(?:k*\w?\w+|x)(?:\w.+\s+|[0Kk]\S{2}[^9x]{2})|K{1,3}\S(?a:\.\s{1,3})*?|[^k ]+?[^A]"
     with pytest.raises(GrammarError, match="regex too large"):
         regex_to_byte_dfa("(?:" + p + ")+")
+    with pytest.raises(GrammarError, match="regex too large"):  # inside a lookaround too
+        regex_to_byte_dfa("(?=(?:" + p + ")+)abc")
 
 
 def _lookaround(rng: random.Random) -> str:

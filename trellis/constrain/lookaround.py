@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trellis.constrain.regex_compile import Guard, RegexUnsupported, guarded_nfa, items_nfa
+from trellis.constrain.regex_compile import Guard, RegexTooLarge, RegexUnsupported, guarded_nfa, items_nfa
 
 MAX_CONFIGS = 20_000  # configurations past which the regex is refused (a few hundred in practice)
 
@@ -76,8 +76,7 @@ def lookaround_dfa(pattern: str) -> tuple[np.ndarray, np.ndarray]:
             for gi, t in nfa.geps[q]:
                 g = guards[gi]
                 if g.ahead:
-                    trans, final = ahead[gi]
-                    if final[0]:  # X matches the empty text: settled here
+                    if ahead[gi][1][0]:  # X matches the empty text: settled here
                         if not g.negative:
                             nxt.append((t, owed))
                     else:
@@ -166,7 +165,7 @@ def lookaround_dfa(pattern: str) -> tuple[np.ndarray, np.ndarray]:
             j = ids.get(cfg)
             if j is None:
                 if len(order) >= MAX_CONFIGS:
-                    raise RegexUnsupported(f"regex too large (its lookaround automaton passes {MAX_CONFIGS:,} states)")
+                    raise RegexTooLarge(f"its lookaround automaton passes {MAX_CONFIGS:,} states")
                 j = ids[cfg] = len(order)
                 order.append(cfg)
             row[b:b_end] = j

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.regex_compile import Lookaround, RegexUnsupported, regex_nfa
+from trellis.constrain.regex_compile import Lookaround, RegexTooLarge, RegexUnsupported, regex_nfa
 from trellis.tokens import Vocabulary
 
 _SURROGATES = (0xD800, 0xDFFF)
@@ -148,23 +148,18 @@ def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
         except Lookaround:
             from trellis.constrain.lookaround import lookaround_dfa
 
-            return _minimal(*lookaround_dfa(pattern), name=name, pattern=pattern)
+            trans, final = lookaround_dfa(pattern)
+        else:
+            # chains such as flexible JSON whitespace are deterministic already
+            det = _already_deterministic(edges, finals, 0)
+            trans, final = det if det is not None else _subsets(edges, finals, 0)
+    except RegexTooLarge as e:  # from any stage: the NFA, the subsets, the lookaround automaton
+        raise GrammarError(f"{name}: regex too large ({e}) in /{pattern}/") from None
     except RegexUnsupported as e:
         raise GrammarError(f"{name}: regex feature not supported ({e}) in /{pattern}/") from None
     except (re.error, OverflowError, RecursionError) as e:
         raise GrammarError(f"{name}: invalid regex ({e}) in /{pattern}/") from None
-    det = _already_deterministic(edges, finals, 0)  # chains such as flexible JSON whitespace
-    if det is not None:
-        return _minimal(*det, name=name, pattern=pattern)
-    try:
-        return _determinise(edges, finals, 0, name=name, pattern=pattern)
-    except _TooLarge:
-        raise GrammarError(f"{name}: regex too large (its DFA passes {MAX_DFA_STATES:,} states) "
-                           f"in /{pattern}/") from None
-
-
-class _TooLarge(Exception):
-    pass
+    return _minimal(trans, final, name=name, pattern=pattern)
 
 
 def _determinise(edges: list[list[tuple[int, int, int]]], finals: set[int], start: int, *,
@@ -188,7 +183,7 @@ def _subsets(edges: list[list[tuple[int, int, int]]], finals: set[int],
         j = ids.get(k)
         if j is None:
             if len(order) >= MAX_DFA_STATES:
-                raise _TooLarge
+                raise RegexTooLarge(f"its DFA passes {MAX_DFA_STATES:,} states")
             j = ids[k] = len(order)
             order.append(k)
         return j

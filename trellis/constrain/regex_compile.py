@@ -52,6 +52,11 @@ class RegexUnsupported(Exception):
     """A construct that cannot be compiled exactly, or a regex too large (message says which)."""
 
 
+class RegexTooLarge(RegexUnsupported):
+    """The regex's automaton passes a size bound (message says which): refused, not compiled for
+    minutes."""
+
+
 class Lookaround(RegexUnsupported):
     """The regex has a lookaround: ``lookaround.py`` compiles it (or refuses it, by name)."""
 
@@ -110,7 +115,10 @@ def _cased() -> tuple[Ranges, str]:
     version so far (``tests/constrain/test_regex_compile.py`` checks the whole range)."""
     import _sre
 
-    from re._casefix import _EXTRA_CASES  # type: ignore[import-not-found]
+    try:
+        from re._casefix import _EXTRA_CASES  # type: ignore[import-not-found]
+    except ImportError:  # Python 3.10: the same table under its old name
+        from sre_compile import _ignorecase_fixes as _EXTRA_CASES  # type: ignore[attr-defined]
 
     chars: set[int] = set()
     for c in range(0x20000):
@@ -221,7 +229,7 @@ class _NFA:
 
     def new(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
-            raise RegexUnsupported(f"regex too large (over {MAX_NFA_STATES:,} automaton states)")
+            raise RegexTooLarge(f"over {MAX_NFA_STATES:,} automaton states")
         self.edges.append([])
         self.eps.append([])
         self.geps.append([])
@@ -419,4 +427,4 @@ def items_nfa(items: list, flags: int, *, any_prefix: bool = False) -> tuple[Edg
     return epsilon_free(nfa, s, e)
 
 
-__all__ = ["Guard", "Lookaround", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa", "regex_nfa"]
+__all__ = ["Guard", "Lookaround", "RegexTooLarge", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa", "regex_nfa"]
