@@ -100,10 +100,7 @@ class Walk:
             bounds = np.searchsorted(self.inv[order], np.arange(len(self.cross) + 1))  # type: ignore[arg-type]
             csr = self.__dict__["_csr"] = (self.src[order], bounds)
         by_rest, bounds = csr
-        lo, hi = bounds[allowed], bounds[allowed + 1]
-        sizes = hi - lo
-        offs = np.repeat(lo - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
-        return by_rest[np.arange(int(sizes.sum()), dtype=np.int64) + offs]
+        return by_rest[concat_ranges(bounds[allowed], bounds[allowed + 1])]
 
 
 def drop_inside(inside: np.ndarray, ci: np.ndarray, cj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -118,17 +115,19 @@ def drop_inside(inside: np.ndarray, ci: np.ndarray, cj: np.ndarray) -> tuple[np.
     return ci[keep], cj[keep]
 
 
+def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(lo[i], hi[i])`` (empty runs allowed), with no Python loop:
+    offsets within each run plus its start."""
+    sizes = hi - lo
+    total = int(sizes.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    return np.arange(total, dtype=np.int64) + np.repeat(lo - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+
+
 def _starts(rs: RestSet, live: np.ndarray) -> np.ndarray:
     """Indices of the rests whose first byte is in ``live`` (the bucket ranges, concatenated)."""
-    lo, hi = rs.lo[:-1][live], rs.lo[1:][live]
-    keep = hi > lo
-    lo, hi = lo[keep], hi[keep]
-    if not len(lo):
-        return np.zeros(0, dtype=np.int64)
-    sizes = hi - lo
-    # arange per bucket without a Python loop: offsets within each bucket plus its start.
-    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
-    return np.arange(int(sizes.sum()), dtype=np.int64) + starts
+    return concat_ranges(rs.lo[:-1][live], rs.lo[1:][live])
 
 
 _SCALED: dict[int, tuple[np.ndarray, np.ndarray, np.int64, np.ndarray]] = {}

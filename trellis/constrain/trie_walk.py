@@ -4,10 +4,10 @@
 steps on Gemma 3's vocabulary for a state most tokens survive in (a JSON string's interior, a
 comment, free text). Tokens that share a prefix share those steps in a trie: 588k nodes on Gemma
 (XGrammar's and llguidance's token trie; Dong et al. 2024, "XGrammar", Sec. 3.2). ``TokenTrie``
-stores the nodes level by level in lexicographic order, so the children of a node are one
-contiguous run of the next level and the tokens at or below a node are one contiguous run of the
-lexicographic order: expanding a frontier and listing a crossing's tokens are both range
-concatenations, one numpy step per level and no Python loop per node.
+stores the nodes level by level in lexicographic order, each with its parent, so a level is
+stepped with two gathers (the parents' states, then the transitions), and the tokens at or below
+a node are one contiguous run of the lexicographic order, so a crossing's tokens are a range
+concatenation: one numpy step per level and no Python loop per node.
 
 ``walk_vocabulary`` returns exactly what ``rest_walk.walk`` returns for the whole vocabulary (the
 same ``inside`` flags and the same crossings, as a ``RestSet`` of leftovers), so the scannerless
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trellis.constrain.rest_walk import RestSet, Walk, _scaled, drop_inside
+from trellis.constrain.rest_walk import RestSet, Walk, _scaled, concat_ranges, drop_inside
 from trellis.constrain.walks import TokenMatrix
 
 
@@ -31,18 +31,15 @@ class TokenTrie:
 
     Tokens are numbered in lexicographic order of their bytes (``lex[i]``: the rest index, i.e.
     position in ``tm.order``, of the i-th). Per level, per node: the byte on its edge, its parent
-    (index in level k - 1), the lexicographic run ``[tlo, thi)`` of the tokens at or below it (of
-    which the first ``nend`` end exactly at it: tokens with equal bytes, such as a piece and its
-    byte-fallback twin, share a node) and the run ``[clo, chi)`` of its children in level k + 1."""
+    (index in level k - 1) and the lexicographic run ``[tlo, thi)`` of the tokens at or below it;
+    per level, the tokens that end there and their nodes (tokens with equal bytes, such as a piece
+    and its byte-fallback twin, share a node)."""
 
     lex: np.ndarray
     byte: list[np.ndarray]
     parent: list[np.ndarray]
     tlo: list[np.ndarray]
     thi: list[np.ndarray]
-    nend: list[np.ndarray]
-    clo: list[np.ndarray]
-    chi: list[np.ndarray]
     end_node: list[np.ndarray]  # per level: the node each token ending there ends at
     end_tok: list[np.ndarray]  # per level: those tokens' rest indices
 
@@ -76,7 +73,7 @@ class TokenTrie:
             if not len(live):
                 break
             lcp[live] += 1
-        byte, tlo, thi, nend, parent, end_node, end_tok = [], [], [], [], [], [], []
+        byte, tlo, thi, parent, end_node, end_tok = [], [], [], [], [], []
         cand = np.arange(n, dtype=np.int64)  # tokens longer than k, in lexicographic order
         for k in range(lmax):
             ending = cand[ln[cand] == k + 1]
@@ -92,31 +89,11 @@ class TokenTrie:
             byte.append(mat[starts, k].astype(np.int64))
             tlo.append(starts)
             thi.append(ends)
-            node = np.searchsorted(starts, ending, side="right") - 1
-            end_node.append(node)
+            end_node.append(np.searchsorted(starts, ending, side="right") - 1)
             end_tok.append(lex[ending])
-            nend.append(np.bincount(node, minlength=len(starts)))
             parent.append(np.searchsorted(tlo[k - 1], starts, side="right") - 1 if k else
                           np.zeros(len(starts), dtype=np.int64))
-        clo, chi = [], []
-        for k in range(len(byte)):
-            if k + 1 < len(byte):
-                ar = np.arange(len(byte[k]), dtype=np.int64)
-                clo.append(np.searchsorted(parent[k + 1], ar, side="left"))
-                chi.append(np.searchsorted(parent[k + 1], ar, side="right"))
-            else:
-                clo.append(np.zeros(len(byte[k]), dtype=np.int64))
-                chi.append(clo[-1])
-        return cls(lex, byte, parent, tlo, thi, nend, clo, chi, end_node, end_tok)
-
-
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(lo[i], hi[i])`` (empty runs allowed)."""
-    sizes = hi - lo
-    total = int(sizes.sum())
-    if not total:
-        return np.zeros(0, dtype=np.int64)
-    return np.arange(total, dtype=np.int64) + np.repeat(lo - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+        return cls(lex, byte, parent, tlo, thi, end_node, end_tok)
 
 
 def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
@@ -157,7 +134,7 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
     if not cross_lo:
         return Walk(inside, None, none, none)
     lo, hi = np.concatenate(cross_lo), np.concatenate(cross_hi)
-    ci, cj = drop_inside(inside, trie.lex[_ranges(lo, hi)], np.repeat(np.concatenate(cross_j), hi - lo))
+    ci, cj = drop_inside(inside, trie.lex[concat_ranges(lo, hi)], np.repeat(np.concatenate(cross_j), hi - lo))
     if not len(ci):
         return Walk(inside, None, none, none)
     stride = tm.mat_t.shape[1]
