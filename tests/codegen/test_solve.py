@@ -1,7 +1,8 @@
 """Test-guided search on a fake LM whose tokens are code chunks: MCTS finds the program that passes
 the tests where greedy does not, best-of-N filters samples by tests, syntax pruning steers away
-from dead prefixes, generation stops at the end of the function, reports are cached per program,
-budgets hold, and ``solve`` judges the result on held-out tests."""
+from dead prefixes, generation stops at the end of the function (and the returned text ends there:
+issue 22), reports are cached per program, budgets hold, MCTS stops at the first passing program,
+a progress bar reports on stderr, and ``solve`` judges the result on held-out tests."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ from trellis.tokens import TokenTree, Vocabulary
 
 PROMPT = 'def inc(x):\n    """Add one to x."""\n'
 CHUNKS = ["", "<bos>", "<eos>", PROMPT, "    return x", " - 1", " + 1", " * 2", "\n", "\nprint(inc(3))\n", " +)",
-          " +", "x"]
+          " +", "x", "\n\n", "def", " helper():\n", " + 1\nprint(inc(3))\n"]
 TOK = {c: i for i, c in enumerate(CHUNKS)}
 EOS = 2
-R, MINUS, PLUS, TIMES, NL, JUNK, DEAD, PLUS_BARE, X = (TOK[c] for c in (
-    "    return x", " - 1", " + 1", " * 2", "\n", "\nprint(inc(3))\n", " +)", " +", "x"))
+R, MINUS, PLUS, TIMES, NL, JUNK, DEAD, PLUS_BARE, X, NL2, DEF, HELPER, MIXED = (TOK[c] for c in (
+    "    return x", " - 1", " + 1", " * 2", "\n", "\nprint(inc(3))\n", " +)", " +", "x", "\n\n", "def", " helper():\n",
+    " + 1\nprint(inc(3))\n"))
 VISIBLE = ["assert inc(1) == 2"]
 HIDDEN = ["assert inc(5) == 6", "assert inc(-1) == 0"]
 
@@ -101,9 +103,60 @@ def test_generation_stops_at_the_end_of_the_function():
     assert plain.num_new == 12 and not plain.finished  # rambles on with junk to the budget
     lm.rows = 0
     best = guided("greedy")(dec, root, max_new_tokens=12)[0]
-    assert best.finished and best.new_tokens[-1] == EOS
-    assert best.new_tokens[:-1] == (R, MINUS, NL, JUNK)  # the column-0 `print` line ended it ...
-    assert lm.rows == 4  # ... and its EOS cost no forward pass
+    # the column-0 `print` line would have ended the function: its probability went to EOS, so
+    # the hypothesis ends with the body and no token of the next statement ...
+    assert best.finished and best.new_tokens == (R, MINUS, NL, EOS)
+    assert lm.rows == 4  # ... and the EOS cost no forward pass
+    # ... and its log-prob is that of the body plus "the function ends here" (JUNK's mass and
+    # EOS's own); the other rows are near-certain (their runner-up logits are 8+ nats down)
+    first = torch.tensor([3.0, 2.0, 1.0])
+    assert best.logprob == pytest.approx(float(first[0] - torch.logsumexp(first, 0)), abs=1e-6)
+
+
+def _end_table() -> dict[tuple[int, ...], dict[int, float]]:
+    """Gemma's tokenizer splits newlines from words: after the body come `\\n\\n` and then `def`."""
+    return {(): {R: 5.0}, (R,): {PLUS: 5.0, MINUS: 1.0}, (R, PLUS): {NL2: 5.0}, (R, MINUS): {NL2: 5.0},
+            (R, PLUS, NL2): {DEF: 5.0, EOS: 1.0}, (R, MINUS, NL2): {DEF: 5.0, EOS: 1.0},
+            (R, PLUS, NL2, DEF): {HELPER: 5.0}, (R, MINUS, NL2, DEF): {HELPER: 5.0}}
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "mcts", "entropy-gate"])
+def test_generate_text_ends_with_the_function_not_the_next_def(strategy):
+    """Issue 22: generate(..., strategy=TestGuided(...)).text ended in '\\n\\ndef'."""
+    from trellis.generate import generate
+
+    handle = ModelHandle(model=TableLM(_end_table()), tokenizer=None, vocab=vocab(), name="table")  # type: ignore[arg-type]
+    g = guided(strategy, max_rollouts=20)
+    out = generate(handle, [1, TOK[PROMPT]], strategy=g, max_new_tokens=20)
+    assert out.text is not None and out.text.rstrip() == "    return x + 1", out.text
+    assert out.finished and out.tokens[-1] == EOS
+    for h, text in zip(out.hypotheses, out.texts or ()):
+        assert "def" not in text and DEF not in h.new_tokens
+        # the program the tests ran is the returned text, whitespace aside
+        program = PROMPT + text.rstrip() + "\n"
+        assert g.program(Decoder(handle.model, vocab=vocab()), h) == program and program in g.reports
+
+
+def test_a_token_that_runs_past_the_function_end_is_cut_and_the_cut_program_is_tested():
+    """A token with body text *and* the next statement (no common tokenizer has one) cannot be
+    folded into EOS; it is cut off, and the reward is that of the program returned."""
+    table = {(): {R: 5.0}, (R,): {MIXED: 5.0, PLUS: 1.0}}
+    lm, dec, root = setup(table)
+    g = guided("greedy")
+    res = g.search(dec, root, max_new_tokens=10)
+    (best,) = res.hypotheses
+    assert best.new_tokens == (R, EOS) and best.finished and dec.text(best) == "    return x"
+    program = g.program(dec, best)
+    assert program == PROMPT + "    return x\n" and list(g.reports) == [program]
+    assert res.scores == (g.reports[program].fraction,) == (0.0,)
+
+
+def test_search_tree_marks_the_eos_that_ended_the_function():
+    lm, dec, root = setup(_end_table())
+    res = guided("greedy").search(dec, root, max_new_tokens=20)
+    ends = [d for _, d in res.tree.nodes(data=True) if d.get("function_end")]
+    assert ends and all(d["token"] == EOS for d in ends)
+    assert not any(d["token"] == DEF for _, d in res.tree.nodes(data=True))
 
 
 def test_syntax_pruning_steers_away_from_dead_tokens_and_records_them():
@@ -194,12 +247,119 @@ def test_held_out_tests_catch_a_program_that_only_fits_the_visible_ones():
     assert sol.visible.all_passed and not sol.passed and sol.held_out is not None and sol.held_out.passed == 0
 
 
-def test_budget_tokens_bound_any_strategy():
+@pytest.mark.parametrize("budget", [1, 4, 6, 9])
+def test_budget_tokens_are_never_exceeded_by_a_batched_step(budget):
     lm = TableLM(trap_table())
     handle = ModelHandle(model=lm, tokenizer=None, vocab=vocab(), name="table")  # type: ignore[arg-type]
-    sol = solve(handle, [1, TOK[PROMPT]], VISIBLE + HIDDEN, strategy="best-of-n", n=4, budget_tokens=4,
-                max_new_tokens=20)
-    assert sol.tokens <= 4 + 4  # one batched step may start before the budget is seen as spent
+    sol = solve(handle, [1, TOK[PROMPT]], VISIBLE + HIDDEN, strategy="best-of-n", n=4, budget_tokens=budget,
+                max_new_tokens=20, progress=False)
+    # without LM counters a prefix sent is a token spent: a step that does not fit is not taken
+    assert sol.tokens == lm.rows <= budget
+
+
+class StatsTableLM(TableLM):
+    """``TableLM`` with ``HFLanguageModel``'s counters: a call forwards each prefix's tokens beyond
+    its longest common prefix with the previous call's prefixes (a one-step KV cache)."""
+
+    def __init__(self, table) -> None:
+        super().__init__(table)
+        self.stats = type("Stats", (), {"tokens_forwarded": 0})()
+        self._last: list[tuple[int, ...]] = []
+
+    def logits(self, prefixes):
+        for p in map(tuple, prefixes):
+            lcp = max((next((i for i, (a, b) in enumerate(zip(p, q)) if a != b), min(len(p), len(q)))
+                       for q in self._last), default=0)
+            self.stats.tokens_forwarded += len(p) - min(lcp, len(p) - 1)
+        self._last = [tuple(p) for p in prefixes]
+        return super().logits(prefixes)
+
+
+def test_mcts_ends_when_the_budget_is_spent_and_overshoots_at_most_one_step():
+    lm = StatsTableLM(trap_table({MINUS: 3.0, TIMES: 2.9, PLUS: 0.1}))
+    handle = ModelHandle(model=lm, tokenizer=None, vocab=vocab(), name="table")  # type: ignore[arg-type]
+    sol = solve(handle, [1, TOK[PROMPT]], VISIBLE, held_out=HIDDEN, strategy="mcts", budget_tokens=6,
+                max_new_tokens=20, progress=False)
+    # a call is let through only while (spent + its prefixes) fits; a KV-cache miss can re-forward
+    # one prefix: the documented bound is one prefix of prompt + max_new_tokens tokens
+    assert sol.tokens <= 6 + 2 + 20
+    assert sol.programs <= 3  # the search stopped with the budget, not after max_rollouts programs
+
+
+def test_tree_logits_respect_the_budget_before_forwarding():
+    lm = TableLM(trap_table())
+    tree_calls = []
+    real = lm.tree_logits
+    lm.tree_logits = lambda prefix, tree: tree_calls.append(len(tree)) or real(prefix, tree)  # type: ignore[method-assign]
+    code_lm = solve_mod._CodeLM(lm, vocab(), PROMPT, 2, prune_top=8, max_checks=64, budget_tokens=1,
+                                budget_seconds=None)
+    code_lm.logits([[1, TOK[PROMPT]]])  # spends the one token
+    tree = TokenTree(torch.tensor([R, MINUS]), torch.tensor([-1, 0]))
+    rows = code_lm.tree_logits([1, TOK[PROMPT]], tree)
+    assert tree_calls == [] and lm.rows == 1  # no forward past the budget ...
+    assert rows.shape == (3, len(CHUNKS)) and bool((rows.argmax(-1) == EOS).all())  # ... every row ends
+
+
+def _counting_runs(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    real = solve_mod.run_tests
+
+    def counting(code, tests, **kw):
+        calls.append(code)
+        return real(code, tests, **kw)
+
+    monkeypatch.setattr(solve_mod, "run_tests", counting)
+    return calls
+
+
+def test_mcts_stops_at_the_first_program_passing_the_visible_tests(monkeypatch):
+    calls = _counting_runs(monkeypatch)
+    table = trap_table({MINUS: 3.0, PLUS: 2.0, TIMES: 1.0, PLUS_BARE: 0.5})
+    lm, dec, root = setup(table)
+    res = guided("mcts", max_rollouts=512).search(dec, root, max_new_tokens=20)
+    assert res.scores[0] == 1.0 and calls[-1] == PROMPT + "    return x + 1\n"  # the last program run passed
+    stopped, rows = len(calls), lm.rows
+    calls.clear()
+    lm.rows = 0
+    res = guided("mcts", max_rollouts=512, early_exit=False).search(dec, root, max_new_tokens=20)
+    assert res.scores[0] == 1.0 and len(calls) > stopped and lm.rows > rows  # it kept searching
+
+
+def test_solve_shows_progress_on_stderr_and_can_hide_it(monkeypatch):
+    import sys
+
+    bars: list = []
+
+    class Bar:
+        def __init__(self, *args, **kw):
+            self.kw, self.n, self.postfix, self.closed = kw, 0, "", False
+            bars.append(self)
+
+        def update(self, n=1):
+            self.n += n
+
+        def set_postfix_str(self, s="", refresh=True):
+            self.postfix = s
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(solve_mod, "tqdm", Bar)
+    handle = ModelHandle(model=TableLM(trap_table()), tokenizer=None, vocab=vocab(), name="table")  # type: ignore[arg-type]
+    sol = solve(handle, [1, TOK[PROMPT]], VISIBLE, held_out=HIDDEN, strategy="mcts", max_new_tokens=20)
+    (bar,) = bars
+    assert bar.kw["delay"] == 1.0 and bar.kw["leave"] is False and bar.kw["file"] is sys.stderr
+    assert not bar.kw.get("disable") and bar.closed
+    assert bar.n == sol.programs and "best 1/1" in bar.postfix  # programs run / best visible passes
+    bars.clear()
+    solve(handle, [1, TOK[PROMPT]], VISIBLE, held_out=HIDDEN, strategy="greedy", max_new_tokens=20, progress=False)
+    assert all(b.kw.get("disable") for b in bars)
+
+
+def test_a_quick_solve_prints_no_progress_bar(capsys):
+    handle = ModelHandle(model=TableLM(trap_table()), tokenizer=None, vocab=vocab(), name="table")  # type: ignore[arg-type]
+    solve(handle, [1, TOK[PROMPT]], VISIBLE, held_out=HIDDEN, strategy="mcts", max_new_tokens=20)
+    assert capsys.readouterr().err == ""  # the bar shows only after a second (tqdm's delay)
 
 
 def test_entry_point_and_bad_search_name():
@@ -248,3 +408,16 @@ def test_gemma_writes_a_small_function_and_stops_at_its_end(gemma):
     compile(sol.program, "<gemma>", "exec")
     assert sol.passed, sol.program  # measured: `return a + b`
     assert sol.tokens < 24 + len(prompt)  # the function end stopped it before the budget
+
+
+@pytest.mark.model
+def test_gemma_generate_with_test_guided_ends_at_the_function(gemma):
+    """Issue 22's report: with Gemma (newlines and words are separate tokens) the text ended in
+    '\\n\\ndef'; the probability of `def` now closes the function as EOS."""
+    from trellis.generate import generate
+
+    prompt = 'def add(a, b):\n    """Return the sum of a and b."""\n'
+    g = TestGuided(["assert add(1, 2) == 3"], strategy="greedy", prompt=prompt, entry_point="add", progress=False)
+    out = generate(gemma, prompt, strategy=g, max_new_tokens=40)
+    assert out.text is not None and out.text.rstrip() == "    return a + b", out.text  # measured
+    assert out.finished and prompt + out.text.rstrip() + "\n" in g.reports

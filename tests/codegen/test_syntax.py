@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from trellis.codegen.syntax import check_prefix, extract_program, function_end
+from trellis.codegen.syntax import check_prefix, extract_program, function_end, scan_function
 
 HEAD = 'def f(x):\n    """doc"""\n'
 
@@ -84,3 +84,15 @@ def test_function_end_and_extraction():
     assert extract_program(HEAD, "    return x\n\n\n") == HEAD + "    return x\n"
     # a prompt that ends mid-line: the completion continues that line
     assert function_end("def f(x):\n    return ", "x\n") is None
+
+
+def test_scan_function_says_what_a_newline_or_column_0_text_would_do():
+    """The position ``solve`` folds end-of-function tokens at: after a closed logical line, inside
+    one (outside brackets and strings), or where a newline does not close a line."""
+    at = {c: scan_function(HEAD, c).position for c in (
+        "", "    return x", "    return x\n", "    return x\n\n", "    return x  # c", "    return (x",
+        "    return (x\n", '    s = """a\n', "    return x + \\\n")}
+    assert at == {"": "line_start", "    return x": "line_end", "    return x\n": "line_start",
+                  "    return x\n\n": "line_start", "    return x  # c": "line_end", "    return (x": "inside",
+                  "    return (x\n": "inside", '    s = """a\n': "inside", "    return x + \\\n": "inside"}
+    assert scan_function(HEAD, "    return x\ndef g").end == len("    return x\n")

@@ -9,7 +9,7 @@ The search part is imported from its module (the function ``solve`` shares the m
 
 from trellis.codegen.sandbox import CaseResult, SandboxError, TestReport, run_tests
 from trellis.codegen.suite import TestCase, TestSuite, parse_tests, split_tests
-from trellis.codegen.syntax import PrefixCheck, check_prefix, extract_program, function_end
+from trellis.codegen.syntax import FunctionScan, PrefixCheck, check_prefix, extract_program, function_end, scan_function
 
-__all__ = ["CaseResult", "PrefixCheck", "SandboxError", "TestCase", "TestReport", "TestSuite", "check_prefix",
-           "extract_program", "function_end", "parse_tests", "run_tests", "split_tests"]
+__all__ = ["CaseResult", "FunctionScan", "PrefixCheck", "SandboxError", "TestCase", "TestReport", "TestSuite",
+           "check_prefix", "extract_program", "function_end", "parse_tests", "run_tests", "scan_function", "split_tests"]

@@ -7,24 +7,33 @@ visible tests it passes; a held-out half of the tests judges the result.
 ``Strategy``) and gives it three things through a proxy of the language model (``_CodeLM``, one per
 search; strategies still see only a ``Decoder``):
 
-- *function end*: once the completion starts a logical line at column 0 (``def``, ``if __name__``,
-  a stray fence ...; see ``syntax.function_end``) the only allowed token is EOS, so every strategy
-  finishes the program there instead of generating junk up to the budget (no forward pass spent);
+- *function end*: where the text is at the start of a line (or at the end of one), the tokens that
+  would start a logical line at column 0 (``def``, ``if __name__``, a stray fence ...; see
+  ``syntax.scan_function``) are removed and their probability is added to EOS, which thus means
+  "the function ends here". Every strategy finishes the program there instead of generating junk
+  up to the budget, and no token of the next statement enters a hypothesis: its text is the
+  completion the tests run (issue 22: ``generate`` returned text ending in ``"\\n\\ndef"`` when
+  the end was only noticed after such a token, and each way of starting the next statement was a
+  separate search branch of one and the same program);
 - *syntax pruning*: of each next-token row, the most likely tokens are checked in order until
   ``prune_top`` viable ones are found and those that make the program prefix unparseable for good
   (``syntax.check_prefix``) are set to -inf; a prefix that still ends up dead gets an all -inf row,
   which stops every strategy on it (reward 0). Checking only the tokens a search can pick keeps
   this cheap on a 262k vocabulary, where a full ``Constraint`` mask would not be;
-- *budgets*: past ``budget_tokens`` forward tokens or ``budget_seconds``, rows force EOS, so any
-  strategy winds down; MCTS also stops iterating.
+- *budgets*: a forward that would not fit in ``budget_tokens`` forward tokens or ``budget_seconds``
+  is not started: its rows force EOS, so any strategy winds down (how far a budget can be
+  overshot: ``TestGuided``).
 
-The reward runs programs in ``sandbox.run_tests`` and caches the report per program text.
+The reward runs programs in ``sandbox.run_tests`` and caches the report per program text. An MCTS
+search ends at the first program that passes every visible test (``early_exit``) or when the
+budget is spent, by an exception raised from the reward (MCTS itself has no stop hook).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Sequence
@@ -32,10 +41,11 @@ from typing import Any, Callable, Literal, Sequence
 import networkx as nx
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from trellis.codegen.sandbox import TestReport, run_tests
 from trellis.codegen.suite import TestSuite, parse_tests, split_tests
-from trellis.codegen.syntax import check_prefix, extract_program, function_end
+from trellis.codegen.syntax import LinePosition, check_prefix, extract_program, scan_function
 from trellis.decoder import Decoder, Hypothesis
 from trellis.lm import LanguageModel
 from trellis.search.base import Strategy
@@ -53,23 +63,67 @@ SEARCHES: tuple[str, ...] = ("mcts", "best-of-n", "entropy-gate", "greedy")
 _NEG_INF = float("-inf")
 
 
+# A token that, written where a logical line has just ended, puts a non-blank, non-comment
+# character at column 0 (after blank lines, if any): the next top-level statement, i.e. the end of
+# the function. And the same after the line break that closes the current line.
+_COL0_AT_LINE_START = re.compile(rb"(?:[ \t\f]*\r?\n)*[^ \t\f\r\n#]")
+_COL0_AFTER_LINE_END = re.compile(rb"[ \t\f]*\r?\n(?:[ \t\f]*\r?\n)*[^ \t\f\r\n#]")
+_END_MASKS: dict[tuple[str, int], tuple[Tensor, Tensor]] = {}
+
+
+def _end_masks(vocab: Vocabulary, width: int) -> tuple[Tensor, Tensor]:
+    """Bool masks [width] of the tokens that end the function (see ``_COL0_*``) at a line start and
+    at a line end. One pass over the vocabulary (about 0.1 s for 262k tokens), kept per vocabulary."""
+    key = (vocab.fingerprint(), width)
+    got = _END_MASKS.get(key)
+    if got is None:
+        skip = vocab.special | vocab.eos
+        toks = [b"" if i in skip else t for i, t in enumerate(vocab.tokens[:width])]
+        toks += [b""] * (width - len(toks))  # logits wider than the vocabulary: padding ids
+        start = torch.tensor([_COL0_AT_LINE_START.match(t) is not None for t in toks], dtype=torch.bool)
+        end = torch.tensor([_COL0_AFTER_LINE_END.match(t) is not None for t in toks], dtype=torch.bool)
+        if len(_END_MASKS) >= 4:  # a process rarely sees more than one or two vocabularies
+            _END_MASKS.pop(next(iter(_END_MASKS)))
+        got = _END_MASKS[key] = (start, end)
+    return got
+
+
+class _SearchStopped(Exception):
+    """Raised by the test reward inside an iterative search (MCTS) to end it: a program passed every
+    visible test (``early_exit``), or the budget is spent. ``TestGuided`` catches it and returns the
+    programs rewarded so far; it never escapes to the caller."""
+
+
 class _CodeLM:
     """The language-model proxy of one test-guided search (see the module docstring). Counts the
-    forward tokens it lets through and remembers which prefixes it ended or pruned."""
+    forward tokens it lets through and remembers which prefixes it ended or pruned.
+
+    Why the function end is folded into EOS rather than detected after the fact: the end is only
+    visible once a token has started the next top-level statement (``def``, ``print``, ...). Letting
+    that token in and forcing EOS after it leaves the start of the next statement in the hypothesis
+    (``generate`` returned text ending in ``"\\n\\ndef"``) and gives each way of starting it a
+    separate branch. So on every row where the text is at a line start (or line end), the tokens
+    that would start a column-0 line are removed and their probability is added to EOS: EOS then
+    means "the function ends here", with the model's probability of that."""
 
     def __init__(self, lm: LanguageModel, vocab: Vocabulary, prompt: str, base: int, *, prune_top: int,
-                 max_checks: int, budget_tokens: int | None, budget_seconds: float | None) -> None:
+                 max_checks: int, budget_tokens: int | None, budget_seconds: float | None,
+                 on_forward: Callable[[], None] | None = None) -> None:
         self.lm, self.vocab, self.prompt, self.base = lm, vocab, prompt, base
         self.vocab_size = lm.vocab_size
         self.prune_top, self.max_checks = prune_top, max_checks
         self.budget_tokens, self.budget_seconds = budget_tokens, budget_seconds
+        self.on_forward = on_forward
         self.eos = min(vocab.eos)
+        self.ends_at_start, self.ends_at_line_end = _end_masks(vocab, self.vocab_size)
+        self.any_at_start, self.any_at_line_end = bool(self.ends_at_start.any()), bool(self.ends_at_line_end.any())
         self.t0 = time.monotonic()
         self.rows_forwarded = 0
+        self.exhausted = False  # a forward was refused for the budget: the search must wind down
         stats = getattr(lm, "stats", None)
         self._tokens0 = stats.tokens_forwarded if stats is not None else None
-        self._state: dict[tuple[int, ...], str] = {}
-        self.ended: set[tuple[int, ...]] = set()  # generated-token paths whose function had ended
+        self._state: dict[tuple[int, ...], tuple[str, LinePosition]] = {}
+        self.ended: set[tuple[int, ...]] = set()  # generated-token paths whose last token ended the function
         self.dead: dict[tuple[int, ...], str] = {}  # generated-token path -> syntax error (pruned)
 
     @property
@@ -84,28 +138,65 @@ class _CodeLM:
         return self.rows_forwarded
 
     def over_budget(self) -> bool:
-        return ((self.budget_tokens is not None and self.spent() >= self.budget_tokens)
+        return (self.exhausted or (self.budget_tokens is not None and self.spent() >= self.budget_tokens)
                 or (self.budget_seconds is not None and time.monotonic() - self.t0 >= self.budget_seconds))
+
+    def _affordable(self, rows: int) -> bool:
+        """May a forward of ``rows`` prefixes start? Each costs at least its one new token (a KV-cache
+        hit aside), so a call that cannot fit whole is refused rather than started: without LM
+        counters (one prefix = one unit) the budget is never exceeded; with them, only the tokens a
+        KV-cache miss re-forwards can overshoot (see ``TestGuided``)."""
+        if self.exhausted:
+            return False
+        if ((self.budget_tokens is not None and self.spent() + rows > self.budget_tokens)
+                or (self.budget_seconds is not None and time.monotonic() - self.t0 >= self.budget_seconds)):
+            self.exhausted = True
+            return False
+        return True
 
     def completion(self, prefix: Sequence[int]) -> str:
         return self.vocab.decode(prefix[self.base:]).decode("utf-8", errors="ignore")
 
-    def state(self, prefix: tuple[int, ...]) -> str:
-        """"ended", "dead" or "open" (cached: a prefix's verdict never changes)."""
+    def state(self, prefix: tuple[int, ...]) -> tuple[str, LinePosition]:
+        """("ended" | "dead" | "open", where the text ends) — cached: a prefix's verdict never changes.
+        The prompt itself is always open."""
         got = self._state.get(prefix)
         if got is None:
             text = self.completion(prefix)
             path = prefix[self.base:]
-            if function_end(self.prompt, text) is not None:
-                got = "ended"
+            found = scan_function(self.prompt, text)
+            if not path:
+                kind = "open"
+            elif found.end is not None:
+                # only a token that carries body text and the next statement's start together gets
+                # here (the fold below removes the pure ones); ``TestGuided._close`` cuts it off
+                kind = "ended"
                 self.ended.add(path)
             else:
                 check = check_prefix(self.prompt + text)
-                got = "open" if check.viable else "dead"
+                kind = "open" if check.viable else "dead"
                 if not check.viable:
                     self.dead[path] = check.reason
-            self._state[prefix] = got
+            got = self._state[prefix] = (kind, found.position)
         return got
+
+    def _fold_end_(self, row: Tensor, prefix: tuple[int, ...], position: LinePosition) -> Tensor:
+        """Move the probability of the tokens that would end the function into EOS, in place (row [V])."""
+        if position == "line_start" and self.any_at_start:
+            ends = self.ends_at_start
+        elif position == "line_end" and self.any_at_line_end:  # never, with Gemma's newline-only tokens
+            ends = self.ends_at_line_end
+            if not check_prefix(self.prompt + self.completion(prefix) + "\n").viable:
+                row[ends] = _NEG_INF  # the line cannot end here: a line break (and what follows) is dead
+                return row
+        else:
+            return row
+        mass = torch.logsumexp(row[ends].float(), 0)
+        if torch.isfinite(mass):
+            row[self.eos] = torch.logaddexp(row[self.eos].float(), mass).to(row.dtype)
+            self.ended.add(prefix[self.base:] + (self.eos,))
+        row[ends] = _NEG_INF
+        return row
 
     def _prune_(self, row: Tensor, prefix: tuple[int, ...]) -> Tensor:
         """Set the likeliest tokens that would make the program dead to -inf, in place (row [V])."""
@@ -131,42 +222,92 @@ class _CodeLM:
                 break
         return row
 
+    def _open_row(self, raw: Tensor, prefix: tuple[int, ...], position: LinePosition) -> Tensor:
+        return self._prune_(self._fold_end_(raw.clone(), prefix, position), prefix)
+
     def _forced(self, kind: str, like: Tensor | None) -> Tensor:
         row = torch.full((self.vocab_size,), _NEG_INF, dtype=like.dtype if like is not None else torch.float32)
         if kind != "dead":
             row[self.eos] = 0.0
         return row
 
+    def _kinds(self, keys: Sequence[tuple[int, ...]]) -> list[tuple[str, LinePosition]]:
+        """Each prefix's verdict; open ones become "budget" (EOS forced) when their forward cannot
+        start (``_affordable``): past the budget every strategy winds down, the prompt included."""
+        kinds = [self.state(k) for k in keys]
+        opened = sum(kind == "open" for kind, _ in kinds)
+        if opened and not self._affordable(opened):
+            kinds = [("budget", pos) if kind == "open" else (kind, pos) for kind, pos in kinds]
+        return kinds
+
     def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
         keys = [tuple(int(t) for t in p) for p in prefixes]
-        over = self.over_budget()
-        kinds = ["budget" if over and len(k) > self.base else
-                 self.state(k) if len(k) > self.base else "open" for k in keys]
-        need = [k for k, kind in zip(keys, kinds) if kind == "open"]
+        kinds = self._kinds(keys)
+        need = [k for k, (kind, _) in zip(keys, kinds) if kind == "open"]
         out = self.lm.logits(need) if need else None  # [M, V]
         self.rows_forwarded += len(need)
+        if need and self.on_forward is not None:
+            self.on_forward()
         rows, j = [], 0
-        for k, kind in zip(keys, kinds):
+        for k, (kind, pos) in zip(keys, kinds):
             if kind == "open":
                 assert out is not None
-                rows.append(self._prune_(out[j].clone(), k))
+                rows.append(self._open_row(out[j], k, pos))
                 j += 1
             else:
                 rows.append(self._forced(kind, out))
         return torch.stack(rows)  # [B, V]
 
     def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
-        out = self.lm.tree_logits(prefix, tree)  # [N+1, V]
-        self.rows_forwarded += len(tree) + 1
         toks = tree.tokens.tolist()
         base = tuple(int(t) for t in prefix)
-        over = self.over_budget()
-        rows = []
-        for i in range(len(tree) + 1):
-            key = base if i == 0 else base + tuple(toks[j] for j in tree.path_to(i - 1))
-            kind = "budget" if over and len(key) > self.base else self.state(key) if len(key) > self.base else "open"
-            rows.append(self._prune_(out[i].clone(), key) if kind == "open" else self._forced(kind, out))
-        return torch.stack(rows)  # [N+1, V]
+        keys = [base] + [base + tuple(toks[j] for j in tree.path_to(i)) for i in range(len(tree))]
+        kinds = self._kinds(keys)
+        # the budget is judged before the forward (all N+1 rows come from one pass)
+        out = self.lm.tree_logits(prefix, tree) if any(kind == "open" for kind, _ in kinds) else None  # [N+1, V]
+        if out is not None:
+            self.rows_forwarded += len(tree) + 1
+            if self.on_forward is not None:
+                self.on_forward()
+        return torch.stack([self._open_row(out[i], key, pos) if kind == "open" and out is not None
+                            else self._forced(kind, out) for i, (key, (kind, pos)) in enumerate(zip(keys, kinds))])
+
+
+class _Progress:
+    """The progress bar of one search (tqdm on stderr, shown only once the search has run ``DELAY``
+    seconds, removed when it ends): programs run, best visible pass count, tokens spent."""
+
+    DELAY = 1.0
+    REFRESH = 0.5  # seconds between redraws that only the token count asks for
+
+    def __init__(self, enabled: bool, desc: str, tests: int, budget_tokens: int | None) -> None:
+        self.bar = tqdm(desc=desc, unit="program", delay=self.DELAY, file=sys.stderr, leave=False,
+                        disable=not enabled, dynamic_ncols=True)
+        self.tests, self.budget_tokens = tests, budget_tokens
+        self.best, self.tokens = 0, 0
+        self.t0 = self.last = time.monotonic()
+
+    def _postfix(self) -> str:
+        budget = f"/{self.budget_tokens}" if self.budget_tokens is not None else ""
+        return f"best {self.best}/{self.tests} visible, {self.tokens}{budget} tokens"
+
+    def program(self, passed: int, tokens: int, *, ran: bool) -> None:
+        """A program was rewarded (``ran``: run now, not answered from the report cache)."""
+        self.best, self.tokens = max(self.best, passed), tokens
+        self.bar.set_postfix_str(self._postfix(), refresh=False)
+        self.bar.update(1 if ran else 0)
+
+    def forward(self, tokens: int) -> None:
+        """A long rollout runs no program for a while: keep the token count moving (tqdm's own
+        ``delay`` only applies to ``update``, so it is honoured here by hand)."""
+        self.tokens = tokens
+        now = time.monotonic()
+        if now - self.t0 >= self.DELAY and now - self.last >= self.REFRESH:
+            self.last = now
+            self.bar.set_postfix_str(self._postfix(), refresh=True)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 @dataclass(frozen=True)
@@ -174,7 +315,9 @@ class TestGuided:
     """A strategy that searches for a program passing ``tests`` (the *visible* tests): the reward
     of a finished program is the fraction of them it passes (PG-TD). Usable as
     ``generate(model, prompt, strategy=TestGuided(tests, ...))``; hypotheses come back sorted by
-    reward (ties in the inner strategy's order).
+    reward (ties in the inner strategy's order), each ending where its function ends (a closing EOS
+    stands for the start of the next top-level statement: see the module docstring), so its text
+    is the completion the tests ran, up to trailing blank lines.
 
     ``tests``: a ``TestSuite`` (test code or a list of asserts is parsed). ``strategy``: "mcts"
     (PG-TD; greedy rollouts, ``k`` children per expansion, at most ``max_rollouts``), "best-of-n"
@@ -182,11 +325,27 @@ class TestGuided:
     ``threshold`` nats; one program), "greedy", or a ``Strategy`` — an ``MCTS`` gets the test
     reward as its ``reward``, a ``BestOfN`` as its ``scorer``, anything else is reranked.
     ``prompt``: the program text before the completion (default: the root's decoded tokens).
-    ``entry_point`` overrides the suite's. ``budget_tokens`` / ``budget_seconds`` bound the whole
-    search (see the module docstring). ``prune_top``: how many viable tokens each row must keep
+    ``entry_point`` overrides the suite's. ``prune_top``: how many viable tokens each row must keep
     (0: no token masking; a prefix that is dead still ends its hypothesis); ``max_checks``: at most
     this many tokens are checked per row. ``timeout``, ``memory_mb``: per program run.
     ``reports`` caches the test report of every program text across calls (shared, not compared).
+
+    ``early_exit``: an MCTS search stops at the first program that passes every visible test (the
+    held-out tests, if any, judge it afterwards). Best-of-N draws its ``n`` samples together and
+    greedy / entropy-gate write one program, so only MCTS has anything left to skip.
+
+    Budgets: ``budget_tokens`` forward tokens (the LM's ``stats.tokens_forwarded``, else prefixes
+    sent to it) and ``budget_seconds`` of wall time bound the whole search. Both are checked before
+    every forward: a forward that would not fit is not started, rows force EOS instead, every
+    strategy winds down and an MCTS search ends. Without LM counters the token budget is never
+    exceeded. With them (``HFLanguageModel``) a forward starts only if one token per prefix still
+    fits, so the only possible overshoot is what a KV-cache miss in that last forward re-reads: at
+    most its prefixes' length (prompt + ``max_new_tokens`` per prefix; one prefix for MCTS and
+    greedy, ``n`` for best-of-N). The time budget can be overshot by one forward plus one program
+    run (``timeout``).
+
+    ``progress``: a tqdm bar on stderr (from 1 s on; removed at the end) with the programs run, the
+    best visible pass count and the tokens spent.
     """
 
     __test__ = False  # not a pytest class
@@ -205,6 +364,8 @@ class TestGuided:
     max_checks: int = 64
     timeout: float = 5.0
     memory_mb: int = 512
+    early_exit: bool = True
+    progress: bool = field(default=True, compare=False)
     generator: torch.Generator | None = field(default=None, compare=False)
     reports: dict[str, TestReport] = field(default_factory=dict, compare=False, repr=False)
 
@@ -215,6 +376,8 @@ class TestGuided:
             object.__setattr__(self, "tests", replace(self.tests, entry_point=self.entry_point))
         if isinstance(self.strategy, str) and self.strategy not in SEARCHES:
             raise ValueError(f"unknown strategy {self.strategy!r}; one of {', '.join(SEARCHES)} or a Strategy")
+        if self.budget_tokens is not None and self.budget_tokens < 0:
+            raise ValueError(f"budget_tokens must be >= 0, got {self.budget_tokens}")
 
     # ------------------------------------------------------------------ rewards
     def report(self, program: str) -> TestReport:
@@ -253,41 +416,103 @@ class TestGuided:
             return replace(s, scorer=reward)
         return s  # type: ignore[return-value]
 
+    @staticmethod
+    def _close(dec: Decoder, code_lm: _CodeLM, root: Hypothesis, hyp: Hypothesis) -> Hypothesis:
+        """``hyp`` cut before the token that ran past the end of its function, closed with EOS.
+
+        Only a token that carries body text *and* the start of the next statement (``"1\\ndef"``;
+        no tokenizer in common use has one) can get there: ``_CodeLM`` folds the others into EOS.
+        The text such a token carried before the end is dropped with it, and the reward is taken
+        on the cut program, so what is returned is what was tested. Its log-prob stays in
+        ``logprob`` as that of the closing EOS (the model's choice to end the function there)."""
+        new = hyp.new_tokens
+        if scan_function(code_lm.prompt, code_lm.completion(hyp.tokens)).end is None:
+            return hyp  # one pass over the text; the token-by-token search below is for the rare cut
+        cut = next((i for i in range(1, len(new) + 1) if code_lm.state(root.tokens + new[:i])[0] == "ended"), None)
+        if cut is None:
+            return hyp
+        kept = new[:cut - 1]
+        state = root.state
+        if dec.constrained:  # replay the constraint: the state after the kept tokens, not after the cut one
+            for t in kept:
+                state = dec.constraint.advance(state, t)
+            if not dec.constraint.is_accepting(state):
+                return Hypothesis(root.tokens + kept, hyp.prompt_len, state, hyp.logprob, False)
+        return Hypothesis(root.tokens + kept + (code_lm.eos,), hyp.prompt_len, state, hyp.logprob, True)
+
     # ------------------------------------------------------------------ the strategy
     def search_code(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                     recorder: TreeRecorder | None = None) -> tuple[SearchResult, _CodeLM]:
         """``search`` plus the LM proxy (its ``spent()`` tokens, ``ended`` and ``dead`` prefixes)."""
         if decoder.vocab is None or not decoder.vocab.eos:
             raise ValueError("TestGuided needs a vocabulary with an EOS token")
-        prompt = self._prompt(decoder, root)
-        code_lm = _CodeLM(decoder.lm, decoder.vocab, prompt, len(root.tokens), prune_top=self.prune_top,
-                          max_checks=self.max_checks, budget_tokens=self.budget_tokens,
-                          budget_seconds=self.budget_seconds)
-        dec = replace(decoder, lm=code_lm)
-
-        def reward(h: Hypothesis) -> float:
-            return self.report(self.program(dec, h, prompt)).fraction
-
         if self.strategy == "best-of-n" and decoder.temperature == 0:
             raise ValueError("best-of-n samples: it needs temperature > 0 (e.g. generate(..., temperature=0.8))")
+        prompt = self._prompt(decoder, root)
+        name = self.strategy if isinstance(self.strategy, str) else type(self.strategy).__name__
+        code_lm = _CodeLM(decoder.lm, decoder.vocab, prompt, len(root.tokens), prune_top=self.prune_top,
+                          max_checks=self.max_checks, budget_tokens=self.budget_tokens,
+                          budget_seconds=self.budget_seconds, on_forward=lambda: bar.forward(code_lm.spent()))
+        dec = replace(decoder, lm=code_lm)
+        rewarded: dict[tuple[int, ...], tuple[float, Hypothesis]] = {}  # closed hypothesis -> (reward, it)
+
+        def score(h: Hypothesis) -> tuple[float, Hypothesis]:
+            closed = self._close(dec, code_lm, root, h)
+            got = rewarded.get(closed.tokens)
+            if got is None:
+                program = self.program(dec, closed, prompt)
+                ran = program not in self.reports  # else a report from an earlier search (``reports`` is shared)
+                rep = self.report(program)
+                bar.program(rep.passed, code_lm.spent(), ran=ran)
+                got = rewarded[closed.tokens] = (rep.fraction, closed)
+            return got
+
+        stoppable = False
+
+        def reward(h: Hypothesis) -> float:
+            r = score(h)[0]
+            if stoppable and ((self.early_exit and r == 1.0) or code_lm.over_budget()):
+                raise _SearchStopped  # MCTS has no stop hook: it would iterate on to max_rollouts
+            return r
+
         inner = self._inner(reward)
+        stoppable = isinstance(inner, MCTS)  # the only search that rewards while it has budget left to spend
         rec = recorder if recorder is not None else TreeRecorder(dec, root)
-        if hasattr(inner, "search"):
-            res = inner.search(dec, root, max_new_tokens=max_new_tokens, recorder=rec)  # type: ignore[attr-defined]
-            hyps, tree = list(res.hypotheses), res.tree
-        else:
-            hyps = inner(dec, root, max_new_tokens=max_new_tokens)
-            tree = path_tree(dec, root, hyps) if rec.enabled else nx.DiGraph()
-        rewards = [reward(h) for h in hyps]
-        order = sorted(range(len(hyps)), key=lambda i: -rewards[i])  # stable: ties keep the inner order
+        searching = hasattr(inner, "search")
+        bar = _Progress(self.progress, f"solve ({name})", len(self.tests), self.budget_tokens)
+        try:
+            try:
+                if searching:
+                    res = inner.search(dec, root, max_new_tokens=max_new_tokens, recorder=rec)  # type: ignore[attr-defined]
+                    hyps, tree = list(res.hypotheses), res.tree
+                else:
+                    hyps, tree = inner(dec, root, max_new_tokens=max_new_tokens), nx.DiGraph()
+            except _SearchStopped:
+                # what MCTS would have returned: every program rewarded so far, best first
+                hyps = [h for _, h in sorted(rewarded.values(), key=lambda x: (-x[0], -x[1].logprob))]
+                tree = rec.graph
+            stoppable = False
+            closed = [score(h)[1] for h in hyps]  # duplicates stay: best-of-N returns all n samples
+            rewards = [score(h)[0] for h in closed]
+        finally:
+            bar.close()
+        order = sorted(range(len(closed)), key=lambda i: -rewards[i])  # stable: ties keep the inner order
+        ranked, scores = [closed[i] for i in order], [rewards[i] for i in order]
         if rec.enabled:
-            _annotate(tree, code_lm, {hyps[i].tokens[len(root.tokens):]: rewards[i] for i in order})
-        return SearchResult(tuple(hyps[i] for i in order), tuple(rewards[i] for i in order), tree), code_lm
+            if not searching:
+                tree = path_tree(dec, root, ranked)
+            elif tree is rec.graph:  # re-mark the ranks: hypotheses may have been cut, or the search stopped
+                for node in tree.nodes:
+                    tree.nodes[node].pop("returned", None)
+                rec.result(ranked, scores)
+            _annotate(tree, code_lm, {h.tokens[len(root.tokens):]: r for h, r in zip(ranked, scores)})
+        return SearchResult(tuple(ranked), tuple(scores), tree), code_lm
 
     def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                recorder: TreeRecorder | None = None) -> SearchResult:
         """Hypotheses best first with their rewards, and the explored tree (syntax-pruned tokens are
-        ``pruned`` nodes with a ``syntax_error``; returned programs carry their ``reward``)."""
+        ``pruned`` nodes with a ``syntax_error``; returned programs carry their ``reward``; an EOS
+        that ended the function is a ``function_end`` node)."""
         return self.search_code(decoder, root, max_new_tokens=max_new_tokens, recorder=recorder)[0]
 
     def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
@@ -331,7 +556,8 @@ class Solution:
     """What ``solve`` found. ``program``: the best program (prompt + completion, cut at the end of
     the function); ``visible``: its report on the visible tests (the reward); ``held_out``: on the
     held-out tests (``None`` when there were none); ``tokens``: forward tokens spent (the LM's
-    ``stats.tokens_forwarded`` delta, else prefixes evaluated); ``programs``: distinct programs run;
+    ``stats.tokens_forwarded`` delta, else prefixes evaluated; how far it can exceed ``budget_tokens``:
+    ``TestGuided``); ``programs``: distinct programs run;
     ``pruned``: token choices cut by syntax pruning; ``tree``: the explored search tree."""
 
     program: str
@@ -366,7 +592,7 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
           held_out: str | Sequence[str] | TestSuite | None = None, visible_fraction: float = 0.5,
           budget_tokens: int | None = None, budget_seconds: float | None = None, max_new_tokens: int = 256,
           temperature: float = 1.0, n: int = 8, k: int = 3, threshold: float = 1.0, seed: int = 0,
-          timeout: float = 5.0, prune_top: int = 8) -> Solution:
+          timeout: float = 5.0, prune_top: int = 8, early_exit: bool = True, progress: bool = True) -> Solution:
     """Generate a program for ``prompt`` (a function header + docstring, or token ids for a model
     without a tokenizer) guided by ``tests``.
 
@@ -375,7 +601,10 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
     final program. ``entry_point`` defaults to the last function the prompt defines. ``strategy``:
     see ``TestGuided``; ``temperature`` shapes the distribution the searches sample / expand from
     (greedy and MCTS rollouts take its argmax, which temperature does not move). ``seed`` seeds the
-    split and best-of-N's sampling.
+    split and best-of-N's sampling. ``budget_tokens`` / ``budget_seconds`` (how far they can be
+    overshot), ``early_exit`` (MCTS stops at the first program passing every visible test) and
+    ``progress`` (a tqdm bar on stderr after 1 s: programs run, best visible pass count, tokens):
+    see ``TestGuided``.
     """
     from trellis.generate import language_model
     from trellis.models import load
@@ -406,7 +635,7 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
     gen = torch.Generator().manual_seed(seed)
     guided = TestGuided(visible, strategy=strategy, prompt=text, n=n, k=k, threshold=threshold,
                         budget_tokens=budget_tokens, budget_seconds=budget_seconds, prune_top=prune_top,
-                        timeout=timeout, generator=gen)
+                        timeout=timeout, early_exit=early_exit, progress=progress, generator=gen)
     decoder = Decoder(language_model(handle.model), temperature=temperature, vocab=vocab)
     root = decoder.start(ids)
     res, code_lm = guided.search_code(decoder, root, max_new_tokens=max_new_tokens)

@@ -26,8 +26,10 @@ import io
 import tokenize
 import warnings
 from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["PrefixCheck", "check_prefix", "extract_program", "function_end"]
+__all__ = ["FunctionScan", "LinePosition", "PrefixCheck", "check_prefix", "extract_program", "function_end",
+           "scan_function"]
 
 _INCOMPLETE = getattr(codeop, "PyCF_ALLOW_INCOMPLETE_INPUT", 0)  # Python >= 3.11
 _FLAGS = ast.PyCF_ONLY_AST | codeop.PyCF_DONT_IMPLY_DEDENT | _INCOMPLETE
@@ -145,10 +147,29 @@ def check_prefix(source: str) -> PrefixCheck:
     return _OK
 
 
-def function_end(prompt: str, completion: str) -> int | None:
-    """Where in ``completion`` the function that ``prompt`` starts has ended: the offset of the first
-    logical line at column 0 after the prompt (a new ``def``, ``if __name__``, a stray fence ...,
-    not a comment and not a line inside brackets or a string), or ``None`` if there is none yet."""
+LinePosition = Literal["line_start", "line_end", "inside"]
+
+
+@dataclass(frozen=True)
+class FunctionScan:
+    """One tokenizer pass over prompt + completion. ``end``: see ``function_end``. ``position``: what
+    a newline or a column-0 character appended to the text would be —
+
+    - ``"line_start"``: the text ends with a newline that closed a logical line (blank or comment
+      lines may follow it): a non-blank character written next sits at column 0 of a new logical
+      line, which ends the function;
+    - ``"line_end"``: the text ends inside a logical line but outside brackets, strings and
+      backslash continuations: a newline written next closes that line;
+    - ``"inside"``: the text ends inside brackets, a (multi-line) string or a continuation, or does
+      not tokenize: a newline written next does not close a logical line.
+    """
+
+    end: int | None
+    position: LinePosition
+
+
+def scan_function(prompt: str, completion: str) -> FunctionScan:
+    """``function_end`` plus the position the text ends at (see ``FunctionScan``), in one pass."""
     text = prompt + completion
     starts = [0]
     for line in io.StringIO(text):
@@ -168,11 +189,22 @@ def function_end(prompt: str, completion: str) -> int | None:
                 row, col = tok.start
                 offset = starts[row - 1] + col
                 if col == 0 and offset >= len(prompt):
-                    return offset - len(prompt)
+                    return FunctionScan(offset - len(prompt), "line_start")
             at_line_start = False
     except (tokenize.TokenError, SyntaxError):
-        pass  # input ends inside a string or bracket, or bad indentation: no column-0 line before it
-    return None
+        # input ends inside a string or bracket or after a backslash, or bad indentation: no
+        # column-0 line before it, and a newline there would not close a logical line
+        return FunctionScan(None, "inside")
+    # tokenize closes an unterminated last line itself (an empty NEWLINE token): only a text that
+    # ends with a line break is at the start of the next logical line
+    return FunctionScan(None, "line_start" if text.endswith(("\n", "\r")) else "line_end")
+
+
+def function_end(prompt: str, completion: str) -> int | None:
+    """Where in ``completion`` the function that ``prompt`` starts has ended: the offset of the first
+    logical line at column 0 after the prompt (a new ``def``, ``if __name__``, a stray fence ...,
+    not a comment and not a line inside brackets or a string), or ``None`` if there is none yet."""
+    return scan_function(prompt, completion).end
 
 
 def extract_program(prompt: str, completion: str) -> str:
