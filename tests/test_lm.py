@@ -125,6 +125,28 @@ def test_mixed_lengths_are_exact(tiny):
         assert (row - reference(tiny, seq)).abs().max().item() < TOL
 
 
+def test_mixed_lengths_decode_in_lockstep_in_one_forward_per_step(tiny):
+    """Batched generation of prompts of different lengths: every step is ONE forward (shorter rows
+    are left-padded with holes attention skips), rows may drop out, a holed row can later grow a
+    draft tree, and every logit equals recomputation."""
+    lm = HFLanguageModel(tiny)
+    rng = random.Random(1)
+    seqs = [[rng.randrange(3, 90) for _ in range(n)] for n in (3, 11, 1, 7)]
+    calls = lm.stats.forward_calls
+    for step in range(12):  # window 6 on gemma3: the holes cross the sliding window too
+        if step == 5:
+            seqs = [seqs[0], seqs[1], seqs[3]]  # a row finished
+        out = lm.logits(seqs)
+        for row, seq in zip(out, seqs):
+            assert (row - reference(tiny, seq)).abs().max().item() < TOL, (step, len(seq))
+        seqs = [s + [rng.randrange(3, 90)] for s in seqs]
+    assert lm.stats.forward_calls - calls == 12 and lm.stats.cache_resets == 1
+    short = seqs[0][:-1]  # the shortest prompt's row holds 8 holes: a tree on it reuses them
+    check_tree(tiny, lm, short, random_tree(rng, 9, 90))
+    lm.commit([])
+    assert (lm.logits([short + [5]])[0] - reference(tiny, short + [5])).abs().max().item() < TOL
+
+
 def test_sliding_window_is_respected_past_the_window():
     model = tiny_gemma3(sliding_window=4)
     lm = HFLanguageModel(model)

@@ -57,6 +57,8 @@ class _PendingTree:
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
     logits: Tensor  # [N+1, V]
+    cols: Tensor  # [P] the prefix's cache columns: token ids, -1 for holes
+    pos: Tensor  # [P] their positions (-1 for holes)
 
 
 _SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
@@ -284,8 +286,11 @@ class HFLanguageModel:
     def reset(self) -> None:
         """Forget the KV cache (counters are kept)."""
         self._cache: Any = None
-        self._rows: list[tuple[int, ...]] = []
-        self._row_tensor: Tensor | None = None  # [R, n] int64, the tokens held by each cache row
+        self._rows: list[tuple[int, ...]] = []  # the token sequence each cache row holds
+        # The cache is a rectangle [R, n] of columns; a row's shorter sequence leaves holes (-1 in
+        # both) that no query attends to: rows of different lengths share one batched forward.
+        self._cols: Tensor | None = None  # [R, n] int64 token ids
+        self._pos: Tensor | None = None  # [R, n] int64 positions (index among the row's tokens)
         self._last: Tensor | None = None  # [R, V] logits after each row
         self._pending: _PendingTree | None = None
 
@@ -322,28 +327,19 @@ class HFLanguageModel:
 
     @torch.no_grad()
     def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
-        """[B, V] float32 next-token logits, one forward per distinct prefix length.
+        """[B, V] float32 next-token logits, at most one forward for the whole batch.
 
-        Rows are served from the cache when a prefix equals a cached row; otherwise the cache is
-        reduced to the longest prefix shared with cached rows (rows selected, then cropped) and
-        only the remaining tokens are forwarded.
+        Rows are served from the cache when every prefix equals a cached row; otherwise the cache
+        is reduced to the longest prefix each request shares with a cached row (rows selected, then
+        cropped to a common column) and only the remaining tokens are forwarded, in one batch:
+        prefixes of different lengths leave holes (left padding) that attention skips.
         """
         self._settle()
         prefs = [tuple(int(t) for t in p) for p in prefixes]
         if not prefs or any(len(p) == 0 for p in prefs):
             raise ValueError("logits() needs at least one non-empty prefix")
-        by_len: dict[int, list[int]] = {}
-        for i, p in enumerate(prefs):
-            by_len.setdefault(len(p), []).append(i)
-        if len(by_len) == 1:
-            # a copy: callers may mask in place, and the stored rows must stay as computed
-            return self._logits_same_length(prefs).clone()
-        out = torch.empty(len(prefs), self.vocab_size, dtype=torch.float32)
-        # Different lengths cannot share one batched forward without padding holes in the cache;
-        # each length group is one forward (the last group stays cached).
-        for idxs in by_len.values():
-            out[idxs] = self._logits_same_length([prefs[i] for i in idxs]).to(out.device)
-        return out
+        # a copy: callers may mask in place, and the stored rows must stay as computed
+        return self._logits_batch(prefs).clone()
 
     @torch.no_grad()
     def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
@@ -358,18 +354,22 @@ class HFLanguageModel:
         if not pre:
             raise ValueError("tree_logits() needs a non-empty prefix")
         n = len(tree)
-        c = self._prepare([pre], max_reuse=len(pre) - 1)
-        q_pre = len(pre) - c
+        c, used, past_pos = self._prepare([pre], max_reuse=[len(pre) - 1])
+        m = int(used[0])
+        q_pre = len(pre) - m
         tree_tokens = tree.tokens.to(torch.long)
-        ids = torch.cat([torch.tensor(pre[c:], dtype=torch.long), tree_tokens]).unsqueeze(0)  # [1, q]
-        positions = torch.cat([torch.arange(c, len(pre)), len(pre) + tree.depths()])  # [q]
+        ids = torch.cat([torch.tensor(pre[m:], dtype=torch.long), tree_tokens]).unsqueeze(0)  # [1, q]
+        positions = torch.cat([torch.arange(m, len(pre)), len(pre) + tree.depths()]).unsqueeze(0)  # [1, q]
         q = q_pre + n
         vis = torch.zeros(q, q, dtype=torch.bool)
         vis[:, :q_pre] = torch.tril(torch.ones(q, q_pre, dtype=torch.bool))  # tree rows see all the prefix
         vis[q_pre:, q_pre:] = tree.ancestor_mask()
-        logits = self._forward(ids, positions, vis, past=c, keep=n + 1)[0]  # [N+1, V]
-        self._rows, self._row_tensor, self._last = [], None, None  # cache holds prefix + tree now
-        self._pending = _PendingTree(pre, tuple(tree_tokens.tolist()), tuple(tree.parents.tolist()), logits)
+        logits = self._forward(ids, positions, vis.unsqueeze(0), past_pos, keep=n + 1)[0]  # [N+1, V]
+        cols = torch.cat([self._cols[0], torch.tensor(pre[m:], dtype=torch.long)])  # type: ignore[index]
+        pos = torch.cat([past_pos[0], torch.arange(m, len(pre))])
+        self._rows, self._cols, self._pos, self._last = [], None, None, None  # cache holds prefix + tree now
+        self._pending = _PendingTree(pre, tuple(tree_tokens.tolist()), tuple(tree.parents.tolist()), logits,
+                                     cols, pos)
         return logits.clone()
 
     def commit(self, path: Sequence[int]) -> None:
@@ -384,11 +384,12 @@ class HFLanguageModel:
             if not 0 <= i < len(pend.tokens) or pend.parents[i] != expected_parent:
                 raise ValueError(f"commit(): {path} is not a root-to-node chain of the tree")
             expected_parent = i
-        p = len(pend.prefix)
+        p = len(pend.cols)  # cache columns of the prefix (holes included)
         self._keep_tail(p, torch.tensor([p + i for i in path], dtype=torch.long, device=self.device))
-        row = pend.prefix + tuple(pend.tokens[i] for i in path)
-        self._rows = [row]
-        self._row_tensor = torch.tensor([row], dtype=torch.long)
+        chain = tuple(pend.tokens[i] for i in path)
+        self._rows = [pend.prefix + chain]
+        self._cols = torch.cat([pend.cols, torch.tensor(chain, dtype=torch.long)]).unsqueeze(0)
+        self._pos = torch.cat([pend.pos, len(pend.prefix) + torch.arange(len(chain))]).unsqueeze(0)
         self._last = pend.logits[(path[-1] + 1) if path else 0].unsqueeze(0)
         self._pending = None
 
@@ -397,46 +398,69 @@ class HFLanguageModel:
         if self._pending is not None:
             self.commit([])
 
-    def _logits_same_length(self, prefs: list[tuple[int, ...]]) -> Tensor:
+    def _logits_batch(self, prefs: list[tuple[int, ...]]) -> Tensor:
         if self._last is not None:
             row_of = {row: r for r, row in enumerate(self._rows)}
             hits = [row_of.get(p) for p in prefs]
             if all(h is not None for h in hits):
                 self.stats.cache_hits += len(prefs)
                 return self._last[torch.tensor(hits)].float()
-        m = len(prefs[0])
-        c = self._prepare(prefs, max_reuse=m - 1)
-        ids = torch.tensor([p[c:] for p in prefs], dtype=torch.long)  # [B, m-c]
-        q = m - c
-        vis = torch.tril(torch.ones(q, q, dtype=torch.bool))
-        logits = self._forward(ids, torch.arange(c, m), vis, past=c, keep=1)[:, -1]  # [B, V]
+        c, used, past_pos = self._prepare(prefs, max_reuse=[len(p) - 1 for p in prefs])
+        rest = [p[int(k):] for p, k in zip(prefs, used.tolist())]
+        q = max(len(r) for r in rest)
+        # Right-align each row's new tokens: a shorter row starts with holes, so every row's last
+        # token sits in the last column, whose logits are kept.
+        ids = torch.zeros(len(prefs), q, dtype=torch.long)
+        positions = torch.full((len(prefs), q), -1, dtype=torch.long)
+        for b, (r, k) in enumerate(zip(rest, used.tolist())):
+            ids[b, q - len(r):] = torch.tensor(r, dtype=torch.long)
+            positions[b, q - len(r):] = torch.arange(k, k + len(r))
+        real = positions >= 0  # [B, q]
+        vis = torch.tril(torch.ones(q, q, dtype=torch.bool)) & real[:, None, :]  # [B, q, q]
+        vis |= torch.eye(q, dtype=torch.bool)  # a hole attends to itself (its output is never read)
+        logits = self._forward(ids, positions, vis, past_pos, keep=1)[:, -1]  # [B, V]
+        new_cols = torch.where(real, ids, torch.full_like(ids, -1))
+        self._cols = torch.cat([self._cols, new_cols], 1)  # type: ignore[list-item]
+        self._pos = torch.cat([past_pos, positions], 1)
         self._rows = prefs
-        self._row_tensor = torch.tensor(prefs, dtype=torch.long)
         self._last = logits
         return logits
 
-    def _prepare(self, prefs: list[tuple[int, ...]], *, max_reuse: int) -> int:
-        """Shape the cache into one row per prefix holding its first ``c`` tokens; returns ``c``."""
+    def _prepare(self, prefs: list[tuple[int, ...]], *, max_reuse: Sequence[int]) -> tuple[int, Tensor, Tensor]:
+        """Shape the cache into one row per prefix holding its first ``c`` columns; returns ``c``,
+        how many of each prefix's tokens those columns hold [B], and their positions [B, c] (-1:
+        hole). A prefix reuses at most ``max_reuse[b]`` tokens."""
         c, src = 0, None
-        if self._row_tensor is not None and self._cache is not None:
-            n = self._row_tensor.shape[1]
-            width = min(n, max_reuse)
+        b = len(prefs)
+        if self._cols is not None and self._cache is not None and self._rows:
+            rows = self._rows
+            width = min(max(len(r) for r in rows), max(max_reuse))
             if width > 0:
-                want = torch.tensor([p[:width] for p in prefs], dtype=torch.long)  # [B, w]
-                eq = want[:, None, :] == self._row_tensor[None, :, :width]  # [B, R, w]
-                lcp = eq.to(torch.int32).cumprod(-1).sum(-1)  # [B, R]
+                want = torch.tensor([(p + (-2,) * width)[:width] for p in prefs], dtype=torch.long)  # [B, w]
+                have = torch.tensor([(r + (-3,) * width)[:width] for r in rows], dtype=torch.long)  # [R, w]
+                eq = want[:, None, :] == have[None, :, :]  # [B, R, w]
+                lcp = eq.to(torch.int32).cumprod(-1).sum(-1)  # [B, R] shared tokens
+                lcp = torch.minimum(lcp, torch.tensor(max_reuse, dtype=torch.int32)[:, None])
                 best, src = lcp.max(-1)  # [B], [B]
-                c = int(best.min())
+                if int(best.min()) > 0:
+                    # shared tokens -> cache columns: through the last shared token, holes before it included
+                    run = torch.cummax(self._pos, 1).values  # [R, n] non-decreasing
+                    cols = torch.searchsorted(run[src], (best - 1).unsqueeze(1).to(run.dtype), right=False)
+                    c = int((cols.squeeze(1) + 1).min())
         if c == 0:
             self._cache = self._new_cache()
             self.stats.cache_resets += 1
-            return 0
-        r = self._row_tensor.shape[0]  # type: ignore[union-attr]
-        if src is not None and not (len(prefs) == r and torch.equal(src, torch.arange(r))):
+            self._cols = self._pos = torch.zeros(b, 0, dtype=torch.long)
+            return 0, torch.zeros(b, dtype=torch.long), self._pos
+        r = len(self._rows)
+        if not (b == r and torch.equal(src, torch.arange(r))):
             self._select_rows(src.to(self.device))
         self._crop(c)
-        self.stats.tokens_reused += c * len(prefs)
-        return c
+        self._cols, self._pos = self._cols[src, :c], self._pos[src, :c]  # type: ignore[index]
+        past_pos = self._pos
+        used = (past_pos >= 0).sum(1)
+        self.stats.tokens_reused += int(used.sum())
+        return c, used, past_pos
 
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
@@ -468,21 +492,24 @@ class HFLanguageModel:
         for layer in self._layers():
             layer.keep_tail(start, tail)
 
-    def _forward(self, ids: Tensor, positions: Tensor, vis: Tensor, *, past: int, keep: int) -> Tensor:
-        """Run the network on ``ids`` [B, q] after ``past`` cached tokens; ``vis`` [q, q] says which
-        new tokens each new token attends to. Returns float32 logits of the last ``keep`` inputs."""
+    def _forward(self, ids: Tensor, positions: Tensor, vis: Tensor, past_pos: Tensor, *, keep: int) -> Tensor:
+        """Run the network on ``ids`` [B, q] at ``positions`` [B, q] after the cached columns whose
+        positions are ``past_pos`` [B, c] (-1: a hole, never attended); ``vis`` [B or 1, q, q] says
+        which new tokens each new token attends to. Returns float32 logits of the last ``keep`` inputs."""
         b, q = ids.shape
-        kv_pos = torch.cat([torch.arange(past), positions])  # [past + q]
-        allowed = torch.cat([torch.ones(q, past, dtype=torch.bool), vis], dim=1)  # [q, past + q]
-        mask: Any = self._float_mask(allowed, b)
+        c = past_pos.shape[1]
+        kv_pos = torch.cat([past_pos, positions], 1)  # [B, c + q]
+        past_ok = (past_pos >= 0)[:, None, :].expand(b, q, c)
+        allowed = torch.cat([past_ok, vis.expand(b, q, q)], dim=2)  # [B, q, c + q]
+        mask: Any = self._float_mask(allowed)
         if self._per_type_masks:
             windowed = allowed
             if self._window is not None:
-                windowed = allowed & ((positions[:, None] - kv_pos[None, :]) < self._window)
-            mask = {"full_attention": mask, "sliding_attention": self._float_mask(windowed, b)}
+                windowed = allowed & ((positions[:, :, None] - kv_pos[:, None, :]) < self._window)
+            mask = {"full_attention": mask, "sliding_attention": self._float_mask(windowed)}
         kwargs: dict[str, Any] = dict(
             input_ids=ids.to(self.device),
-            position_ids=positions.to(self.device).unsqueeze(0).expand(b, q),
+            position_ids=positions.clamp(min=0).to(self.device),
             attention_mask=mask,
             use_cache=True,
         )
@@ -536,8 +563,12 @@ class HFLanguageModel:
         full[..., self._head.ids.to(part.device)] = part
         return full
 
-    def _float_mask(self, allowed: Tensor, batch: int) -> Tensor:
-        # Additive float mask: works for both eager (adds it) and sdpa attention.
+    def _float_mask(self, allowed: Tensor) -> Tensor:
+        """[B, q, kv] bool -> the additive [B, 1, q, kv] float mask eager and sdpa attention add."""
+        if bool((allowed == allowed[:1]).all()):  # one mask for every row (no holes): build it once
+            m = torch.zeros(allowed.shape[1:], dtype=self.dtype)
+            m.masked_fill_(~allowed[0], torch.finfo(self.dtype).min)
+            return m.to(self.device)[None, None].expand(allowed.shape[0], 1, *allowed.shape[1:])
         m = torch.zeros(allowed.shape, dtype=self.dtype)
         m.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return m.to(self.device)[None, None].expand(batch, 1, *allowed.shape)
+        return m.to(self.device)[:, None]
