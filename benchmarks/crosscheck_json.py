@@ -1,4 +1,4 @@
-"""Cross-check trellis' json.lark masks against xgrammar and llguidance on Gemma 3's vocabulary.
+"""Cross-check trellis' RFC 8259 JSON masks (tests/data/json_rfc8259.lark) against xgrammar and llguidance on Gemma 3's vocabulary.
 
     python benchmarks/crosscheck_json.py [--docs 50] [--seed 0] [--no-hf-peers]
 

@@ -18,18 +18,47 @@ def _threads(n: int | None) -> None:
     torch.set_num_threads(n or max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
 
 
+def _check_generate(args: argparse.Namespace) -> Any:
+    """Validate the arguments that need no model, before seconds of model loading; returns the
+    grammar or schema to pass on."""
+    checks = [
+        (args.max_new_tokens >= 1, f"--max-new-tokens must be >= 1, got {args.max_new_tokens}"),
+        (args.temperature >= 0, f"--temperature must be >= 0, got {args.temperature}"),
+        (args.top_k >= 0, f"--top-k must be >= 0, got {args.top_k}"),
+        (0 < args.top_p <= 1, f"--top-p must be in (0, 1], got {args.top_p}"),
+        (0 <= args.min_p <= 1, f"--min-p must be in [0, 1], got {args.min_p}"),
+        (args.repetition_penalty > 0, f"--repetition-penalty must be > 0, got {args.repetition_penalty}"),
+        (not (args.grammar and args.schema), "pass one of --grammar and --schema"),
+        (not (args.speculate and (args.strategy or args.tree_out)),
+         "--speculate is its own strategy; it cannot be combined with --strategy/--tree-out"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+    if args.schema is not None:
+        from trellis.constrain.json_schema import JsonSchema
+
+        schema = JsonSchema(_schema_arg(args.schema))
+        schema.to_lark()  # SchemaError (with its JSON pointer) now, not after loading the model
+        return schema
+    if args.grammar is not None:
+        from trellis.constrain.compile import check_grammar
+
+        check_grammar(args.grammar)
+    return None
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from trellis.generate import generate
     from trellis.models import load
 
+    schema = _check_generate(args)
+    strategy = _search_strategy(args)
     _threads(args.threads)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     model = load(args.model)
-    strategy = _search_strategy(args)
     spec = None
     if args.speculate:
-        if strategy is not None:
-            raise ValueError("--speculate is its own strategy; it cannot be combined with --strategy/--tree-out")
         import torch
 
         from trellis.speculate import Speculative
@@ -38,11 +67,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
         drafter = drafter_from_name(args.speculate, vocab_size=model.vocab_size, generator=gen, model=model.model)
         strategy = spec = Speculative(drafter, max_nodes=args.max_draft_nodes, generator=gen)
-    stream = generate(model, prompt, grammar=args.grammar, schema=_schema_arg(args.schema),
+    stream = generate(model, prompt, grammar=args.grammar, schema=schema, finish_in_budget=args.finish_in_budget,
                       max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                       repetition_penalty=args.repetition_penalty, stop=[_unescape(s) for s in args.stop or ()],
-                      seed=args.seed, strategy=strategy, stream=True)
+                      seed=args.seed if strategy is None else None, strategy=strategy, stream=True)
     for piece in stream:  # type: ignore[union-attr]
         sys.stdout.write(piece)
         sys.stdout.flush()
@@ -51,8 +80,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     res = stream.result  # type: ignore[union-attr]
     if res is not None and not args.quiet:
         st = res.stats
+        ending = {"eos": "finished", "stop": "stop string", "length": "budget reached: output cut",
+                  "steered": "steered to finish within the budget"}[res.stop_reason]
         print(f"[{st.new_tokens} tokens, {st.tokens_per_s:.1f} tok/s, {st.forward_calls} forward calls, "
-              f"{'finished' if res.finished else 'budget reached'}]", file=sys.stderr)
+              f"{ending}]", file=sys.stderr)
         if spec is not None:
             ss = spec.stats
             by = ", ".join(f"{k} {v:.0%}" for k, v in ss.acceptance_by_drafter().items())
@@ -61,14 +92,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schema_arg(value: str | None) -> Any:
-    """--schema: a path to a JSON file, else JSON text (both go to ``JsonSchema``)."""
-    if value is None:
-        return None
+def _schema_arg(value: str) -> Any:
+    """--schema: JSON text when it looks like JSON (``{``, ``[``, ``true``, ``false``), else a path to
+    a JSON file (a missing one is reported as such, not as invalid JSON)."""
     from pathlib import Path
 
-    path = Path(value).expanduser()
-    return path if "\n" not in value and len(value) < 4096 and path.is_file() else value
+    text = value.strip()
+    if text.startswith(("{", "[")) or text in ("true", "false"):
+        return value
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"--schema: no such file: {text}" + (" (a directory)" if path.is_dir() else ""))
+    return path
 
 
 def _unescape(text: str) -> str:
@@ -108,8 +143,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``trellis: error: ...``) and exit status 2, like every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trellis", description="Constrained and search-based decoding.")
+    p = _Parser(prog="trellis", description="Constrained and search-based decoding.")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="generate a continuation, streamed to stdout")
     g.add_argument("prompt", help="the prompt text, or - to read it from stdin")
@@ -132,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-draft-nodes", type=int, default=15,
                    help="speculate: cap on draft tree nodes; each round's budget under it adapts to measured "
                         "tokens/s (trellis.speculate.DraftBudget)")
+    g.add_argument("--finish-in-budget", action="store_true",
+                   help="constrained only: near the end of --max-new-tokens steer the output to close so it parses "
+                        "(changes the distribution there; reported as 'steered'); default: cut it as it stands")
     g.add_argument("-q", "--quiet", action="store_true", help="no statistics line on stderr")
     _add_search_args(g)
     g.set_defaults(func=cmd_generate)
@@ -145,8 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"trellis: error: {e}", file=sys.stderr)
+    except (ValueError, OSError, ImportError) as e:
+        # One line: a grammar error's source excerpt and caret are folded in with " | ".
+        message = " | ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        print(f"trellis: error: {message}", file=sys.stderr)
         return 2
 
 
@@ -155,12 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 # a tqdm progress bar (shown once a search has run for a second) for the non-streaming searches.
 # ---------------------------------------------------------------------------------------------
 
-STRATEGIES = ("greedy", "sample", "beam", "diverse-beam", "lookahead", "mcts", "best-of-n", "entropy-gate")
+from trellis.search.names import STRATEGIES  # noqa: E402  (the names generate(strategy=...) takes)
 
 
 def _add_search_args(g: argparse.ArgumentParser) -> None:
     s = g.add_argument_group("search strategy")
-    s.add_argument("--strategy", choices=STRATEGIES, default=None,
+    s.add_argument("--strategy", choices=tuple(STRATEGIES), default=None,
                    help="default: greedy at temperature 0, else sample")
     s.add_argument("--width", type=int, default=4, help="beam width (beam, diverse-beam, lookahead)")
     s.add_argument("--n-best", type=int, default=1, help="hypotheses to return (beam, lookahead)")
@@ -187,8 +235,7 @@ def _search_strategy(args: argparse.Namespace):  # -> Strategy | None
     """The strategy the arguments ask for, wrapped for the progress bar and --tree-out."""
     import torch
 
-    from trellis.search import (MCTS, Beam, BestOfN, DiverseBeam, EntropyGate, Greedy, Lookahead, Sample,
-                                must_include)
+    from trellis.search import must_include, strategy_from_name
 
     name = getattr(args, "strategy", None)
     if name is None and not getattr(args, "tree_out", None):
@@ -197,25 +244,19 @@ def _search_strategy(args: argparse.Namespace):  # -> Strategy | None
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
     phrases = tuple(args.include or ())
-    if name == "greedy":
-        strategy = Greedy()
-    elif name == "sample":
-        strategy = Sample(generator=gen)
-    elif name == "beam":
-        strategy = Beam(width=args.width, n_best=args.n_best, length_penalty=args.length_penalty, early_stopping=early)
-    elif name == "diverse-beam":
-        strategy = DiverseBeam(width=args.width, groups=args.groups, diversity_penalty=args.diversity_penalty,
-                               length_penalty=args.length_penalty, early_stopping=early)
-    elif name == "lookahead":
-        strategy = Lookahead(width=args.width, depth=args.depth, rollouts=args.rollouts, lam=args.lam,
-                             clauses=must_include(*phrases), n_best=args.n_best, generator=gen)
-    elif name == "mcts":
-        strategy = MCTS(reward=_cli_reward(phrases), k=args.k, max_rollouts=args.max_rollouts,
-                        budget_tokens=args.budget_tokens, max_seconds=args.max_seconds)
-    elif name == "best-of-n":
-        strategy = BestOfN(n=args.num_samples, scorer=args.scorer, generator=gen)
-    else:
-        strategy = EntropyGate(threshold=args.threshold, k=args.k, depth=args.depth)
+    params: dict[str, Any] = {
+        "greedy": {}, "sample": {},
+        "beam": dict(width=args.width, n_best=args.n_best, length_penalty=args.length_penalty, early_stopping=early),
+        "diverse-beam": dict(width=args.width, groups=args.groups, diversity_penalty=args.diversity_penalty,
+                             length_penalty=args.length_penalty, early_stopping=early),
+        "lookahead": dict(width=args.width, depth=args.depth, rollouts=args.rollouts, lam=args.lam,
+                          clauses=must_include(*phrases), n_best=args.n_best),
+        "mcts": dict(reward=_cli_reward(phrases), k=args.k, max_rollouts=args.max_rollouts,
+                     budget_tokens=args.budget_tokens, max_seconds=args.max_seconds),
+        "best-of-n": dict(n=args.num_samples, scorer=args.scorer),
+        "entropy-gate": dict(threshold=args.threshold, k=args.k, depth=args.depth),
+    }[name]
+    strategy = strategy_from_name(name, generator=gen, **params)
     if name in ("greedy", "sample") and not args.tree_out:
         return strategy
     return _Observed(strategy, _TREE_HOLDER)
@@ -335,7 +376,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     sol = solve(load(args.model), prompt, tests, strategy=args.strategy, entry_point=args.entry_point,
                 visible_fraction=args.visible_fraction, budget_tokens=args.budget_tokens,
                 budget_seconds=args.budget_seconds, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                n=args.num_samples, k=args.k, threshold=args.threshold, seed=args.seed, timeout=args.timeout)
+                n=args.num_samples, k=args.k, threshold=args.threshold, seed=args.seed, timeout=args.timeout,
+                progress=not args.quiet)
     sys.stdout.write(sol.program)
     if args.tree_out:
         from trellis.viz import write_tree

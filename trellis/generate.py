@@ -7,7 +7,7 @@ import dataclasses
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence, Union
 
 import torch
 
@@ -17,14 +17,21 @@ from trellis.constrain.tools import (Tool, ToolCall, ToolCallError, as_tool, for
                                      tool_constraint)
 from trellis.decoder import Decoder, Hypothesis
 from trellis.lm import HFLanguageModel, LanguageModel
-from trellis.search.base import StepwiseStrategy, Strategy
+from trellis.search.base import BatchStrategy, StepwiseStrategy, Strategy
 from trellis.search.greedy import Greedy
+from trellis.search.names import strategy_from_name
 from trellis.search.sample import Sample
-from trellis.tokens import Vocabulary
+from trellis.tokens import TokenTree, Vocabulary
+
+
+StopReason = Literal["eos", "stop", "length", "steered"]
 
 
 @dataclass(frozen=True)
 class GenerationStats:
+    """``seconds`` and the forward counters cover the whole call: for a batch (several prompts, or
+    ``n`` > 1) every result carries the batch's figures, ``new_tokens`` its own."""
+
     new_tokens: int
     seconds: float
     forward_calls: int
@@ -37,11 +44,33 @@ class GenerationStats:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its log-probability and the ``top`` alternatives (token, log-prob), best
+    first, under the distribution the decoder sampled from (masked by the constraint, penalised and
+    warped by temperature/top-k/top-p/min-p, renormalised)."""
+
+    token: int
+    piece: bytes
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def text(self) -> str:
+        return self.piece.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
 class GenerationResult:
     """``text`` is the decoded best hypothesis (``None`` for a model without a tokenizer);
     ``tokens`` its generated ids; ``hypotheses`` every returned hypothesis, best first;
     ``tool_calls`` the parsed calls when ``tools`` were given (empty: the model answered in text,
-    or the budget ran out mid-call, ``finished=False``)."""
+    or the budget ran out mid-call, ``finished=False``).
+
+    ``stop_reason``: ``"eos"`` (the model ended it, in an accepting state), ``"stop"`` (a stop
+    string), ``"length"`` (``max_new_tokens`` spent, or no token allowed: ``finished=False``, the
+    output is cut as it stood), ``"steered"`` (``finish_in_budget=True`` overrode the model's
+    choice to close the output in time: it parses, but it is not what the model would have
+    written). ``logprobs``: per generated token when asked for (``logprobs=k``)."""
 
     text: str | None
     tokens: tuple[int, ...]
@@ -50,6 +79,8 @@ class GenerationResult:
     stats: GenerationStats
     texts: tuple[str, ...] | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: StopReason = "length"
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 _LMS: "weakref.WeakKeyDictionary[Any, HFLanguageModel]" = weakref.WeakKeyDictionary()
@@ -69,7 +100,7 @@ def language_model(model: Any) -> LanguageModel:
 def _constraint(grammar: Any, vocab: Vocabulary | None) -> Constraint:
     if grammar is None:
         return Unconstrained(vocab)
-    if hasattr(grammar, "advance") and hasattr(grammar, "fill_mask"):
+    if isinstance(grammar, Constraint):
         return grammar  # an already compiled Constraint
     if vocab is None:
         raise ValueError("a grammar needs the model's vocabulary: load the model with its tokenizer")
@@ -90,41 +121,79 @@ class GenerationStream:
         return self._chunks
 
 
-def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
-             strategy: Strategy | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
+Prompt = Union[str, Sequence[int]]
+
+
+def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
+             messages: Sequence[Mapping[str, str]] | Sequence[Sequence[Mapping[str, str]]] | None = None,
+             chat_template: str | None = None, grammar: Any = None, schema: Any = None,
+             strategy: Strategy | str | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
-             stop: Sequence[str] = (), seed: int | None = None,
+             stop: str | Sequence[str] = (), seed: int | None = None, n: int = 1, logprobs: int | None = None,
+             suppress_tokens: Sequence[int | str] | str = (), bad_words: Sequence[str | Sequence[int]] = (),
              stream: bool = False, tools: Sequence[Any] | None = None, tool_choice: str = "auto",
              parallel_tool_calls: bool = False,
              tool_prompt: Callable[[Sequence[Tool], str], str] | None = format_tools_prompt,
-             schema: Any = None, finish_in_budget: bool = True,
-             ) -> GenerationResult | GenerationStream:
+             finish_in_budget: bool = False,
+             ) -> Any:
     """Generate a continuation of ``prompt``.
 
     ``model``: anything ``trellis.load`` accepts, or a loaded ``ModelHandle``. ``prompt``: text, or
-    token ids (needed for models without a tokenizer). ``grammar``: a shipped grammar name
-    (``"json.lark"``), a path, Lark text, a ``Regex`` or a compiled ``Constraint``. ``strategy``
-    defaults to greedy when ``temperature == 0`` and to ``Sample`` otherwise. With ``stream=True``
-    returns a ``GenerationStream`` of text increments (stepwise strategies stream token by token).
+    token ids (needed for models without a tokenizer); a text that starts with the BOS token is not
+    given a second one. A LIST of prompts is a batch: one result per prompt, decoded in lockstep
+    (one batched forward per step) by greedy and sampling, one after another by other strategies.
+    ``messages``: a conversation (``[{"role": "user", "content": ...}]``, or a list of them) in
+    place of ``prompt``, rendered with the tokenizer's chat template (or ``chat_template``; see
+    ``trellis.chat``). ``n``: samples per prompt (a sampling strategy: ``temperature > 0``,
+    ``"sample"``, ``"best-of-n"``, ``"lookahead"``); ``n > 1`` returns a list of ``n`` results per
+    prompt. So: one prompt -> a result; a list of prompts -> a list; ``n > 1`` -> one more level.
+
+    ``grammar``: a shipped grammar name (``"json.lark"``), a path, Lark or GBNF text, a ``Regex``
+    or a compiled ``Constraint``. ``strategy``: a ``Strategy`` or its name as on the command line
+    (``"beam"``, ``"best-of-n"``, ...; ``trellis.search.strategy_from_name``); default greedy when
+    ``temperature == 0``, else ``Sample``. ``seed`` seeds the default sampler and any strategy with
+    a ``generator`` field left unset. With ``stream=True`` returns a ``GenerationStream`` of text
+    increments (stepwise strategies stream token by token; one prompt, ``n == 1``).
+
+    ``stop``: a string or strings that end the output (cut before them, ``stop_reason="stop"``).
+    ``suppress_tokens``: ids (or exact token strings such as ``"<start_of_image>"``) never
+    generated, or ``"special"``: every special token but EOS; ``bad_words``: words (tokenized as written and with a leading space) or id sequences
+    never completed (HF's ``bad_words_ids``). ``logprobs=k``: each result's ``logprobs`` holds, per
+    generated token, its log-prob and the ``k`` best alternatives, from one extra forward over the
+    output (``k=0``: the chosen token's only).
 
     ``tools``: ``Tool``s, typed Python functions or OpenAI tool specs; the reply is then constrained
     to a call (``tool_choice="required"`` or a tool name), a call or text (``"auto"``), text
-    (``"none"``), a list of
-    calls with ``parallel_tool_calls``, and parsed into ``result.tool_calls``
-    (``trellis.constrain.tools``). A text prompt is wrapped by ``tool_prompt(tools, prompt)``
-    (``None``: used as is).
+    (``"none"``), a list of calls with ``parallel_tool_calls``, and parsed into
+    ``result.tool_calls`` (``trellis.constrain.tools``). A text prompt is wrapped by
+    ``tool_prompt(tools, prompt)`` (``None``: used as is).
 
     ``schema``: a JSON Schema (dict, JSON text, pydantic model class, or a ``JsonSchema`` with its
     options); the output is then one JSON value valid under it (``trellis.constrain.json_schema``).
 
-    ``finish_in_budget`` (constrained only): near ``max_new_tokens`` the output is steered to close
-    in time, so it still parses (``trellis.constrain.budget.Budgeted``; an output that finishes
-    within the budget on its own is unchanged under greedy decoding).
+    Budget: an output that runs out of ``max_new_tokens`` comes back as it stood, ``finished=False``
+    and ``stop_reason="length"`` (a constrained one is then a prefix of the language, not a
+    member). ``finish_in_budget=True`` (constrained only) instead steers near the end of the budget
+    towards a short completion so the output parses (``trellis.constrain.budget.Budgeted``): it
+    changes the distribution there (truncated to tokens that can still finish, EOS forced last),
+    and a result it changed says ``stop_reason="steered"``.
     """
     from trellis.models import load
 
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool) or logprobs < 0):
+        raise ValueError(f"logprobs must be None or an integer >= 0 (alternatives per token), got {logprobs!r}")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if not all(isinstance(s, str) and s for s in stops):
+        raise ValueError(f"stop must be a non-empty string or a sequence of them, got {stop!r}")
+    if (prompt is None) == (messages is None):
+        raise ValueError("pass exactly one of prompt= and messages=")
     handle = load(model)
-    vocab = handle.vocab
+    vocab, tok = handle.vocab, handle.tokenizer
+    prompts, batched = _prompts(prompt, messages, tok, chat_template)
     if schema is not None:
         if grammar is not None or tools:
             raise ValueError("pass one of grammar=, schema= or tools=")
@@ -138,34 +207,161 @@ def generate(model: Any, prompt: str | Sequence[int], *, grammar: Any = None,
         if vocab is None:
             raise ValueError("tools need the model's vocabulary: load the model with its tokenizer")
         grammar = tool_constraint(tool_list, vocab, tool_choice=tool_choice, parallel=parallel_tool_calls)
-        if isinstance(prompt, str) and tool_prompt is not None:
-            prompt = tool_prompt(tool_list, prompt)
-    if isinstance(prompt, str):
-        if handle.tokenizer is None:
-            raise ValueError("a text prompt needs a tokenizer; pass token ids for tokenizer-less models")
-        ids = list(handle.tokenizer(prompt).input_ids)
-    else:
-        ids = [int(t) for t in prompt]
+        if tool_prompt is not None:
+            prompts = [tool_prompt(tool_list, p) if isinstance(p, str) else p for p in prompts]
+    ids = [_ids(p, tok) for p in prompts]
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    if strategy is None:
-        strategy = Greedy() if temperature == 0 else Sample(generator=generator)
+    strategy = _strategy(strategy, temperature, generator, n)
+    if (batched or n > 1) and stream:
+        raise ValueError("stream=True takes one prompt and n=1")
     constraint = _constraint(grammar, vocab)
     if finish_in_budget and not is_unconstrained(constraint) and constraint.vocab is not None:
         constraint = Budgeted(constraint, max_new_tokens)
     decoder = Decoder(language_model(handle.model), constraint, temperature=temperature,
                       top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
-                      stop=tuple(s.encode() for s in stop), vocab=vocab)
-    root = decoder.start(ids)
+                      stop=tuple(s.encode() for s in stops), vocab=vocab,
+                      suppress=_suppressed(suppress_tokens, vocab, tok), bad_words=_bad_words(bad_words, tok))
+    roots = [decoder.start(i) for i in ids for _ in range(n)]
     if stream:
         holder = GenerationStream(iter(()))
-        holder._chunks = _stream(decoder, strategy, root, max_new_tokens, holder)
+        holder._chunks = _stream(decoder, strategy, roots[0], max_new_tokens, holder, logprobs)
         if tool_list:
             holder._chunks = _then_parse_calls(holder._chunks, holder, tool_list, parallel_tool_calls)
         return holder
     t0, s0 = time.perf_counter(), _lm_stats(decoder.lm)
-    hyps = strategy(decoder, root, max_new_tokens=max_new_tokens)
-    res = _result(decoder, hyps, t0, s0)
-    return _with_tool_calls(res, tool_list, parallel_tool_calls) if tool_list else res
+    if len(roots) > 1 and isinstance(strategy, BatchStrategy):
+        runs = [[h] for h in strategy.batch(decoder, roots, max_new_tokens=max_new_tokens)]
+    else:
+        runs = [strategy(decoder, r, max_new_tokens=max_new_tokens) for r in roots]
+    results = [_result(decoder, hyps, t0, s0) for hyps in runs]
+    if logprobs is not None:
+        results = [dataclasses.replace(r, logprobs=_token_logprobs(decoder, root, r.hypotheses[0], logprobs))
+                   for r, root in zip(results, roots)]
+    if tool_list:
+        results = [_with_tool_calls(r, tool_list, parallel_tool_calls) for r in results]
+    per_prompt: list[Any] = [results[i * n:(i + 1) * n] if n > 1 else results[i] for i in range(len(ids))]
+    return per_prompt if batched else per_prompt[0]
+
+
+def _prompts(prompt: Any, messages: Any, tok: Any, template: str | None) -> tuple[list[Prompt], bool]:
+    """(prompts, whether the caller passed a batch)."""
+    if messages is not None:
+        from trellis.chat import chat_prompt
+
+        if tok is None:
+            raise ValueError("messages= needs the model's tokenizer (its chat template)")
+        convs = list(messages)
+        batched = bool(convs) and not isinstance(convs[0], Mapping)
+        return [chat_prompt(tok, c, template) for c in (convs if batched else [convs])], batched
+    if isinstance(prompt, str):
+        return [prompt], False
+    items = list(prompt)
+    if not items:
+        raise ValueError("empty prompt: pass text, token ids, or a non-empty list of prompts")
+    if all(isinstance(p, int) or (hasattr(p, "__index__") and not isinstance(p, str)) for p in items):
+        return [items], False  # one tokenized prompt
+    if all(isinstance(p, str) or (isinstance(p, Sequence) and not isinstance(p, (str, bytes))) for p in items):
+        return items, True
+    raise ValueError("prompt must be text, a sequence of token ids, or a list of those")
+
+
+def _ids(prompt: Prompt, tok: Any) -> list[int]:
+    if isinstance(prompt, str):
+        if tok is None:
+            raise ValueError("a text prompt needs a tokenizer; pass token ids for tokenizer-less models")
+        from trellis.chat import encode
+
+        return encode(tok, prompt)
+    return [int(t) for t in prompt]
+
+
+def _strategy(strategy: Strategy | str | None, temperature: float, generator: torch.Generator | None,
+              n: int) -> Strategy:
+    if strategy is None:
+        strategy = Greedy() if temperature == 0 else Sample(generator=generator)
+    elif isinstance(strategy, str):
+        strategy = strategy_from_name(strategy, generator=generator)
+    elif generator is not None and dataclasses.is_dataclass(strategy) and \
+            "generator" in {f.name for f in dataclasses.fields(strategy)}:
+        if strategy.generator is not None:  # type: ignore[attr-defined]
+            raise ValueError("seed= and a strategy with its own generator: pass one of them")
+        strategy = dataclasses.replace(strategy, generator=generator)  # type: ignore[type-var]
+    if not isinstance(strategy, Strategy):
+        raise ValueError(f"strategy must be a Strategy or a strategy name, got {strategy!r}")
+    if n > 1:
+        samples = isinstance(strategy, Sample) or (
+            dataclasses.is_dataclass(strategy) and not isinstance(strategy, Greedy)
+            and "generator" in {f.name for f in dataclasses.fields(strategy)})
+        if not samples or temperature == 0:
+            raise ValueError(f"n={n} needs a sampling strategy at temperature > 0 (greedy, beam and the "
+                             "other deterministic searches would return n identical outputs)")
+    return strategy
+
+
+def _suppressed(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
+    if tokens == "special":  # every special/control token but EOS (<start_of_image>, <pad>, <unk>, ...)
+        if vocab is None:
+            raise ValueError('suppress_tokens="special" needs the model\'s vocabulary')
+        return frozenset(vocab.special - vocab.eos)
+    if isinstance(tokens, (str, int)):
+        tokens = [tokens]
+    out = set()
+    for t in tokens:
+        if not isinstance(t, str):
+            out.add(int(t))
+            continue
+        hit = None
+        if tok is not None:  # special tokens (<start_of_image>) have no bytes: ask the tokenizer
+            i = tok.convert_tokens_to_ids(t)
+            if isinstance(i, int) and (i != tok.unk_token_id or t == tok.unk_token):
+                hit = i
+        elif vocab is not None:
+            hit = next((i for i, piece in enumerate(vocab.tokens) if piece == t.encode()), None)
+        if hit is None:
+            raise ValueError(f"suppress_tokens: {t!r} is not a token of this vocabulary")
+        out.add(hit)
+    return frozenset(out)
+
+
+def _bad_words(words: Sequence[str | Sequence[int]], tok: Any) -> tuple[tuple[int, ...], ...]:
+    if isinstance(words, str):
+        words = [words]
+    out: list[tuple[int, ...]] = []
+    for w in words:
+        if isinstance(w, str):
+            if tok is None:
+                raise ValueError("bad_words given as strings need the model's tokenizer")
+            for form in (w, " " + w):  # as written, and as a word inside text (HF's advice)
+                ids = tuple(tok(form, add_special_tokens=False).input_ids)
+                if ids and ids not in out:
+                    out.append(ids)
+        else:
+            ids = tuple(int(t) for t in w)
+            if not ids:
+                raise ValueError("bad_words: an empty token sequence")
+            out.append(ids)
+    return tuple(out)
+
+
+def _token_logprobs(decoder: Decoder, root: Hypothesis, hyp: Hypothesis, k: int) -> tuple[TokenLogprob, ...]:
+    """Per generated token, its log-prob and the ``k`` best alternatives, from ONE forward over the
+    output as a chain tree: the same masked, warped distributions the strategy saw (up to float
+    rounding between a batched forward and step-by-step ones)."""
+    toks = hyp.new_tokens
+    if not toks:
+        return ()
+    lp, _ = decoder.tree_log_probs(root, TokenTree.chain(list(toks[:-1])))  # [len(toks), V]
+    out = []
+    vocab = decoder.vocab
+    for i, t in enumerate(toks):
+        row = lp[i]
+        top: tuple[tuple[int, float], ...] = ()
+        if k:
+            finite = int(torch.isfinite(row).sum())
+            vals, idx = torch.topk(row, min(k, finite)) if finite else (row[:0], row[:0].long())
+            top = tuple(zip(idx.tolist(), vals.tolist()))
+        out.append(TokenLogprob(t, vocab.tokens[t] if vocab is not None else b"", float(row[t]), top))
+    return tuple(out)
 
 
 def _with_tool_calls(res: GenerationResult, tools: Sequence[Tool], parallel: bool) -> GenerationResult:
@@ -201,11 +397,22 @@ def _result(decoder: Decoder, hyps: Sequence[Hypothesis], t0: float, s0: dict[st
         hypotheses=tuple(hyps),
         stats=GenerationStats(new_tokens=sum(h.num_new for h in hyps[:1]), seconds=seconds, **delta),
         texts=texts,
+        stop_reason=stop_reason(decoder, best),
     )
 
 
+def stop_reason(decoder: Decoder, hyp: Hypothesis) -> StopReason:
+    """Why ``hyp`` ended (``GenerationResult.stop_reason``)."""
+    if not hyp.finished:
+        return "length"
+    con = decoder.constraint
+    if isinstance(con, Budgeted) and con.was_steered(hyp.state):
+        return "steered"
+    return "eos" if hyp.new_tokens and hyp.new_tokens[-1] in decoder.eos else "stop"
+
+
 def _stream(decoder: Decoder, strategy: Strategy, root: Hypothesis, max_new_tokens: int,
-            holder: GenerationStream) -> Iterator[str]:
+            holder: GenerationStream, logprobs: int | None) -> Iterator[str]:
     t0, s0 = time.perf_counter(), _lm_stats(decoder.lm)
     vocab = decoder.vocab
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -239,4 +446,7 @@ def _stream(decoder: Decoder, strategy: Strategy, root: Hypothesis, max_new_toke
     tail = pending(hyps[0], True)
     if tail:
         yield tail
-    holder.result = _result(decoder, hyps, t0, s0)
+    res = _result(decoder, hyps, t0, s0)
+    if logprobs is not None:
+        res = dataclasses.replace(res, logprobs=_token_logprobs(decoder, root, hyps[0], logprobs))
+    holder.result = res

@@ -13,6 +13,7 @@ SAMPLERS: dict[str, dict] = {
     "json.lark": {
         "STRING": _pick('""', '"a"', '"x y"', '"\\n"', '"\\u00e9"', '"é"', '"a\\"b"', '"€1"'),
         "NUMBER": _pick("0", "-1", "12", "3.5", "1e5", "-0.25E-3", "10"),
+        "_WS": _pick(" ", "\n", "\t ", "\r\n"),
     },
     "arithmetic.lark": {
         "NAME": _pick("x", "y1", "foo", "_a", "max"),
@@ -61,7 +62,7 @@ SEPARATORS: dict[str, tuple[str, ...]] = {
 }
 
 ACCEPTED: dict[str, list[str]] = {
-    "json.lark": ['{"a": [1, 2.5e-3, true, false, null, "x\\u00e9"]}', "[]", "0", '"é"', ' {"k" : {}} ',
+    "json.lark": ['{"a": [1, 2.5e-3, true, false, null, "x\\u00e9"]}', "[]", "0", '"é"', ' {"k" : {}}',
                   "-0.5E+10", '[[[]], {"": ""}]'],
     "json_object.lark": ['{"a": 1}', "{}", '{"x": [1, {"y": null}], "z": "w"}'],
     "arithmetic.lark": ["1 + 2 * 3", "-(x - 4.5) ^ 2 ^ y", "max(a, b) / sqrt(2)", "f()", "--1"],
@@ -76,8 +77,9 @@ ACCEPTED: dict[str, list[str]] = {
 }
 
 REJECTED: dict[str, list[str]] = {
-    "json.lark": ['{"a" 1}', "[1,]", "01", '{"a": tru}', "[1 2]", '"\\x"', "{'a': 1}", "", "1.", "nul"],
-    "json_object.lark": ["[]", "1", '{"a": 1', '"x"'],
+    "json.lark": ['{"a" 1}', "[1,]", "01", '{"a": tru}', "[1 2]", '"\\x"', "{'a': 1}", "", "1.", "nul",
+                  '{"a": 1} ', "0\n"],  # the shipped JSON grammars end at the value: no trailing blanks
+    "json_object.lark": ["[]", "1", '{"a": 1', '"x"', "{} "],
     "arithmetic.lark": ["1 +", "(1", "1 2", "* 3", "f(,)", ""],
     "csv.lark": ['a"b', '"unterminated', 'x,"y"z'],
     "python_call.lark": ["f(", "f(x=1, 2)", "1(2)", "f(,)", "f(x y)", "f"],

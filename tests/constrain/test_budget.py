@@ -79,14 +79,14 @@ def test_last_token_is_eos_only_and_completion_is_shortest() -> None:
     for t in b'{"a": [1':
         s = JSON.advance(s, 1 + BYTES.index(bytes([t])))
     row = allocate_bitmask(1, len(VOCAB))[0]
-    b.fill_mask((s, 1), row)
+    b.fill_mask((s, 1, False), row)
     assert not row.any()  # not accepting: nothing fits in one token
     plan = b.completion(s)
     assert VOCAB.decode(plan) == b"]}"
     s2 = JSON.advance(JSON.start(), 1 + BYTES.index(b"7"))
-    b.fill_mask((s2, 1), row)
+    b.fill_mask((s2, 1, False), row)
     assert [i for i in range(len(VOCAB)) if (int(row[i >> 5]) >> (i & 31)) & 1] == [0]  # EOS only
-    assert b.advance((s2, 1), 1 + BYTES.index(b"7")) is None
+    assert b.advance((s2, 1, False), 1 + BYTES.index(b"7")) is None
     with pytest.raises(ValueError):
         Budgeted(JSON, 0)
 
@@ -107,3 +107,21 @@ def test_following_a_plan_never_lengthens_it() -> None:
                 nxt = JSON.advance(s, plan[0])
                 assert len(b.completion(nxt)) <= len(plan) - 1
             s = JSON.advance(s, t)
+
+
+def test_steered_outputs_are_marked_and_untouched_ones_are_not() -> None:
+    """An output the budget had to shorten says so (``was_steered``); one that finished on its own
+    far from the end does not (issue 22: steering must never be silent)."""
+    marked = unmarked = 0
+    for seed in SEEDS:
+        _, ref = run(seed, 16, budgeted=False)
+        b = Budgeted(JSON, 16)
+        dec = Decoder(HashLM(len(VOCAB), seed=seed, scale=2.0), b, vocab=VOCAB)
+        hyp = Greedy()(dec, dec.start([1 + BYTES.index(b"\n")]), max_new_tokens=16)[0]
+        if hyp.tokens != ref.tokens:  # the budget changed the output: it must be marked
+            assert b.was_steered(hyp.state), seed
+            marked += 1
+        if ref.finished and ref.num_new <= 4:  # far from the end: nothing to steer
+            assert not b.was_steered(hyp.state), seed
+            unmarked += 1
+    assert marked >= 3 and unmarked >= 1, (marked, unmarked)

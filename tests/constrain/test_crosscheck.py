@@ -1,8 +1,9 @@
-"""Cross-check on Gemma 3's 262,144-token vocabulary: trellis' json.lark masks vs xgrammar and
+"""Cross-check on Gemma 3's 262,144-token vocabulary: trellis' masks for RFC 8259 JSON
+(``tests/data/json_rfc8259.lark``: json.lark's language plus trailing whitespace) vs xgrammar and
 llguidance for the same JSON language, at every token boundary of valid JSON documents.
 
 Peers (trellis/integrations): xgrammar with ``JSON_EBNF`` and llguidance with
-``lark_for_llguidance(json.lark)``, each twice: over trellis' own token bytes ("bytes": any
+``lark_for_llguidance`` of that grammar, each twice: over trellis' own token bytes ("bytes": any
 difference is a grammar-engine difference) and over the peer's own import of the HF tokenizer
 ("hf": differences can also come from how the peer reads tokens). Every differing token is
 adjudicated by ``JsonPrefix``, an independent byte-level JSON recogniser (RFC 8259, strict UTF-8):
@@ -18,15 +19,18 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import torch
 
 from trellis.constrain import compile
-from trellis.constrain.compile import load_grammar_text
 from trellis.mask import allocate_bitmask, bitmask_to_bool
 
+# The peers' JSON grammars are RFC 8259 (whitespace after the value too); the shipped json.lark ends
+# at the value, so the engines are compared on the RFC language.
+RFC_JSON = (Path(__file__).resolve().parents[1] / "data" / "json_rfc8259.lark").read_text(encoding="utf-8")
 CI_DOCS = 8
 FULL_DOCS = 50
 
@@ -274,9 +278,9 @@ def engines(tokenizer: Any, vocab: Any, *, hf_peers: bool = True) -> list[Engine
     from trellis.integrations.llguidance import compile_llguidance, lark_for_llguidance, lltokenizer
     from trellis.integrations.xgrammar import JSON_EBNF, compile_xgrammar, tokenizer_info
 
-    text, _ = load_grammar_text("json.lark")
+    text = RFC_JSON
     mine = lambda t: None if t in vocab.special or t in vocab.eos else vocab.tokens[t]  # noqa: E731
-    out = [Engine("trellis", compile("json.lark", vocab), mine),
+    out = [Engine("trellis", compile(RFC_JSON, vocab), mine),
            Engine("xgrammar[bytes]", compile_xgrammar(JSON_EBNF, vocab), mine),
            Engine("llguidance[bytes]", compile_llguidance(lark_for_llguidance(text), vocab), mine)]
     if hf_peers:
@@ -471,8 +475,8 @@ def test_peers_agree_on_a_tiny_vocabulary():
     from trellis.integrations.xgrammar import JSON_EBNF, compile_xgrammar
 
     vocab = _tiny_json_vocab()
-    text, _ = load_grammar_text("json.lark")
-    cs = [compile("json.lark", vocab, cache=False), compile_xgrammar(JSON_EBNF, vocab),
+    text = RFC_JSON
+    cs = [compile(RFC_JSON, vocab, cache=False), compile_xgrammar(JSON_EBNF, vocab),
           compile_llguidance(lark_for_llguidance(text), vocab)]
     oracle = JsonPrefix()
     rng = random.Random(0)
@@ -522,8 +526,7 @@ def test_adapters_name_the_missing_package(monkeypatch):
 def test_lark_for_llguidance_allows_ignored_terminals_at_the_edges():
     from trellis.integrations.llguidance import lark_for_llguidance
 
-    text, _ = load_grammar_text("json.lark")
-    out = lark_for_llguidance(text)
+    out = lark_for_llguidance(RFC_JSON)
     assert out.startswith("start: WS? trellis_start WS?") and "?trellis_start: value" in out
     assert lark_for_llguidance('start: "a"\n') == 'start: "a"\n'
     two = lark_for_llguidance('start: "a"\n%ignore " "\n%ignore /#[^\\n]*/\n')

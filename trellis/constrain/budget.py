@@ -3,9 +3,9 @@ steered to close in time, so it still parses.
 
 A weak model under a grammar can loop (digits of a number, items of an array, nested free-form
 objects) until the budget cuts it, and a cut output is not in the language. ``Budgeted(inner,
-budget)`` wraps any constraint; its states are ``(inner_state, tokens_left)``. The mask is the
-inner one (plus: with one token left only EOS). The budget acts through ``refine``, which the
-``Decoder`` applies to the masked scores of every row:
+budget)`` wraps any constraint; its states are ``(inner_state, tokens_left, steered)``. The mask
+is the inner one (plus: with one token left only EOS). The budget acts through ``refine``, which
+the ``Decoder`` applies to the masked scores of every row:
 
 * ``L(s)``, the length of a short completion of inner state ``s`` in tokens, is found by a
   search over single-byte tokens (and, where the grammar forces a literal, its ``forced_tokens``):
@@ -19,6 +19,15 @@ inner one (plus: with one token left only EOS). The budget acts through ``refine
   completion. Greedy therefore picks the unbudgeted argmax whenever that can still finish: an
   output that finishes within the budget on its own is unchanged (its own path is the witness).
   Sampling near the end is truncated to those ``k`` tokens.
+
+What this does to the distribution: nothing far from the end; near it, each step's distribution is
+the masked one truncated to (at most) ``k`` tokens that can still finish, renormalised, and the last
+token is forced to EOS. It is therefore NOT the model's locally masked distribution, and an output
+it shaped can be a shortened or blanked value (``{"name": ""}``) that parses but says less than the
+model would have. That is why ``generate`` never applies it by default (a cut output comes back
+``finished=False``, ``stop_reason="length"``) and why a hypothesis it steered is marked: states
+carry a ``steered`` flag, set once ``refine`` removed a row's best-scored token on the path, and
+``was_steered(state)`` reads it (``generate`` reports ``stop_reason="steered"``).
 """
 
 from __future__ import annotations
@@ -73,6 +82,7 @@ class Budgeted:
             # Classes of only non-ASCII or control bytes (UTF-8 lead bytes, raw tabs) open partial
             # characters that never shorten a completion but multiply the frontier: skipped.
             self._reps = sorted(t for t in reps.values() if 0x20 <= v.tokens[t][0] < 0x7F)
+        self._overridden: set[tuple[Hashable, int]] = set()  # (inner state, tokens left): argmax removed
         try:  # inner state -> shortest completion (None: not found within max_states)
             self._plan: dict[Hashable, tuple[int, ...] | None] = _PLANS.setdefault(inner, {})
         except TypeError:  # not weak-referenceable
@@ -80,17 +90,17 @@ class Budgeted:
 
     # -- Constraint protocol
     def start(self) -> State:
-        return (self.inner.start(), self.budget)
+        return (self.inner.start(), self.budget, False)
 
     def advance(self, state: State, token: int) -> State | None:
-        s, left = state  # type: ignore[misc]
+        s, left, steered = state  # type: ignore[misc]
         if left <= 1:  # the last token can only be EOS
             return None
         nxt = self.inner.advance(s, token)
-        return None if nxt is None else (nxt, left - 1)
+        return None if nxt is None else (nxt, left - 1, steered or (s, left) in self._overridden)
 
     def fill_mask(self, state: State, out: Tensor) -> None:
-        s, left = state  # type: ignore[misc]
+        s, left, _ = state  # type: ignore[misc]
         self.inner.fill_mask(s, out)
         if left <= 1:
             out &= self._eos_row
@@ -99,8 +109,17 @@ class Budgeted:
         return self.inner.is_accepting(state[0])  # type: ignore[index]
 
     def forced_tokens(self, state: State) -> list[int]:
-        s, left = state  # type: ignore[misc]
+        s, left, _ = state  # type: ignore[misc]
         return forced_tokens(self.inner, s)[: max(0, left - 1)]
+
+    def was_steered(self, state: State) -> bool:
+        """Whether ``refine`` removed a row's best-scored token at some step of the path to
+        ``state`` (the model's own choice was overridden), or ``state`` is the last budget position,
+        where only EOS is allowed. A greedy output the budget left unchanged is never marked; a
+        sampled one is marked only where its row's favourite was removed, although inside the
+        window every sampled step draws from a truncated distribution (module docstring)."""
+        _, left, steered = state  # type: ignore[misc]
+        return bool(steered) or left <= 1
 
     def __getattr__(self, name: str) -> Any:  # ignored_keywords, tables, ... of the inner constraint
         if name.startswith("_"):
@@ -189,7 +208,7 @@ class Budgeted:
         for r, st in enumerate(states):
             if st is None:
                 continue
-            s, left = st  # type: ignore[misc]
+            s, left, _ = st  # type: ignore[misc]
             plan = self.completion(s)
             if plan is None or left - 1 > len(plan) + self.margin:
                 continue
@@ -198,7 +217,9 @@ class Budgeted:
             if finite == 0:
                 continue
             keep = []
-            for t in torch.topk(row, min(self.k, finite)).indices.tolist():
+            top = torch.topk(row, min(self.k, finite)).indices.tolist()
+            best = top[0]
+            for t in top:
                 if t in eos:
                     keep.append(t)  # finite only when the inner state accepts
                 elif left >= 2:
@@ -208,6 +229,8 @@ class Budgeted:
             if not keep and plan:
                 keep = [plan[0]]
             if keep:
+                if keep[0] != best:  # the row's own choice was removed: children are marked steered
+                    self._overridden.add((s, left))
                 vals = row[keep].clone()
                 row.fill_(float("-inf"))
                 row[keep] = vals

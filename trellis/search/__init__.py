@@ -11,10 +11,12 @@ from trellis.search.entropy import EntropyGate
 from trellis.search.greedy import Greedy
 from trellis.search.lookahead import Lookahead, must_include
 from trellis.search.mcts import MCTS
+from trellis.search.names import STRATEGIES, strategy_from_name
 from trellis.search.sample import Sample
 from trellis.search.tree import SearchResult, TreeRecorder, path_tree
 
 __all__ = [
-    "MCTS", "Beam", "BestOfN", "DiverseBeam", "EntropyGate", "Greedy", "Lookahead", "Sample", "SearchResult",
-    "StepwiseStrategy", "Strategy", "TreeRecorder", "must_include", "ngram_f1", "path_tree",
+    "MCTS", "STRATEGIES", "Beam", "BestOfN", "DiverseBeam", "EntropyGate", "Greedy", "Lookahead", "Sample",
+    "SearchResult", "StepwiseStrategy", "Strategy", "TreeRecorder", "must_include", "ngram_f1", "path_tree",
+    "strategy_from_name",
 ]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import Tensor
 
 from trellis.decoder import Decoder, Hypothesis
 
@@ -19,6 +22,39 @@ class StepwiseStrategy(Strategy, Protocol):
     """A strategy that grows one hypothesis and can report it after every step (for streaming)."""
 
     def steps(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> Iterator[Hypothesis]: ...
+
+
+@runtime_checkable
+class BatchStrategy(Strategy, Protocol):
+    """A strategy that can grow many independent hypotheses (prompts of different lengths, or
+    samples of one prompt) in lockstep: one batched forward per step for all of them."""
+
+    def batch(self, decoder: Decoder, roots: Sequence[Hypothesis], *, max_new_tokens: int) -> list[Hypothesis]:
+        """One final hypothesis per root, in order; each equals ``self(decoder, root)[0]`` in
+        distribution (and token for token under greedy decoding)."""
+        ...
+
+
+def lockstep(decoder: Decoder, roots: Sequence[Hypothesis], max_new_tokens: int,
+             choose: Callable[[Tensor], list[int]]) -> list[Hypothesis]:
+    """Grow every root until it finishes, dead-ends or spends ``max_new_tokens``: each step is one
+    ``decoder.log_probs`` over the live rows (one forward); ``choose`` maps their [B, V] log-probs
+    to one token per row."""
+    hyps = list(roots)
+    live = [i for i, h in enumerate(hyps) if not h.finished]
+    for _ in range(max_new_tokens):
+        if not live:
+            break
+        lp = decoder.log_probs([hyps[i] for i in live])  # [B, V]
+        rows = torch.isfinite(lp).any(-1).nonzero().squeeze(-1)  # a row with nothing allowed: dead end
+        nxt = []
+        for row, tok in zip(rows.tolist(), choose(lp[rows]) if len(rows) else []):
+            i = live[row]
+            hyps[i] = decoder.extend(hyps[i], tok, float(lp[row, tok]))
+            if not hyps[i].finished:
+                nxt.append(i)
+        live = nxt
+    return hyps
 
 
 def run_steps(strategy: StepwiseStrategy, decoder: Decoder, root: Hypothesis, max_new_tokens: int) -> list[Hypothesis]:

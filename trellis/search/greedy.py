@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import log_softmax
-from trellis.search.base import run_steps
+from trellis.search.base import lockstep, run_steps
 
 
 @dataclass(frozen=True)
@@ -30,3 +30,7 @@ class Greedy:
 
     def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
         return run_steps(self, decoder, root, max_new_tokens)
+
+    def batch(self, decoder: Decoder, roots: Sequence[Hypothesis], *, max_new_tokens: int) -> list[Hypothesis]:
+        """Greedy for every root at once, one batched forward per step (``BatchStrategy``)."""
+        return lockstep(decoder, roots, max_new_tokens, lambda lp: lp.argmax(-1).tolist())

@@ -4,13 +4,13 @@ the Decoder, so sampler, drafter and verifier all see the same distribution)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import sample
-from trellis.search.base import run_steps
+from trellis.search.base import lockstep, run_steps
 
 
 @dataclass(frozen=True)
@@ -36,3 +36,11 @@ class Sample:
 
     def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
         return run_steps(self, decoder, root, max_new_tokens)
+
+    def batch(self, decoder: Decoder, roots: Sequence[Hypothesis], *, max_new_tokens: int) -> list[Hypothesis]:
+        """Ancestral sampling for every root at once, one batched forward per step
+        (``BatchStrategy``); rows draw from the same distributions as one-by-one calls, in a
+        different order from the generator."""
+        if decoder.temperature == 0:
+            return lockstep(decoder, roots, max_new_tokens, lambda lp: lp.argmax(-1).tolist())
+        return lockstep(decoder, roots, max_new_tokens, lambda lp: sample(lp, self.generator).tolist())
