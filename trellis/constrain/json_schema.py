@@ -44,7 +44,8 @@ an invalid instance is never accepted)
 * **Patterns** use ECMA-262 semantics (``\\d \\w`` ASCII, ``\\s`` Unicode space, ``.`` excludes
   line terminators, ``$`` only at the end) with search semantics: unanchored unless ``^``/``$``.
 
-Supported: ``type`` (and type arrays), ``enum``, ``const``, ``properties``, ``required``,
+Supported: ``type`` (and type arrays; in draft-04 ``integer`` means a number spelled without a
+fraction or exponent, so ``1.0`` is not one; from draft-06 on any number with a zero fraction is), ``enum``, ``const``, ``properties``, ``required``,
 ``additionalProperties``, ``patternProperties``, ``propertyNames``, ``minProperties``,
 ``maxProperties``, ``items``, ``prefixItems``, array ``items`` + ``additionalItems``,
 ``minItems``, ``maxItems``, ``minLength``, ``maxLength``, ``pattern``, ``format``, ``minimum``,
@@ -931,7 +932,8 @@ class _Builder:
         return int(d)
 
     def _numspec(self, s: dict, ptr: str, integer: bool) -> NumSpec:
-        spec = NumSpec(integer=integer)
+        # draft-04's "integer" type is a spelling: no fraction, no exponent (1.0 is not one there)
+        spec = NumSpec(integer=integer, plain=integer and self.doc.draft == 4)
         for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
             if kw in s and not isinstance(s[kw], bool) and _num(s[kw]) is None:
                 raise SchemaError(f"{kw} must be a number", pointer=f"{ptr}/{kw}")

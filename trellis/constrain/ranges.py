@@ -220,7 +220,11 @@ def _lcm(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class NumSpec:
-    """A set of JSON numbers: bounds, integer-only, multipleOf, enumerated or excluded values."""
+    """A set of JSON numbers: bounds, integer-only, multipleOf, enumerated or excluded values.
+
+    ``plain``: spelled without a fraction or exponent part, draft-04's ``integer`` ("a JSON number
+    without a fraction or exponent part": ``1.0`` and ``1e2`` are not integers there, while from
+    draft-06 on an integer is any number with a zero fractional part)."""
 
     integer: bool = False
     lo: Decimal | None = None
@@ -230,6 +234,7 @@ class NumSpec:
     mults: frozenset = frozenset()
     values: frozenset | None = None
     exclude: frozenset = frozenset()
+    plain: bool = False
 
     def contains(self, v: Decimal) -> bool:
         if self.integer and v % 1 != 0:
@@ -253,10 +258,10 @@ class NumSpec:
             hi, hi_x = o.hi, o.hi_x
         values = self.values if o.values is None else (o.values if self.values is None else self.values & o.values)
         r = NumSpec(self.integer or o.integer, lo, lo_x, hi, hi_x, self.mults | o.mults, values,
-                    self.exclude | o.exclude)
+                    self.exclude | o.exclude, self.plain or o.plain)
         if values is not None:
             r = NumSpec(r.integer, r.lo, r.lo_x, r.hi, r.hi_x, r.mults, frozenset(v for v in values if r.contains(v)),
-                        r.exclude)
+                        r.exclude, r.plain)
         return r
 
     def empty(self) -> bool:
@@ -269,6 +274,13 @@ class NumSpec:
 
     def regex(self) -> str | None:
         """Regex of the JSON number texts in the set (None: empty); _Unsupported if not exact."""
+        rx = self._spelled()
+        if rx is None or not self.plain:
+            return rx
+        f = fsm_sub(_fsm(rx), _fsm(_NOT_PLAIN))  # the same values, minus spellings with . e E
+        return None if f.empty() else fsm_regex(f, to_regex)
+
+    def _spelled(self) -> str | None:
         if self.values is not None:
             vs = sorted(v for v in self.values if self.contains(v))
             rxs = list(dict.fromkeys(_value_regex(v) for v in vs))
@@ -310,6 +322,10 @@ class NumSpec:
         if lo is not None or hi is not None:
             raise _Unsupported(f"multipleOf {unit} with a one-sided bound")
         return _multiple_regex(unit)
+
+
+# Number texts with a fraction or an exponent part (JSON number characters around a . e or E).
+_NOT_PLAIN = r"[-+.0-9eE]*[.eE][-+.0-9eE]*"
 
 
 def _multiple_regex(unit: Fraction) -> str:
