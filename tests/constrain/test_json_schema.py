@@ -385,6 +385,14 @@ def test_refused_with_pointer(schema: Any, text: str | None, pointer: str) -> No
     assert str(e.value).startswith(pointer or "#")
 
 
+def test_pattern_with_a_long_length_bound_compiles() -> None:
+    """maxLength 1024 beside a pattern (seen in real schemas) raised RecursionError from the regex
+    compressor; it compiles, exactly."""
+    c = make({"type": "string", "pattern": "^a+$", "maxLength": 1024})
+    assert accepts(c, b'"' + b"a" * 1024 + b'"') and not accepts(c, b'"' + b"a" * 1025 + b'"')
+    assert not accepts(c, b'""') and not accepts(c, b'"ab"')
+
+
 def test_lenient_ignores_and_lists() -> None:
     schema = {"type": "object", "properties": {
         "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},

@@ -482,32 +482,54 @@ def fsm_ir(f: Any) -> tuple:
 
 def _compress(x: tuple) -> tuple:
     """Nested optional chains from state elimination, ``a(?:a(?:a)?)?``, as counts ``a{1,3}``
-    (interegular's recursive parser overflows on ~100 levels of nesting)."""
-    k = x[0]
-    if k == "rep":
-        y = _compress(x[1])
-        if x[2] == 0 and x[3] == 1 and y[0] == "rep" and y[2] == 1 and y[3] is not None:
-            return ("rep", y[1], 0, y[3])
-        return rep(y, x[2], x[3])
-    if k == "alt":
-        return alt(*[_compress(p) for p in x[1]])
-    if k != "cat":
-        return x
-    parts = [_compress(p) for p in x[1]]
-    out: list[tuple] = []
-    for p in reversed(parts):  # fold x x{a,b} -> x{a+1,b+1} from the right
-        nxt = out[0] if out else None
-        if nxt is not None and nxt[0] == "rep" and nxt[1] == p and nxt[3] is not None:
-            out[0] = ("rep", p, nxt[2] + 1, nxt[3] + 1)
+    (interegular's recursive parser overflows on ~100 levels of nesting). Iterative: a length
+    bound of 1024 on a pattern nests 1024 levels deep before compression (``maxLength`` with a
+    ``pattern``), past Python's recursion limit."""
+    done: dict[int, tuple] = {}
+    stack: list[tuple[tuple, bool]] = [(x, False)]
+    while stack:
+        node, ready = stack.pop()
+        k = node[0]
+        if k not in ("rep", "alt", "cat"):
+            done[id(node)] = node
             continue
-        out.insert(0, p)
-    return cat(*out)
+        kids = (node[1],) if k == "rep" else tuple(node[1])
+        if not ready:
+            stack.append((node, True))
+            stack.extend((c, False) for c in kids if id(c) not in done)
+            continue
+        if k == "rep":
+            y = done[id(node[1])]
+            if node[2] == 0 and node[3] == 1 and y[0] == "rep" and y[2] == 1 and y[3] is not None:
+                done[id(node)] = ("rep", y[1], 0, y[3])
+            else:
+                done[id(node)] = rep(y, node[2], node[3])
+            continue
+        parts = [done[id(c)] for c in kids]
+        if k == "alt":
+            done[id(node)] = alt(*parts)
+            continue
+        out: list[tuple] = []
+        for p in reversed(parts):  # fold x x{a,b} -> x{a+1,b+1} from the right
+            nxt = out[0] if out else None
+            if nxt is not None and nxt[0] == "rep" and nxt[1] == p and nxt[3] is not None:
+                out[0] = ("rep", p, nxt[2] + 1, nxt[3] + 1)
+                continue
+            out.insert(0, p)
+        done[id(node)] = cat(*out)
+    return done[id(x)]
 
 
 def _depth(x: tuple) -> int:
-    if x[0] in ("cat", "alt"):
-        return 1 + max((_depth(p) for p in x[1]), default=0)
-    return 1 + _depth(x[1]) if x[0] == "rep" else 1
+    deepest, stack = 0, [(x, 1)]
+    while stack:  # iterative: uncompressible IRs can be deeper than the recursion limit
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if node[0] in ("cat", "alt"):
+            stack.extend((p, d + 1) for p in node[1])
+        elif node[0] == "rep":
+            stack.append((node[1], d + 1))
+    return deepest
 
 
 def fsm_regex(f: Any, encode: Callable[[tuple], str]) -> str:
