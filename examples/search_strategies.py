@@ -2,9 +2,16 @@
 the explored MCTS tree written as SVG.
 
     python examples/search_strategies.py            # ~1-2 min on a laptop CPU
+
+The image markers are suppressed (``Decoder(suppress=...)``, ``generate(..., suppress_tokens=
+["<start_of_image>", ...])``), and so are the special tokens but EOS: the base model's beams
+otherwise fill up with ``<start_of_image>`` (the GGUF's tokenizer lists it as ordinary text), a
+token it scores high after a colon but that never belongs in text.
 """
 
 from __future__ import annotations
+
+import torch
 
 from trellis.decoder import Decoder
 from trellis.lm import HFLanguageModel
@@ -12,8 +19,11 @@ from trellis.models import load
 from trellis.search import MCTS, Beam, DiverseBeam, EntropyGate
 from trellis.viz import write_tree
 
+torch.set_num_threads(2)
 handle = load()
-dec = Decoder(HFLanguageModel(handle.model), vocab=handle.vocab)
+vocab = handle.vocab
+images = handle.tokenizer.convert_tokens_to_ids(["<start_of_image>", "<end_of_image>", "[multimodal]"])
+dec = Decoder(HFLanguageModel(handle.model), vocab=vocab, suppress=(vocab.special - vocab.eos) | set(images))
 root = dec.start(handle.tokenizer("A short list of fruits:").input_ids)
 
 beam = Beam(width=4, n_best=2).search(dec, root, max_new_tokens=12)
