@@ -38,7 +38,8 @@ trellis accepts is dropped for that input and reported):
   interleaved, Handwritten and Synthesized dropped), the first ``--schemas`` that trellis compiles
   and that have a valid instance every engine accepts; the document is the first such valid
   instance, keys in the grammar's order (``json_schema.order_keys``), compact
-  ``json.dumps(x, separators=(",", ":"), ensure_ascii=False)``. trellis ``JsonSchema(schema)``;
+  ``json.dumps(x, separators=(",", ":"), ensure_ascii=False)``. trellis ``JsonSchema(schema,
+  closed_objects=False)`` (the default closes objects; open matches the peers' options below);
   xgrammar ``compile_json_schema(..., any_whitespace=False, separators=(",", ":"),
   strict_mode=False)``; llguidance ``grammar_from_json_schema(..., defaults={"item_separator":
   ",", "key_separator": ":"})``. Schemas trellis refuses (SchemaError/GrammarError) are counted.
@@ -490,7 +491,9 @@ def schema_input(case: dict) -> Input:
         return llguidance.LLMatcher.grammar_from_json_schema(
             text, defaults={"item_separator": ",", "key_separator": ":"})
 
-    return Input("schemas", case["name"], JsonSchema(schema), xgr_make, llg_make, docs=docs)
+    # closed_objects=False: the spec's additionalProperties, as the peers are configured
+    # (strict_mode=False); the documents may carry keys the schema does not declare.
+    return Input("schemas", case["name"], JsonSchema(schema, closed_objects=False), xgr_make, llg_make, docs=docs)
 
 
 # ----------------------------------------------------------------------------- random-walk documents

@@ -8,8 +8,8 @@ README.md). For every schema each engine compiles it (or refuses it: an error, o
 engines fix the declared order), tokenised with Gemma 3 270M's tokenizer and fed token by token;
 a valid instance must be accepted with EOS allowed at the end, an invalid one rejected.
 
-Engine options: trellis ``JsonSchema(schema, whitespace=...)`` (additionalProperties as the spec
-says; ``precompute=False``: only ``advance`` is used); xgrammar ``compile_json_schema(...,
+Engine options: trellis ``JsonSchema(schema, whitespace=..., closed_objects=False)``
+(additionalProperties as the spec says, not the generation default that closes objects; ``precompute=False``: only ``advance`` is used); xgrammar ``compile_json_schema(...,
 strict_mode=False)`` (the spec's additionalProperties) with ``any_whitespace`` and separators to
 match; llguidance ``grammar_from_json_schema`` with ``whitespace_flexible`` and "," ":" separators.
 Each (schema, engine) runs in a forked child, so a pathological compile cannot hang the run: past
@@ -83,7 +83,8 @@ def trellis_engine(schema: Any, ctx: dict) -> tuple[float, Callable[[list[int]],
     from trellis.constrain import JsonSchema, advance_many, compile
 
     t0 = time.perf_counter()
-    c = compile(JsonSchema(schema, whitespace=ctx["whitespace"]), ctx["vocab"], cache=False, precompute=False)
+    c = compile(JsonSchema(schema, whitespace=ctx["whitespace"], closed_objects=False), ctx["vocab"], cache=False,
+                precompute=False)
     dt = time.perf_counter() - t0
 
     def accepts(ids: list[int]) -> bool:

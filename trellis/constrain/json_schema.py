@@ -18,9 +18,13 @@ an invalid instance is never accepted)
   among them, each value checked against its own schema (valid whichever duplicate a parser
   keeps); closed objects never repeat a key. Repeated other keys are not detected, so
   ``minProperties`` counts declared keys in order plus one other key (refused when it needs more).
-* **additionalProperties** absent means "any other key" as the spec says; ``closed_objects=True``
-  treats it as ``false`` in schemas that declare ``properties`` or ``patternProperties`` (what most
-  LLM tools do, and what small models need); free-form ``{"type": "object"}`` stays open.
+* **additionalProperties** absent: by default (``closed_objects=True``) it is read as ``false`` in
+  schemas that declare ``properties`` or ``patternProperties`` (what xgrammar's ``strict_mode``,
+  outlines and most LLM tools do): a documented narrowing, the output never has undeclared keys.
+  Chosen by measurement (``benchmarks/bench_schema_defaults.py``, Gemma 3 270M on 50 maskbench
+  extraction prompts: 82% valid outputs and 54% of reference fields exact, against 52% and 33%
+  with open objects, where the model invented 32 keys). ``closed_objects=False`` is the spec's
+  reading, "any other key"; free-form ``{"type": "object"}`` stays open either way.
 * **Strings** are UTF-8 text. A string with no constraint accepts every JSON escape. A
   constrained one (``minLength``/``maxLength``, ``pattern``, ``format``, ``enum``, ``const``,
   ``not``) spells characters raw, except ``"`` ``\\`` and control characters, which must be
@@ -32,7 +36,10 @@ an invalid instance is never accepted)
   bounds, ``multipleOf``, ``enum`` or ``const``, are written in plain decimal notation
   (``1.0`` is an integer, ``1e2`` is rejected). Bounds are exact (decimal arithmetic).
 * **Whitespace.** ``"compact"`` (default): none at all, one spelling per value — fewest tokens,
-  and a weak model cannot loop on spaces. ``"flexible"``: a run of at most ``max_whitespace``
+  and a weak model cannot loop on spaces. Kept by measurement (``bench_schema_defaults.py``, 80
+  schemas with closed objects: 75% valid outputs and 48% of reference fields exact, against 67.5%
+  and 47% with flexible whitespace, whose runs of blanks become loops), although compact costs
+  numbers their sign or value where the model wanted ``": "`` (BFCL numbers 62% exact vs 76%). ``"flexible"``: a run of at most ``max_whitespace``
   bytes of ``[ \\t\\n\\r]`` after ``{ [ , :`` and before ``} ] , :``, which covers
   ``json.dumps(x, indent=2)``; never before or after the whole value.
 * **Formats** are asserted (the format-assertion vocabulary; ``format_assertion=False`` makes them
@@ -125,15 +132,17 @@ class JsonSchema:
     ``schema``: a dict/bool, JSON text, a path to a ``.json`` file (``os.PathLike``), or a
     pydantic model class (``model_json_schema()``). ``whitespace``: ``"compact"`` or
     ``"flexible"`` (runs of at most ``max_whitespace`` bytes); ``lenient``: ignore (and list)
-    what cannot be enforced instead of raising; ``closed_objects``: a missing
-    ``additionalProperties`` means ``false`` where ``properties``/``patternProperties`` are declared; ``format_assertion``: enforce ``format``. The
-    translation runs once, on first use. See the module docstring for the exact language.
+    what cannot be enforced instead of raising; ``closed_objects`` (default True): a missing
+    ``additionalProperties`` means ``false`` where ``properties``/``patternProperties`` are
+    declared (False: the spec's "any other key"); ``format_assertion``: enforce ``format``. The
+    translation runs once, on first use. See the module docstring for the exact language and
+    why the defaults (compact whitespace, closed objects) are what they are.
     """
 
     schema: Any
     whitespace: Literal["compact", "flexible"] = "compact"
     lenient: bool = False
-    closed_objects: bool = False
+    closed_objects: bool = True
     format_assertion: bool = True
     max_whitespace: int = MAX_WHITESPACE
     _out: list = field(default_factory=list, init=False, repr=False, compare=False)
@@ -157,7 +166,7 @@ class JsonSchema:
 
 
 def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = "compact", lenient: bool = False,
-                   closed_objects: bool = False, format_assertion: bool = True,
+                   closed_objects: bool = True, format_assertion: bool = True,
                    max_whitespace: int = MAX_WHITESPACE) -> tuple[str, tuple[IgnoredKeyword, ...]]:
     """(Lark grammar text, ignored keywords) of a JSON Schema; ``SchemaError`` when refused."""
     if whitespace not in ("compact", "flexible"):
