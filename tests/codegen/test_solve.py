@@ -195,14 +195,7 @@ def test_best_of_n_filters_samples_by_tests():
 
 
 def test_reports_are_cached_per_program(monkeypatch):
-    calls: list[str] = []
-    real = solve_mod.run_tests
-
-    def counting(code, tests, **kw):
-        calls.append(code)
-        return real(code, tests, **kw)
-
-    monkeypatch.setattr(solve_mod, "run_tests", counting)
+    calls = _counting_runs(monkeypatch)
     lm, dec, root = setup()
     g = guided("mcts", max_rollouts=30)
     g.search(dec, root, max_new_tokens=20)
