@@ -229,6 +229,13 @@ CASES: list[tuple[str, Any, list, list]] = [
                                        "type": "number", "multipleOf": 1}, [1, 1.0, 20], [1.5]),
     ("draft7-integer-value", {"$schema": "http://json-schema.org/draft-07/schema#", "type": "integer"},
      [1, 1.0, -0.0], [1.5, "1"]),
+    # oneOf branches that overlap alone but not under the sibling keywords (issue 27): the common
+    # discriminated union
+    ("oneOf-disjoint-through-siblings", {"type": "object", "required": ["t"], "oneOf": [
+        {"properties": {"t": {"const": "a"}, "n": {"type": "integer"}}},
+        {"properties": {"t": {"const": "b"}, "s": {"type": "string"}}}]},
+     [{"t": "a"}, {"t": "b"}, {"t": "a", "n": 1}, {"t": "b", "s": "x"}, {"t": "a", "s": 5}],
+     [{}, {"t": "c"}, {"n": 1}, {"t": "a", "n": "x"}, {"t": "b", "s": 1}, []]),
     ("not-type", {"not": {"type": ["string", "null"]}}, [1, [], {}, True], ["a", None]),
     ("not-enum", {"type": "string", "not": {"enum": ["a", "b"]}}, ["c", "ab", ""], ["a", "b"]),
     ("if-constant", {"if": True, "then": {"type": "integer"}, "else": {"type": "string"}}, [1], ["a"]),

@@ -837,18 +837,6 @@ class _Builder:
                 raise SchemaError("allOf: the branches have no value in common", pointer=f"{ptr}/allOf")
         if "anyOf" in s:
             parts.append(union(*[self.shallow(i) for i in self._list(s, "anyOf", ptr, base)]))
-        if "oneOf" in s:
-            subs = [self.shallow(i) for i in self._list(s, "oneOf", ptr, base)]
-            for i in range(len(subs)):
-                for j in range(i + 1, len(subs)):
-                    if not self.disjoint(subs[i], subs[j]):
-                        self.refuse("oneOf", ptr, f"branches {i} and {j} may both match (exactly-one cannot be "
-                                                  "enforced); treated as anyOf")
-                        break
-                else:
-                    continue
-                break
-            parts.append(union(*subs))
         if "not" in s:
             parts.append(self._not(s["not"], ptr, base))
         if "if" in s:
@@ -857,7 +845,30 @@ class _Builder:
                 self.refuse("if", ptr, "if/then/else is not supported")
             elif branch in s:  # a constant condition: the chosen branch always applies
                 parts.append(self.shallow(self.location(s[branch], f"{ptr}/{branch}", base)))
+        if "oneOf" in s:
+            parts.append(self._one_of(s, ptr, base, parts))
         return self.inter(*parts)
+
+    def _one_of(self, s: dict, ptr: str, base: str, siblings: list[Shallow]) -> Shallow:
+        """``oneOf`` as the union of its branches, exact when no two branches can both match a value
+        the sibling keywords allow: an instance must satisfy the siblings S and exactly one branch,
+        and if every (A_i and S) is disjoint from (A_j and S), that is (A_1 or ... or A_n) and S.
+        Siblings matter in the most common discriminated union: ``{"type": "object", "required":
+        ["t"], "oneOf": [{"properties": {"t": {"const": "a"}}}, {"properties": {"t": {"const":
+        "b"}}}]}`` (the branches alone overlap on objects without ``t``)."""
+        subs = [self.shallow(i) for i in self._list(s, "oneOf", ptr, base)]
+        rest: Shallow | None = None
+        for i in range(len(subs)):
+            for j in range(i + 1, len(subs)):
+                if self.disjoint(subs[i], subs[j]):
+                    continue
+                if rest is None:
+                    rest = self.inter(*siblings)
+                if not self.disjoint(self.inter(rest, subs[i]), self.inter(rest, subs[j])):
+                    self.refuse("oneOf", ptr, f"branches {i} and {j} may both match (exactly-one cannot be "
+                                              "enforced); treated as anyOf")
+                    return union(*subs)
+        return union(*subs)
 
     def _ref(self, s: dict, kw: str, ptr: str, base: str) -> int:
         ref = s[kw]
