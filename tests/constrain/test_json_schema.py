@@ -398,6 +398,23 @@ def test_refused_with_pointer(schema: Any, text: str | None, pointer: str) -> No
     assert str(e.value).startswith(pointer or "#")
 
 
+def test_unknown_formats_are_annotations_and_defined_ones_are_asserted_or_refused() -> None:
+    """A format no draft defines ("url", "byte") constrains nothing (every draft says so), so the
+    schema compiles to its exact language; a defined format trellis cannot assert is refused by
+    name, and ``unknown_formats="refuse"`` refuses unknown ones too (issue 27)."""
+    c = make({"type": "string", "format": "url"})
+    assert accepts(c, b'"not a url at all"') and accepts(c, b'""') and not accepts(c, b'1')
+    assert accepts(make({"type": "string", "maxLength": 3, "format": "semver"}), b'"abc"')
+    with pytest.raises(SchemaError) as e:
+        JsonSchema({"properties": {"r": {"type": "string", "format": "regex"}}}).to_lark()
+    assert e.value.pointer == "/properties/r/format"
+    with pytest.raises(SchemaError, match="not defined by JSON Schema") as e:
+        JsonSchema({"type": "string", "format": "url"}, unknown_formats="refuse").to_lark()
+    assert e.value.pointer == "/format"
+    assert accepts(make({"type": "string", "format": "email"}), b'"a@b.co"')
+    assert not accepts(make({"type": "string", "format": "email"}), b'"nope"')
+
+
 def test_pattern_with_a_long_length_bound_compiles() -> None:
     """maxLength 1024 beside a pattern (seen in real schemas) raised RecursionError from the regex
     compressor; it compiles, exactly."""

@@ -63,6 +63,12 @@ STRING_FORMATS = {
     "hostname": _HOSTNAME,
 }
 NUMBER_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+# Every format a JSON Schema draft (04 to 2020-12) defines. Any other name ("url", "byte", "semver")
+# is an unknown format, which the specs make an annotation: it never fails validation.
+SPEC_FORMATS = frozenset({
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4",
+    "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+    "relative-json-pointer", "regex"})
 _FORMAT_IR: dict[str, tuple] = {}
 
 

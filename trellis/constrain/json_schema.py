@@ -47,7 +47,10 @@ an invalid instance is never accepted)
   uri, uri-reference (RFC 3986), ipv4, ipv6, hostname; int32/int64 on numbers. Leap seconds are
   accepted only as ``23:59:60`` with ``Z`` or a ``+-00:00`` offset; hostnames (at most 253 bytes)
   as up to four labels, 8 labels of <= 30 bytes or 12 of <= 20, and labels with ``--`` in
-  positions 3-4 (IDNA A-labels, whose punycode a regex cannot check) are rejected.
+  positions 3-4 (IDNA A-labels, whose punycode a regex cannot check) are rejected. A format no
+  draft defines (``url``, ``byte``, ``semver``, ...) is an annotation, as every draft says: it
+  constrains nothing and is ignored (``unknown_formats="refuse"`` refuses it by name instead); a
+  defined format trellis cannot assert (``regex``, ``duration``, ``iri``, ...) is refused.
 * **Patterns** use ECMA-262 semantics (``\\d \\w`` ASCII, ``\\s`` Unicode space, ``.`` excludes
   line terminators, ``$`` only at the end) with search semantics: unanchored unless ``^``/``$``.
 
@@ -94,7 +97,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from trellis.constrain.charsets import cs, cs_neg
 from trellis.constrain.errors import SchemaError
-from trellis.constrain.formats import NUMBER_FORMATS, STRING_FORMATS, format_ir
+from trellis.constrain.formats import NUMBER_FORMATS, SPEC_FORMATS, STRING_FORMATS, format_ir
 from trellis.constrain.pattern import _matcher, pattern_ir, pattern_matches
 from trellis.constrain.ranges import NumSpec
 from trellis.constrain.regex_ir import (ANY, ANYSTAR, EPS, JSON_CONTENT, JSON_NUMBER, JSON_UNIT, MAX_REPEAT, NONE,
@@ -134,7 +137,9 @@ class JsonSchema:
     ``"flexible"`` (runs of at most ``max_whitespace`` bytes); ``lenient``: ignore (and list)
     what cannot be enforced instead of raising; ``closed_objects`` (default True): a missing
     ``additionalProperties`` means ``false`` where ``properties``/``patternProperties`` are
-    declared (False: the spec's "any other key"); ``format_assertion``: enforce ``format``. The
+    declared (False: the spec's "any other key"); ``format_assertion``: enforce ``format``;
+    ``unknown_formats``: ``"annotation"`` (a format no draft defines constrains nothing, as the
+    specs say) or ``"refuse"`` (raise ``SchemaError`` naming it). The
     translation runs once, on first use. See the module docstring for the exact language and
     why the defaults (compact whitespace, closed objects) are what they are.
     """
@@ -144,6 +149,7 @@ class JsonSchema:
     lenient: bool = False
     closed_objects: bool = True
     format_assertion: bool = True
+    unknown_formats: Literal["annotation", "refuse"] = "annotation"
     max_whitespace: int = MAX_WHITESPACE
     _out: list = field(default_factory=list, init=False, repr=False, compare=False)
 
@@ -152,6 +158,7 @@ class JsonSchema:
             self._out.append(schema_to_lark(self.schema, whitespace=self.whitespace, lenient=self.lenient,
                                             closed_objects=self.closed_objects,
                                             format_assertion=self.format_assertion,
+                                            unknown_formats=self.unknown_formats,
                                             max_whitespace=self.max_whitespace))
         return self._out[0]
 
@@ -167,6 +174,7 @@ class JsonSchema:
 
 def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = "compact", lenient: bool = False,
                    closed_objects: bool = True, format_assertion: bool = True,
+                   unknown_formats: Literal["annotation", "refuse"] = "annotation",
                    max_whitespace: int = MAX_WHITESPACE) -> tuple[str, tuple[IgnoredKeyword, ...]]:
     """(Lark grammar text, ignored keywords) of a JSON Schema; ``SchemaError`` when refused."""
     if whitespace not in ("compact", "flexible"):
@@ -174,7 +182,10 @@ def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = 
     if max_whitespace < 1:
         raise ValueError("max_whitespace must be >= 1")
     doc = _Document(_load(schema))
-    b = _Builder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion)
+    if unknown_formats not in ("annotation", "refuse"):
+        raise ValueError(f"unknown_formats must be 'annotation' or 'refuse', not {unknown_formats!r}")
+    b = _Builder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion,
+                 unknown_formats=unknown_formats)
     if not doc.dialect_known:
         b.refuse("$schema", "", "unknown dialect (custom metaschema); it is read as draft 2020-12")
     root = b.location(doc.root, "", doc.base)
@@ -624,7 +635,9 @@ _TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
 class _Builder:
     """Schema locations -> nodes (ids), their shallow meaning, intersections and disjointness."""
 
-    def __init__(self, doc: _Document, *, lenient: bool, closed_objects: bool, format_assertion: bool) -> None:
+    def __init__(self, doc: _Document, *, lenient: bool, closed_objects: bool, format_assertion: bool,
+                 unknown_formats: str = "annotation") -> None:
+        self.unknown_formats = unknown_formats
         self.doc = doc
         self.formats = format_assertion
         self.lenient = lenient
@@ -1005,8 +1018,10 @@ class _Builder:
                 raise SchemaError("format must be a string", pointer=f"{ptr}/format")
             if fmt in STRING_FORMATS:
                 fmts = (fmt,)
-            elif fmt not in NUMBER_FORMATS:
+            elif fmt in SPEC_FORMATS:
                 self.refuse("format", ptr, f"format {fmt!r} is not supported")
+            elif fmt not in NUMBER_FORMATS and self.unknown_formats == "refuse":
+                self.refuse("format", ptr, f"format {fmt!r} is not defined by JSON Schema (unknown_formats='refuse')")
         return StrSpec(lo or 0, hi, pats, fmts)
 
     def _arrspec(self, s: dict, ptr: str, base: str) -> ArrSpec:
