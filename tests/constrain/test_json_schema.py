@@ -236,6 +236,13 @@ CASES: list[tuple[str, Any, list, list]] = [
         {"properties": {"t": {"const": "b"}, "s": {"type": "string"}}}]},
      [{"t": "a"}, {"t": "b"}, {"t": "a", "n": 1}, {"t": "b", "s": "x"}, {"t": "a", "s": 5}],
      [{}, {"t": "c"}, {"n": 1}, {"t": "a", "n": "x"}, {"t": "b", "s": 1}, []]),
+    # an enum with no value of the allowed type is an empty schema: an optional key with it is
+    # forbidden, a required one makes objects impossible (issue 27: both were refused)
+    ("enum-without-an-allowed-value-optional", {"type": "object", "properties": {
+        "x": {"type": "string", "enum": [1, 2]}, "y": {"type": "integer"}}},
+     [{}, {"y": 1}], [{"x": 1}, {"x": "1"}, {"y": 1, "x": 2}]),
+    ("enum-without-an-allowed-value-required", {"properties": {"x": {"type": "string", "enum": [1]}},
+                                                "required": ["x"]}, [1, "s", []], [{}, {"x": 1}, {"x": "1"}]),
     ("not-type", {"not": {"type": ["string", "null"]}}, [1, [], {}, True], ["a", None]),
     ("not-enum", {"type": "string", "not": {"enum": ["a", "b"]}}, ["c", "ab", ""], ["a", "b"]),
     ("if-constant", {"if": True, "then": {"type": "integer"}, "else": {"type": "string"}}, [1], ["a"]),
@@ -365,7 +372,7 @@ REFUSED = [
     ("not json", "{not json", ""),
     ({"type": "strng"}, None, "/type"),
     ({"enum": []}, None, "/enum"),
-    ({"type": "string", "enum": [1, 2]}, None, "/enum"),
+    ({"type": "string", "enum": [1, 2]}, None, ""),  # an empty root: no document at all
     ({"allOf": [{"type": "string"}, {"type": "integer"}]}, None, "/allOf"),
     ({"properties": {"a": {"$ref": "#/$defs/missing"}}}, None, "/properties/a/$ref"),
     ({"$ref": "https://example.com/other.json"}, None, "/$ref"),

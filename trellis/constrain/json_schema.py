@@ -930,10 +930,10 @@ class _Builder:
             vals = s[kw] if kw == "enum" else [s[kw]]
             if not isinstance(vals, list) or not vals:
                 raise SchemaError("enum must be a non-empty array", pointer=f"{ptr}/{kw}")
-            before = sh
+            # No value of an allowed type leaves an empty schema, which is legal (like ``false``): an
+            # optional property with it is a forbidden key, a required one an impossible object
+            # (issue 27: these were refused). An empty root is refused where the grammar is built.
             sh = self.inter(sh, union(*[self._const(v) for v in vals]))
-            if sh.empty() and not before.empty():
-                raise SchemaError(f"{kw}: no value has an allowed type", pointer=f"{ptr}/{kw}")
         return sh
 
     def const_id(self, v: Any) -> int:
