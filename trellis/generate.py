@@ -281,21 +281,21 @@ def _strategy(strategy: Strategy | str | None, temperature: float, generator: to
         strategy = Greedy() if temperature == 0 else Sample(generator=generator)
     elif isinstance(strategy, str):
         strategy = strategy_from_name(strategy, generator=generator)
-    elif generator is not None and dataclasses.is_dataclass(strategy) and \
-            "generator" in {f.name for f in dataclasses.fields(strategy)}:
+    elif generator is not None and _samples(strategy):
         if strategy.generator is not None:  # type: ignore[attr-defined]
             raise ValueError("seed= and a strategy with its own generator: pass one of them")
         strategy = dataclasses.replace(strategy, generator=generator)  # type: ignore[type-var]
     if not isinstance(strategy, Strategy):
         raise ValueError(f"strategy must be a Strategy or a strategy name, got {strategy!r}")
-    if n > 1:
-        samples = isinstance(strategy, Sample) or (
-            dataclasses.is_dataclass(strategy) and not isinstance(strategy, Greedy)
-            and "generator" in {f.name for f in dataclasses.fields(strategy)})
-        if not samples or temperature == 0:
-            raise ValueError(f"n={n} needs a sampling strategy at temperature > 0 (greedy, beam and the "
-                             "other deterministic searches would return n identical outputs)")
+    if n > 1 and (not _samples(strategy) or temperature == 0):
+        raise ValueError(f"n={n} needs a sampling strategy at temperature > 0 (greedy, beam and the "
+                         "other deterministic searches would return n identical outputs)")
     return strategy
+
+
+def _samples(strategy: Any) -> bool:
+    """A strategy that draws from a ``generator`` field (sample, best-of-n, lookahead)."""
+    return dataclasses.is_dataclass(strategy) and "generator" in {f.name for f in dataclasses.fields(strategy)}
 
 
 def _suppressed(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
@@ -316,7 +316,9 @@ def _suppressed(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, tok
             if isinstance(i, int) and (i != tok.unk_token_id or t == tok.unk_token):
                 hit = i
         elif vocab is not None:
-            hit = next((i for i, piece in enumerate(vocab.tokens) if piece == t.encode()), None)
+            from trellis.constrain.walks import TokenMatrix
+
+            hit = TokenMatrix.of(vocab).token_of_bytes(t.encode())
         if hit is None:
             raise ValueError(f"suppress_tokens: {t!r} is not a token of this vocabulary")
         out.add(hit)

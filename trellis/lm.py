@@ -57,8 +57,7 @@ class _PendingTree:
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
     logits: Tensor  # [N+1, V]
-    cols: Tensor  # [P] the prefix's cache columns: token ids, -1 for holes
-    pos: Tensor  # [P] their positions (-1 for holes)
+    pos: Tensor  # [P] positions of the prefix's cache columns (-1: a hole)
 
 
 _SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
@@ -287,9 +286,9 @@ class HFLanguageModel:
         """Forget the KV cache (counters are kept)."""
         self._cache: Any = None
         self._rows: list[tuple[int, ...]] = []  # the token sequence each cache row holds
-        # The cache is a rectangle [R, n] of columns; a row's shorter sequence leaves holes (-1 in
-        # both) that no query attends to: rows of different lengths share one batched forward.
-        self._cols: Tensor | None = None  # [R, n] int64 token ids
+        # The cache is a rectangle [R, n] of columns; a row's shorter sequence leaves holes
+        # (position -1) that no query attends to: rows of different lengths share one batched
+        # forward. A row's tokens are in ``_rows``; ``_pos`` says which column holds which of them.
         self._pos: Tensor | None = None  # [R, n] int64 positions (index among the row's tokens)
         self._last: Tensor | None = None  # [R, V] logits after each row
         self._pending: _PendingTree | None = None
@@ -365,11 +364,9 @@ class HFLanguageModel:
         vis[:, :q_pre] = torch.tril(torch.ones(q, q_pre, dtype=torch.bool))  # tree rows see all the prefix
         vis[q_pre:, q_pre:] = tree.ancestor_mask()
         logits = self._forward(ids, positions, vis.unsqueeze(0), past_pos, keep=n + 1)[0]  # [N+1, V]
-        cols = torch.cat([self._cols[0], torch.tensor(pre[m:], dtype=torch.long)])  # type: ignore[index]
         pos = torch.cat([past_pos[0], torch.arange(m, len(pre))])
-        self._rows, self._cols, self._pos, self._last = [], None, None, None  # cache holds prefix + tree now
-        self._pending = _PendingTree(pre, tuple(tree_tokens.tolist()), tuple(tree.parents.tolist()), logits,
-                                     cols, pos)
+        self._rows, self._pos, self._last = [], None, None  # cache holds prefix + tree now
+        self._pending = _PendingTree(pre, tuple(tree_tokens.tolist()), tuple(tree.parents.tolist()), logits, pos)
         return logits.clone()
 
     def commit(self, path: Sequence[int]) -> None:
@@ -384,11 +381,10 @@ class HFLanguageModel:
             if not 0 <= i < len(pend.tokens) or pend.parents[i] != expected_parent:
                 raise ValueError(f"commit(): {path} is not a root-to-node chain of the tree")
             expected_parent = i
-        p = len(pend.cols)  # cache columns of the prefix (holes included)
+        p = len(pend.pos)  # cache columns of the prefix (holes included)
         self._keep_tail(p, torch.tensor([p + i for i in path], dtype=torch.long, device=self.device))
         chain = tuple(pend.tokens[i] for i in path)
         self._rows = [pend.prefix + chain]
-        self._cols = torch.cat([pend.cols, torch.tensor(chain, dtype=torch.long)]).unsqueeze(0)
         self._pos = torch.cat([pend.pos, len(pend.prefix) + torch.arange(len(chain))]).unsqueeze(0)
         self._last = pend.logits[(path[-1] + 1) if path else 0].unsqueeze(0)
         self._pending = None
@@ -419,8 +415,6 @@ class HFLanguageModel:
         vis = torch.tril(torch.ones(q, q, dtype=torch.bool)) & real[:, None, :]  # [B, q, q]
         vis |= torch.eye(q, dtype=torch.bool)  # a hole attends to itself (its output is never read)
         logits = self._forward(ids, positions, vis, past_pos, keep=1)[:, -1]  # [B, V]
-        new_cols = torch.where(real, ids, torch.full_like(ids, -1))
-        self._cols = torch.cat([self._cols, new_cols], 1)  # type: ignore[list-item]
         self._pos = torch.cat([past_pos, positions], 1)
         self._rows = prefs
         self._last = logits
@@ -432,7 +426,7 @@ class HFLanguageModel:
         hole). A prefix reuses at most ``max_reuse[b]`` tokens."""
         c, src = 0, None
         b = len(prefs)
-        if self._cols is not None and self._cache is not None and self._rows:
+        if self._pos is not None and self._cache is not None and self._rows:
             rows = self._rows
             width = min(max(len(r) for r in rows), max(max_reuse))
             if width > 0:
@@ -450,13 +444,13 @@ class HFLanguageModel:
         if c == 0:
             self._cache = self._new_cache()
             self.stats.cache_resets += 1
-            self._cols = self._pos = torch.zeros(b, 0, dtype=torch.long)
+            self._pos = torch.zeros(b, 0, dtype=torch.long)
             return 0, torch.zeros(b, dtype=torch.long), self._pos
         r = len(self._rows)
         if not (b == r and torch.equal(src, torch.arange(r))):
             self._select_rows(src.to(self.device))
         self._crop(c)
-        self._cols, self._pos = self._cols[src, :c], self._pos[src, :c]  # type: ignore[index]
+        self._pos = self._pos[src, :c]  # type: ignore[index]
         past_pos = self._pos
         used = (past_pos >= 0).sum(1)
         self.stats.tokens_reused += int(used.sum())
