@@ -44,7 +44,8 @@ ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
 
 
 class ESet:
-    """The closed item set of one terminal boundary (see module docstring)."""
+    """The closed item set of one terminal boundary (see module docstring). ``waiting`` (by
+    nonterminal) and ``expects`` (by terminal) list ``(item, origin)``; origin None is this set."""
 
     __slots__ = ("kernel", "waiting", "expects", "accepting", "starts", "after", "__weakref__")
 
@@ -146,7 +147,7 @@ class Earley:
                 if o is None:
                     continue  # a nullable completion in this set: done at prediction (Aycock-Horspool)
                 for j, o2 in o.waiting.get(lhs_of[i], ()):
-                    it = (j + 1, o2)
+                    it = (j + 1, o if o2 is None else o2)
                     if it not in items:
                         items.add(it)
                         agenda.append(it)
@@ -175,8 +176,10 @@ class Earley:
             self._sets[kernel] = same
             return same
         e.kernel = kernel
-        e.waiting = {s: tuple((i, e if o is None else o) for i, o in v) for s, v in waiting.items()}
-        e.expects = {t: tuple((i, e if o is None else o) for i, o in v) for t, v in expects.items()}
+        # Origin None stands for this set itself (an item predicted here); readers resolve it.
+        # Resolving every entry here cost 0.45 s of 5.7 s of fresh masks over 39 schemas.
+        e.waiting = waiting
+        e.expects = expects
         e.accepting = accepting
         scans = [(self._scan_of(t, e.expects), 0, e) for t in e.expects]
         e.starts = frozenset([x for x in scans if x[0] is not None] + [(t, 0, e) for t in self.ignore_scans])
@@ -188,7 +191,7 @@ class Earley:
         """The boundary after terminal ``t`` (started at ``e``) completes."""
         hit = e.after.get(t)
         if hit is None:
-            hit = e.after[t] = self._close(frozenset((i + 1, o) for i, o in e.expects[t]))
+            hit = e.after[t] = self._close(frozenset((i + 1, e if o is None else o) for i, o in e.expects[t]))
         return hit
 
     def boundary(self, e: ESet, scan: int) -> ChartState:
@@ -233,7 +236,7 @@ class Earley:
         elif done:
             # Terminals completed at one byte make ONE Earley set (as in Earley's algorithm): its
             # predictions are shared instead of repeated per completing scan.
-            a = self._close(frozenset((i + 1, o) for t, e in done for i, o in e.expects[t]))
+            a = self._close(frozenset((i + 1, e if o is None else o) for t, e in done for i, o in e.expects[t]))
             out |= a.starts
             acc |= a.accepting
         res = (frozenset(out), acc) if out or acc else None

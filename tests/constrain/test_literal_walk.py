@@ -1,0 +1,72 @@
+"""``literal_walk`` returns exactly what ``rest_walk.walk`` returns from a DFA state with one path
+left: the same tokens inside and the same crossings (token, offset), over the whole vocabulary and
+over rest sets of split tokens, on random vocabularies full of shared prefixes, byte-equal twins,
+NUL and 0xff bytes, with and without follow sets."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from trellis.constrain.literal_walk import (Literal, literal_at, walk_literal_rests,
+                                            walk_literal_vocabulary)
+from trellis.constrain.regex import regex_to_byte_dfa
+from trellis.constrain.rest_walk import RestSet, walk
+from trellis.constrain.walks import TokenMatrix
+from trellis.tokens import Vocabulary
+
+from tests.constrain.test_trie_walk import _canon
+
+ALPHA = b'ab c"\\:,\x00\xff\xc3\xa9'
+LITERALS = [rb'"ab"', r"a(?:bc)?", r"ab(?:c|c\x00)", r'"a\\b":', r"\xff\xff", r"\x00a", r"a\xffb", r"ab c"]
+
+
+def _vocab(seed: int) -> Vocabulary:
+    rng = random.Random(seed)
+    toks = {bytes(rng.choice(ALPHA) for _ in range(rng.randint(1, 6))) for _ in range(500)}
+    for lit in (b'"ab"', b"abc", b'"a\\b":', b"\xff\xff", b"a\xffb", b"ab c"):  # every prefix and extension
+        toks |= {lit[:i] for i in range(1, len(lit) + 1)}
+        toks |= {lit + bytes([c]) for c in ALPHA}
+    lst = sorted(toks)
+    rng.shuffle(lst)
+    lst += lst[:20]  # byte-equal twins
+    return Vocabulary(tuple([b"</s>", b""] + lst), eos=frozenset({0}), special=frozenset({0}))
+
+
+def test_literal_at_finds_chains_only() -> None:
+    assert literal_at(regex_to_byte_dfa(r"a(?:bc)?"), 0) == Literal(b"abc", (1, 3))
+    assert literal_at(regex_to_byte_dfa(r'"ab"'), 0) == Literal(b'"ab"', (4,))
+    assert literal_at(regex_to_byte_dfa(r"ab|ac"), 0) is None  # branches
+    assert literal_at(regex_to_byte_dfa(r"(?:ab)+"), 0) is None  # loops
+    dfa = regex_to_byte_dfa(r"[xy]abc")
+    assert literal_at(dfa, 0) is None and literal_at(dfa, int(dfa.trans[0, ord("x")])) == Literal(b"abc", (3,))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_literal_walks_equal_the_flat_walk(seed: int) -> None:
+    tm = TokenMatrix.of(_vocab(seed))
+    vocab_rs = RestSet.vocabulary(tm)
+    rng = np.random.default_rng(seed)
+    splitter = regex_to_byte_dfa(r"(?:[ab]|\xff|\x00)")  # one byte then ends: every token splits after it
+    checked = 0
+    for p in LITERALS:
+        dfa = regex_to_byte_dfa(p)
+        for q in range(dfa.trans.shape[0]):
+            lit = literal_at(dfa, q)
+            if lit is None:
+                continue
+            for follow in (None, rng.random(256) < 0.5):
+                flat = walk(dfa.trans, dfa.final, q, vocab_rs, tm, follow)
+                fast = walk_literal_vocabulary(lit, vocab_rs, tm, follow)
+                assert _canon(fast, vocab_rs) == _canon(flat, vocab_rs), (p, q)
+                # rest sets: the leftovers of tokens split after their first byte
+                rests = walk(splitter.trans, splitter.final, 0, vocab_rs, tm, None).cross
+                assert rests is not None
+                flat_r = walk(dfa.trans, dfa.final, q, rests, tm, follow)
+                fast_r = walk_literal_rests(lit, rests, tm, follow)
+                assert fast_r is not None
+                assert _canon(fast_r, rests) == _canon(flat_r, rests), (p, q)
+                checked += 1
+    assert checked >= 20
