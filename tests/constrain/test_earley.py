@@ -406,6 +406,7 @@ def test_vocabulary_walks_are_shared_across_grammars_and_runs(tmp_path, monkeypa
     """A walk depends on the sub-automaton, the follow bytes and the vocabulary only: a second
     grammar with the same terminal reuses it from memory, a new process (memo cleared) from disk,
     and the masks are the same as a build from scratch."""
+    from trellis.constrain import walk_cache
     from trellis.constrain.compile import clear_caches, wait_for_cache_writes
     from trellis.constrain.walk_cache import SHARED
 
@@ -415,6 +416,12 @@ def test_vocabulary_walks_are_shared_across_grammars_and_runs(tmp_path, monkeypa
     g1 = 'start: "{" S ":" S "}"\nS: /"[a-z]*"/\n%ignore " "\n'
     g2 = 'start: "[" S "," S "]"\nS: /"[a-z]*"/\n%ignore " "\n'
     walk_text = b'{ "ab" : "b'
+    # walks this cheap (80 tokens) are kept in memory only: no file per walk
+    _masks_along(compile(g1, v), walk_text)
+    wait_for_cache_writes()
+    assert not list((tmp_path / "walks").glob("w-*.pkl"))
+    clear_caches()
+    monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 0.0)  # persist every walk from here on
     c1 = compile(g1, v)
     masks1 = _masks_along(c1, walk_text)
     n = len(SHARED._mem)
@@ -481,3 +488,25 @@ def test_gbnf_masks_equal_xgrammar(name: str) -> None:
                 break
             s, xs, doc = c.advance(s, t), x.advance(xs, t), doc + toks[t]
     assert checked >= 20
+
+
+def test_walks_of_dfas_keyed_by_identity_are_never_shared(tmp_path, monkeypatch) -> None:
+    """A sub-automaton over ``CANON_MAX`` states is keyed by ``id(trans)``: once its grammar is
+    freed another DFA may get that id (here or in another process), so such walks must stay with
+    their constraint, out of the process LRU and the disk cache."""
+    from trellis.constrain import walk_cache
+    from trellis.constrain.compile import clear_caches, wait_for_cache_writes
+    from trellis.constrain.scannerless import CANON_MAX
+    from trellis.constrain.walk_cache import SHARED
+
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 0.0)
+    clear_caches()
+    v = random_vocab(b"ab", random.Random(3), 40)
+    n = CANON_MAX + 20  # (a|b){n}: a chain of n + 1 states that branches at every byte
+    c = compile(f"start: /[ab]{{{n}}}/\n", v)
+    c.mask_array(c.start())
+    wait_for_cache_writes()
+    assert c._inside and all(k[0][0] == "id" for k in c._inside)
+    assert not any(k[1][0][0] == "id" for k in SHARED._mem)
+    assert not list((tmp_path / "walks").glob("w-*.pkl"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Hashable
@@ -58,11 +59,13 @@ class SharedWalks:
                 self._mem.move_to_end(key)
                 return hit
         path = _path(vocab_fp, shape)
-        hit = _read(path) if path is not None else None
+        hit = _read(path) if path is not None and _on_disk(path) else None
         if hit is None:
+            t0 = time.perf_counter()
             hit = build()
-            if path is not None:
+            if path is not None and time.perf_counter() - t0 >= PERSIST_MIN_S:
                 _write_later(path, _snapshot(hit))
+                _LISTED.setdefault(path.parent, set()).add(path.name)
         self._put(key, hit)
         return hit
 
@@ -79,14 +82,40 @@ class SharedWalks:
 SHARED = SharedWalks()
 
 
+# Walks cheaper than this to build are kept in memory only: reading a pickle back costs about as
+# much, and a file per literal walk (hundreds per schema) made the background writer compete with
+# decoding for the GIL. String interiors, numbers and whitespace (5-15 ms on Gemma) are persisted.
+PERSIST_MIN_S = 0.002
+
+# File names present in each walks folder, listed once per process (then kept up to date with this
+# process' own writes): a miss costs no open(). Files another process writes later are not seen
+# until the next process; that only costs a rebuild.
+_LISTED: dict[Path, set[str]] = {}
+
+
+def _on_disk(path: Path) -> bool:
+    names = _LISTED.get(path.parent)
+    if names is None:
+        try:
+            names = set(os.listdir(path.parent))
+        except OSError:
+            names = set()
+        _LISTED[path.parent] = names
+    return path.name in names
+
+
 def _path(vocab_fp: str, shape: Hashable) -> Path | None:
     from trellis.constrain.compile import _version, cache_dir
 
     d = cache_dir()
     if d is None:
         return None
-    h = hashlib.sha256(repr((vocab_fp, shape, _version())).encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    return d / "walks" / f"w-{h}.pkl"
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"{vocab_fp}\0{_version()}\0".encode())
+    for part in shape if isinstance(shape, tuple) else (shape,):
+        h.update(part if isinstance(part, bytes) else repr(part).encode("utf-8", "surrogatepass"))
+        h.update(b"\0|")
+    return d / "walks" / f"w-{h.hexdigest()}.pkl"
 
 
 def _snapshot(e: Entry) -> Entry:
