@@ -116,6 +116,7 @@ MAX_STRING = 8192  # longest string length bound (chunks of CHUNK characters; La
 # construction is superlinear: 40 000 took 110 s)
 MAX_AUTOMATON = 4096  # states of one object/array automaton
 MAX_RULES = 40_000
+MAX_DEP_BRANCHES = 64  # object alternatives that dependencies/dependentRequired/dependentSchemas may create
 CHUNK = 16  # length-bounded strings longer than this are split into CHUNK-character lexemes
 
 
@@ -241,6 +242,14 @@ def _expand(doc: "_Document", cands: list, depth: int = 0, inst: Any = None, bra
         if not isinstance(s, dict) or depth > 20:
             continue
         base = doc.where(s, base, "")[0]
+        if isinstance(s.get("$ref"), str) and doc.draft <= 7:  # draft <= 7: siblings of $ref are ignored
+            try:
+                obj, _, b = doc.resolve(s["$ref"], base, "")
+                out += _expand(doc, [(obj, b)], depth + 1, inst, branches)
+            except SchemaError:
+                pass
+            continue
+        s = _in_draft(s, doc.draft)
         out.append((s, base))
         subs = []
         if isinstance(s.get("$ref"), str):
@@ -258,6 +267,9 @@ def _expand(doc: "_Document", cands: list, depth: int = 0, inst: Any = None, bra
                     alts = [a for a in alts if _fits(doc, a, inst)] or alts
                 subs += alts
         subs += [(s[kw], base) for kw in ("then", "else") if kw in s]
+        for kw in ("dependencies", "dependentSchemas"):
+            if isinstance(s.get(kw), dict):
+                subs += [(v, base) for v in s[kw].values() if isinstance(v, dict)]
         out += _expand(doc, subs, depth + 1, inst, branches)
     return out
 
@@ -270,10 +282,14 @@ def _order(doc: "_Document", cands: list, inst: Any, depth: int) -> Any:
             for v in ([s["const"]] if "const" in s else []) + (s["enum"] if isinstance(s.get("enum"), list) else []):
                 if isinstance(v, dict) and set(v) == set(inst):
                     keys += [k for k in v if k not in keys]
-        for kw in ("properties", "required"):
+        for kw in ("properties", "required", "dependencies", "dependentRequired", "dependentSchemas"):
             for s, _ in cands:
-                if isinstance(s.get(kw), (dict, list)):
-                    keys += [k for k in s[kw] if isinstance(k, str) and k in inst and k not in keys]
+                v = s.get(kw)
+                if isinstance(v, (dict, list)):  # dependencies: a trigger, then the keys it needs
+                    for k in v:
+                        for k2 in [k] + (v[k] if isinstance(v, dict) and isinstance(v[k], list) else []):
+                            if isinstance(k2, str) and k2 in inst and k2 not in keys:
+                                keys.append(k2)
         keys += [k for k in inst if k not in keys]
         out = {}
         for k in keys:
@@ -469,6 +485,7 @@ class StrSpec:
 
 DEFAULT_BASE = "https://trellis.invalid/schema.json"
 _DRAFTS = {"draft-03": 3, "draft-04": 4, "draft-06": 6, "draft-07": 7, "2019-09": 2019, "2020-12": 2020}
+_DRAFT_NAMES = {v: k for k, v in _DRAFTS.items()}
 _SUB_ONE = ("additionalProperties", "additionalItems", "items", "not", "if", "then", "else", "contains",
             "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
 _SUB_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
@@ -527,6 +544,47 @@ class _Document:
                 for i, vv in enumerate(v):
                     self._scan(vv, base, f"{p}/{i}")
 
+    def at(self, ptr: str) -> Any:
+        """The value at JSON pointer ``ptr`` from the document root (None when absent)."""
+        obj = self.root
+        for part in ptr.split("/")[1:] if ptr else []:
+            key = part.replace("~1", "/").replace("~0", "~")
+            try:
+                obj = obj[int(key)] if isinstance(obj, list) else obj[key]
+            except (KeyError, ValueError, IndexError, TypeError):
+                return None
+        return obj
+
+    def locate(self, ptr: str, keyword: str) -> str:
+        """Pointer of ``keyword`` in the schema at ``ptr`` or, breadth-first, in the subschemas that
+        apply to the same instance there (allOf/anyOf/oneOf/then/else/dependentSchemas/$ref): the
+        keyword a refusal names where a merged node got it; ``ptr`` itself when none has it, so a
+        refusal never names a path absent from the schema."""
+        todo, seen = [(self.at(ptr), ptr)], set()
+        while todo and len(seen) < 256:
+            s, p = todo.pop(0)
+            if not isinstance(s, dict) or id(s) in seen:
+                continue
+            seen.add(id(s))
+            if keyword in s:
+                return f"{p}/{_esc(keyword)}"
+            for kw in ("allOf", "anyOf", "oneOf"):
+                if isinstance(s.get(kw), list):
+                    todo += [(x, f"{p}/{kw}/{i}") for i, x in enumerate(s[kw])]
+            for kw in ("then", "else"):
+                if kw in s:
+                    todo.append((s[kw], f"{p}/{kw}"))
+            for kw in ("dependentSchemas", "dependencies"):
+                if isinstance(s.get(kw), dict):
+                    todo += [(x, f"{p}/{kw}/{_esc(k)}") for k, x in s[kw].items()]
+            if isinstance(s.get("$ref"), str):
+                try:
+                    obj, p2, _ = self.resolve(s["$ref"], self.info.get(id(s), (self.base, p))[0], p)
+                    todo.append((obj, p2))
+                except SchemaError:
+                    pass
+        return ptr
+
     def where(self, s: Any, base: str, ptr: str) -> tuple[str, str]:
         return self.info.get(id(s), (base, ptr))
 
@@ -579,6 +637,11 @@ class Source:
     props: tuple = ()  # ((key, node), ...)
     patterns: tuple = ()  # ((pattern, node), ...)
     additional: int = ANY_ID
+    closed: bool = False  # additional is NEVER only by closed_objects (no additionalProperties keyword)
+
+    def opened(self) -> "Source":
+        """The spec's reading: other keys allowed where only ``closed_objects`` forbade them."""
+        return Source(self.props, self.patterns, ANY_ID) if self.closed else self
 
 
 @dataclass(frozen=True)
@@ -623,6 +686,23 @@ def _alts(xs: Iterable, generic: Any) -> tuple:
 def union(*shs: Shallow) -> Shallow:
     return Shallow(any(s.null for s in shs), any(s.true for s in shs), any(s.false for s in shs),
                    *[_alts([x for s in shs for x in getattr(s, f)], g) for f, g in _GENERIC.items()])
+
+
+# Keywords each draft defines only from (``_SINCE``) or until (``_UNTIL``) some draft; outside that
+# range they are unknown keywords, which every draft says to ignore (draft-04 has no ``const``, draft-07
+# no ``dependentRequired``, 2019-09 no ``prefixItems``, 2020-12 no ``dependencies``). 2019-09's
+# ``$recursiveRef`` and 2020-12's ``$dynamicRef`` are refused where they exist.
+_SINCE = {"const": 6, "contains": 6, "propertyNames": 6, "if": 7, "then": 7, "else": 7,
+          "dependentRequired": 2019, "dependentSchemas": 2019, "unevaluatedProperties": 2019,
+          "unevaluatedItems": 2019, "minContains": 2019, "maxContains": 2019, "$recursiveRef": 2019,
+          "prefixItems": 2020, "$dynamicRef": 2020}
+_UNTIL = {"dependencies": 7, "$recursiveRef": 2019}
+
+
+def _in_draft(s: dict, draft: int) -> dict:
+    """``s`` without the keywords its draft does not define (same subschema objects)."""
+    drop = [k for k in s if _SINCE.get(k, 0) > draft or _UNTIL.get(k, 9999) < draft]
+    return {k: v for k, v in s.items() if k not in drop} if drop else s
 
 
 _ANNOTATIONS = {"title", "description", "default", "examples", "example", "$comment", "$schema", "$id", "id",
@@ -762,8 +842,11 @@ class _Builder:
         lo = max(a.min_props, b.min_props)
         if hi is not None and hi < lo:
             return None
-        return ObjSpec(a.order + tuple(k for k in b.order if k not in a.order), a.sources + b.sources,
-                       a.required + tuple(k for k in b.required if k not in a.required), lo, hi,
+        req = a.required + tuple(k for k in b.required if k not in a.required)
+        srcs = a.sources + tuple(x for x in b.sources if x not in a.sources)
+        if req and any(v == NEVER_ID and k in req for x in srcs for k, v in x.props):
+            return None  # a required key is forbidden (e.g. a dependency's absent-key alternative)
+        return ObjSpec(a.order + tuple(k for k in b.order if k not in a.order), srcs, req, lo, hi,
                        a.names + tuple(n for n in b.names if n not in a.names))
 
     # -- values of keys
@@ -834,6 +917,7 @@ class _Builder:
     def _interpret(self, s: dict, ptr: str, base: str) -> Shallow:
         if "$ref" in s and self.doc.draft <= 7:
             return self.shallow(self._ref(s, "$ref", ptr, base))  # siblings of $ref are ignored
+        s = _in_draft(s, self.doc.draft)
         for kw in ("$dynamicRef", "$recursiveRef"):
             if kw in s:
                 self.refuse(kw, ptr, "dynamic references are not supported")
@@ -858,9 +942,60 @@ class _Builder:
                 self.refuse("if", ptr, "if/then/else is not supported")
             elif branch in s:  # a constant condition: the chosen branch always applies
                 parts.append(self.shallow(self.location(s[branch], f"{ptr}/{branch}", base)))
+        deps = self._dependencies(s, ptr, base)
+        if deps:
+            with_deps = self.inter(*parts, *deps)
+            if len(with_deps.objs) > MAX_DEP_BRANCHES:
+                kw = next(k for k in ("dependencies", "dependentRequired", "dependentSchemas") if k in s)
+                self.refuse(kw, ptr, f"more than {MAX_DEP_BRANCHES} combinations of present/absent trigger keys")
+            else:
+                parts = [with_deps]
         if "oneOf" in s:
             parts.append(self._one_of(s, ptr, base, parts))
         return self.inter(*parts)
+
+    def _dependencies(self, s: dict, ptr: str, base: str) -> list[Shallow]:
+        """``dependentRequired``/``dependentSchemas`` (and draft 4-7 ``dependencies``, arrays or
+        schemas): "if key k is present, the object also matches D", each as the union of two object
+        alternatives, k forbidden | k required and D; other types pass. The object automaton
+        (``_obj_auto``) determinises the alternatives, so presence is decided key by key, exactly;
+        a D that constrains a later key's object or array value differently is refused there."""
+        out = []
+        for kw in ("dependencies", "dependentRequired", "dependentSchemas"):
+            if kw not in s:
+                continue
+            v = s[kw]
+            if not isinstance(v, dict):
+                raise SchemaError(f"{kw} must be an object", pointer=f"{ptr}/{kw}")
+            for key, dep in v.items():
+                p = f"{ptr}/{kw}/{_esc(key)}"
+                if isinstance(dep, list) and kw != "dependentSchemas":
+                    if not all(isinstance(x, str) for x in dep):
+                        raise SchemaError(f"{kw}: the keys {key!r} needs must be strings", pointer=p)
+                    need = tuple(dict.fromkeys(x for x in dep if x != key))
+                    if need:
+                        out.append(self._if_present(key, Shallow(objs=(ObjSpec(required=need),))))
+                elif isinstance(dep, (dict, bool)) and kw != "dependentRequired":
+                    nid = self.location(dep, p, base)
+                    if nid in self._busy:
+                        self.refuse(kw, ptr, f"the schema of {key!r} refers back to this object (recursion)")
+                        continue
+                    then = self.shallow(nid)
+                    if then.objs != (ObjSpec(),):
+                        out.append(self._if_present(key, then))
+                else:
+                    raise SchemaError(f"{kw}: the value of {key!r} must be "
+                                      f"{'an array of keys' if kw == 'dependentRequired' else 'a schema'}"
+                                      f"{' or an array of keys' if kw == 'dependencies' else ''}", pointer=p)
+        return out
+
+    def _if_present(self, key: str, then: Shallow) -> Shallow:
+        """Objects without ``key``, or with it and in ``then``; every non-object. ``then`` is read
+        open (``closed_objects`` closes the object that declares keys, not a condition on it)."""
+        forbid = _forbid(key)
+        present = [o for o in (self._obj_and(ObjSpec(required=(key,)), _opened(x)) for x in then.objs)
+                   if o is not None]
+        return Shallow(True, True, True, (NumSpec(),), (StrSpec(),), (ArrSpec(),), (forbid, *present))
 
     def _one_of(self, s: dict, ptr: str, base: str, siblings: list[Shallow]) -> Shallow:
         """``oneOf`` as the union of its branches, exact when no two branches can both match a value
@@ -967,17 +1102,24 @@ class _Builder:
     def _numspec(self, s: dict, ptr: str, integer: bool) -> NumSpec:
         # draft-04's "integer" type is a spelling: no fraction, no exponent (1.0 is not one there)
         spec = NumSpec(integer=integer, plain=integer and self.doc.draft == 4)
+        d4 = self.doc.draft == 4
         for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
-            if kw in s and not isinstance(s[kw], bool) and _num(s[kw]) is None:
+            if kw not in s:
+                continue
+            if kw.startswith("exclusive") and isinstance(s[kw], bool) != d4:
+                # draft-04: a boolean modifying minimum/maximum; from draft-06 on: a number bound
+                raise SchemaError(f"{kw} must be a {'boolean' if d4 else 'number'} in draft "
+                                  f"{_DRAFT_NAMES[self.doc.draft]}", pointer=f"{ptr}/{kw}")
+            if not isinstance(s[kw], bool) and _num(s[kw]) is None:
                 raise SchemaError(f"{kw} must be a number", pointer=f"{ptr}/{kw}")
         lo, hi = _num(s.get("minimum")), _num(s.get("maximum"))
-        lo_x = s.get("exclusiveMinimum") is True
-        hi_x = s.get("exclusiveMaximum") is True
+        lo_x = d4 and s.get("exclusiveMinimum") is True
+        hi_x = d4 and s.get("exclusiveMaximum") is True
         spec = spec & NumSpec(lo=lo, lo_x=lo_x and lo is not None, hi=hi, hi_x=hi_x and hi is not None)
         xlo, xhi = _num(s.get("exclusiveMinimum")), _num(s.get("exclusiveMaximum"))
-        if xlo is not None and not isinstance(s.get("exclusiveMinimum"), bool):
+        if xlo is not None and not d4:
             spec = spec & NumSpec(lo=xlo, lo_x=True)
-        if xhi is not None and not isinstance(s.get("exclusiveMaximum"), bool):
+        if xhi is not None and not d4:
             spec = spec & NumSpec(hi=xhi, hi_x=True)
         fmt = s.get("format") if self.formats else None
         if isinstance(fmt, str) and fmt in NUMBER_FORMATS:
@@ -1070,6 +1212,7 @@ class _Builder:
         additional = NEVER_ID if self.closed and (props or pp) else ANY_ID
         if "additionalProperties" in s:
             additional = self.location(s["additionalProperties"], f"{ptr}/additionalProperties", base)
+        implicit = additional == NEVER_ID and "additionalProperties" not in s
         pats = []
         for p, v in pp.items():
             try:
@@ -1079,7 +1222,7 @@ class _Builder:
                 self.refuse("patternProperties", ptr, f"pattern {p!r}: {e}; additional properties allowed")
                 additional = ANY_ID
         src = Source(tuple((k, self.location(v, f"{ptr}/properties/{_esc(k)}", base)) for k, v in props.items()),
-                     tuple(pats), additional)
+                     tuple(pats), additional, implicit and additional == NEVER_ID)
         srcs = () if src == Source() else (src,)
         lo, hi = self._count(s, "minProperties", ptr) or 0, self._count(s, "maxProperties", ptr)
         for kw, v in (("minProperties", lo), ("maxProperties", hi)):
@@ -1089,24 +1232,67 @@ class _Builder:
         names: tuple = ()
         if "propertyNames" in s:
             names = (self.location(s["propertyNames"], f"{ptr}/propertyNames", base),)
-        for kw in ("dependentRequired", "dependentSchemas", "dependencies"):
-            v = s.get(kw)
-            if isinstance(v, dict) and any(x not in ([], True, {}) for x in v.values()):
-                self.refuse(kw, ptr, f"{kw} is not supported")
         if "unevaluatedProperties" in s and s["unevaluatedProperties"] not in (True, {}):
             self.refuse("unevaluatedProperties", ptr, "unevaluatedProperties is not supported")
         return ObjSpec(tuple(props), srcs, tuple(dict.fromkeys(req)), lo, hi, names)
 
     def _not(self, sub: Any, ptr: str, base: str) -> Shallow:
+        if isinstance(sub, dict) and "not" in sub and not (set(_in_draft(sub, self.doc.draft)) - _ANNOTATIONS - {"not"}):
+            # double negation: {"not": {"not": S}} is S
+            return self.shallow(self.location(sub["not"], f"{ptr}/not/not", base))
         nid = self.location(sub, f"{ptr}/not", base)
         try:
-            return _complement(self.shallow(nid))
+            return _complement(self.shallow(nid), self)
         except _Unsupported as e:
             self.refuse("not", ptr, str(e))
             return ANY_SHALLOW
 
 
-def _complement(sh: Shallow) -> Shallow:
+def _opened(o: ObjSpec) -> ObjSpec:
+    return ObjSpec(o.order, tuple(s.opened() for s in o.sources), o.required, o.min_props, o.max_props, o.names)
+
+
+def _forbid(key: str) -> ObjSpec:
+    """Objects without ``key``."""
+    return ObjSpec((key,), (Source(((key, NEVER_ID),), (), ANY_ID),))
+
+
+def _never(b: "_Builder", nid: int) -> bool:
+    sh = NEVER_SHALLOW if nid == NEVER_ID else b.try_shallow(nid)
+    return sh is not None and sh.empty()
+
+
+def _obj_complement(objs: tuple, b: "_Builder") -> tuple:
+    """The objects in none of ``objs``, when each is a presence/count condition: required keys R,
+    forbidden keys F (``{"not": {}}`` values, ``false`` properties) and min/max counts; the
+    complement of one is (some k of R absent) | (some k of F present) | (too few) | (too many),
+    and of several the intersection of theirs. _Unsupported for value conditions."""
+    if not objs:
+        return (ObjSpec(),)
+    out: list | None = None
+    for o in map(_opened, objs):  # the spec's reading inside not: closing would widen the complement
+        forbidden = []
+        for s in o.sources:
+            if s.patterns or s.additional != ANY_ID or any(not _never(b, v) for _, v in s.props):
+                raise _Unsupported("not: only objects' required/forbidden keys and counts can be negated")
+            forbidden += [k for k, _ in s.props]
+        if o.names or set(o.order) - set(forbidden) - set(o.required):
+            raise _Unsupported("not: only objects' required/forbidden keys and counts can be negated")
+        alts = [_forbid(k) for k in o.required] + [ObjSpec(required=(k,)) for k in dict.fromkeys(forbidden)]
+        if o.min_props:
+            alts.append(ObjSpec(max_props=o.min_props - 1))
+        if o.max_props is not None:
+            alts.append(ObjSpec(min_props=o.max_props + 1))
+        if out is None:
+            out = alts
+        else:
+            out = [z for z in (b._obj_and(x, y) for x in out for y in alts) if z is not None]
+        if len(out) > MAX_DEP_BRANCHES:
+            raise _Unsupported(f"not: more than {MAX_DEP_BRANCHES} object alternatives")
+    return tuple(dict.fromkeys(out or ()))
+
+
+def _complement(sh: Shallow, b: "_Builder") -> Shallow:
     """Every JSON value not in ``sh``, when that is expressible exactly."""
     nums: tuple = (NumSpec(),)
     if sh.nums:
@@ -1124,11 +1310,10 @@ def _complement(sh: Shallow) -> Shallow:
             strs = (StrSpec(exclude=frozenset(v for x in sh.strs for v in x.values)),)
         else:
             raise _Unsupported("not: only types and enumerated strings can be negated")
-    for f, g in (("arrs", ArrSpec()), ("objs", ObjSpec())):
-        if getattr(sh, f) and getattr(sh, f) != (g,):
-            raise _Unsupported("not: only types of arrays/objects can be negated")
-    return Shallow(not sh.null, not sh.true, not sh.false, nums, strs, () if sh.arrs else (ArrSpec(),),
-                   () if sh.objs else (ObjSpec(),))
+    if sh.arrs and sh.arrs != (ArrSpec(),):
+        raise _Unsupported("not: only types of arrays can be negated")
+    objs = () if ObjSpec() in sh.objs else _obj_complement(sh.objs, b)
+    return Shallow(not sh.null, not sh.true, not sh.false, nums, strs, () if sh.arrs else (ArrSpec(),), objs)
 
 
 def _num_disjoint(x: NumSpec, y: NumSpec) -> bool:
@@ -1194,6 +1379,7 @@ def _not_in(words: Iterable[str]) -> tuple:
     return alt(cat(diverge(trie), ANYSTAR), prefix(trie))
 
 
+_UNIONS = ("oneOf", "dependentSchemas", "dependencies", "dependentRequired", "not", "type", "enum", "$ref")
 _START = 0
 KEY_PRIORITY = 100  # declared-key literals beat every key-class regex (see _Emitter._cells)
 Val = tuple  # ("c", class) | ("lit", "null"|"true"|"false") | ("S"|"N", regex) | ("O"|"A", class)
@@ -1231,11 +1417,20 @@ class _Emitter:
     def fail(self, msg: str) -> None:
         raise SchemaError(msg, pointer=self.ptr)
 
-    def soften(self, keyword: str, reason: str) -> None:
-        """Lenient fallback to a looser (superset) construction, or SchemaError in strict mode."""
+    def soften(self, keyword: str, reason: str, at: str | None = None) -> None:
+        """Lenient fallback to a looser (superset) construction, or SchemaError in strict mode.
+        The pointer is where ``keyword`` is, in the node's schema (``at``, default the node being
+        emitted) or in a subschema merged into it (``_Document.locate``). A union (``anyOf``) may
+        come from other keywords: the first of them found is named."""
+        at = self.ptr if at is None else at
+        for kw in (keyword,) + (_UNIONS if keyword == "anyOf" else ()):
+            ptr = self.b.doc.locate(at, kw)
+            if ptr != at:
+                keyword = kw
+                break
         if not self.b.lenient:
-            raise SchemaError(f"{keyword}: {reason}", pointer=f"{self.ptr}/{keyword}")
-        self.b.ignored.append(IgnoredKeyword(keyword, f"{self.ptr}/{keyword}", reason))
+            raise SchemaError(f"{keyword}: {reason}", pointer=ptr)
+        self.b.ignored.append(IgnoredKeyword(keyword, ptr, reason))
 
     def grammar(self, root: int) -> str:
         if root == NEVER_ID:
