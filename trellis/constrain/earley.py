@@ -84,6 +84,8 @@ class Earley:
         for t in range(m):
             self._add_scan(ir.terminals[t].dfa, t, False)
         self.ignore_scans = tuple(self._add_scan(ir.terminals[t].dfa, t, True) for t in ir.ignore)
+        for d in self.ignore_scans:
+            self._load(d)
         self._prio = [t.priority for t in ir.terminals] if ir.lexical_priority else None
         self._cut: dict[tuple[int, tuple[int, ...]], int | None] = {}
         self._overlap: dict[tuple[int, int], bool] = {}
@@ -93,13 +95,22 @@ class Earley:
         self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
 
     def _add_scan(self, dfa: ByteDFA, t: int, ignore: bool) -> int:
+        """A new scan id; its flat tables are made when a boundary first starts it (``_load``):
+        a schema grammar has a literal terminal per key, most never expected along one document
+        (making them all up front was ~40% of Earley's construction on large schemas)."""
         self.scan_dfa.append(dfa)
         self.scan_term.append(t)
         self.scan_ignore.append(ignore)
-        self.trans.append(dfa.trans.reshape(-1).tolist())
-        self.final.append(dfa.final.tolist())
-        self.has_out.append((dfa.trans >= 0).any(axis=1).tolist())
+        self.trans.append(None)  # type: ignore[arg-type]
+        self.final.append(None)  # type: ignore[arg-type]
+        self.has_out.append(None)  # type: ignore[arg-type]
         return len(self.scan_dfa) - 1
+
+    def _load(self, d: int) -> None:
+        dfa = self.scan_dfa[d]
+        self.trans[d] = dfa.trans.reshape(-1).tolist()
+        self.final[d] = dfa.final.tolist()
+        self.has_out[d] = (dfa.trans >= 0).any(axis=1).tolist()
 
     def _scan_of(self, t: int, expected: Iterable[int]) -> int | None:
         """The scan id for terminal ``t`` at a boundary expecting ``expected``: ``t`` itself, or
@@ -181,8 +192,20 @@ class Earley:
         e.waiting = waiting
         e.expects = expects
         e.accepting = accepting
-        scans = [(self._scan_of(t, e.expects), 0, e) for t in e.expects]
-        e.starts = frozenset([x for x in scans if x[0] is not None] + [(t, 0, e) for t in self.ignore_scans])
+        if self._prio is None:
+            scans = [(t, 0, e) for t in expects]
+        else:
+            # Only a terminal below the top priority expected here can be cut (a schema object
+            # expects dozens of equal-priority keys: testing each pair was O(k^2) per set).
+            prio = self._prio
+            top = max(prio[t] for t in expects) if expects else 0
+            scans = [(t if prio[t] >= top else self._scan_of(t, expects), 0, e) for t in expects]
+            scans = [x for x in scans if x[0] is not None]
+        trans = self.trans
+        for d, _, _ in scans:
+            if trans[d] is None:
+                self._load(d)
+        e.starts = frozenset(scans + [(t, 0, e) for t in self.ignore_scans])
         self._sets[kernel] = e
         self._futures[future] = e
         return e

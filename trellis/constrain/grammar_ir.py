@@ -104,6 +104,7 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
         defined = [name for name, *_ in g.rule_defs if not name.startswith("_")]
         raise GrammarError(f"start rule {start!r} is not defined (rules: {', '.join(defined[:12]) or 'none'}; "
                            f"pass start=...)", source=source)
+    rules = [(r.origin.name, tuple((x.name, x.is_term) for x in r.expansion)) for r in rules]
     return _build(terms, rules, ignore, start, text, source)
 
 
@@ -142,6 +143,8 @@ def _without_empty(dfa: ByteDFA) -> ByteDFA:
 
 
 def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, source: str) -> GrammarIR:
+    """``rules``: ``(origin name, ((symbol name, is terminal), ...))``; ``terms``: objects with
+    ``name``, ``pattern`` (a Lark pattern) and ``priority``."""
     term_defs = {t.name: t for t in terms}
     nts: dict[str, int] = {}
     tids: dict[str, int] = {}
@@ -169,22 +172,24 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
         terminals.append(Terminal(name, dfa, getattr(td.pattern, "value", ""), int(getattr(td, "priority", 0) or 0)))
         return tids[name]
 
+    # The symbol a terminal name stands for in a rule, once per name (a schema grammar uses its
+    # COMMA and COLON thousands of times: a numpy test per use was 0.13 s over 135 schemas).
+    sym_of: dict[str, int] = {}
+
+    def term_sym(name: str) -> int:
+        hit = sym_of.get(name)
+        if hit is None:
+            t = term(name)
+            # an empty language keeps the terminal (dropped by the productivity pass); a terminal
+            # that also matches "" stands for its nonterminal T? -> T' | (empty)
+            empty_lang = terminals[t].dfa.num_states == 0 or not terminals[t].dfa.final.any()
+            hit = sym_of[name] = nt(optional[name]) if name in optional and not empty_lang else -1 - t
+        return hit
+
     aug = nt("$start")
     nt(start)
-    for r in rules:
-        rhs: list[int] = []
-        for sym in r.expansion:
-            if sym.is_term:
-                t = term(sym.name)
-                if terminals[t].dfa.num_states == 0 or not terminals[t].dfa.final.any():
-                    rhs.append(-1 - t)  # empty language: dropped by the productivity pass
-                elif sym.name in optional:
-                    rhs.append(nt(optional[sym.name]))
-                else:
-                    rhs.append(-1 - t)
-            else:
-                rhs.append(nt(sym.name))
-        out_rules.append((nt(r.origin.name), tuple(rhs)))
+    for origin, expansion in rules:
+        out_rules.append((nt(origin), tuple(term_sym(n) if is_t else nt(n) for n, is_t in expansion)))
     for name, opt in optional.items():
         t = tids[name]
         if terminals[t].dfa.num_states > 1 or terminals[t].dfa.trans.max() >= 0:
@@ -235,55 +240,127 @@ def _nullable(rules: list[tuple[int, tuple[int, ...]]], n: int) -> list[bool]:
     return null
 
 
-def follow_terminals(ir: GrammarIR) -> list[frozenset[int]]:
-    """For each terminal, the terminals that can come right after it in some sentence (the
-    classic FOLLOW sets, at the level of terminals); ``%ignore`` terminals can follow anything and
-    anything can follow them. Used to drop, ahead of any parse, token splits whose next byte no
-    follower can start."""
+def start_bytes(ir: GrammarIR) -> list[int]:
+    """Per terminal, the bytes its DFA can start with, as a 256-bit int (bit b: byte b)."""
+    if not ir.terminals:
+        return []
+    rows = np.stack([t.dfa.trans[0] for t in ir.terminals]) >= 0
+    return [int.from_bytes(r.tobytes(), "little") for r in np.packbits(rows, axis=1, bitorder="little")]
+
+
+def follow_bytes(ir: GrammarIR) -> list[int]:
+    """For each terminal, the bytes that can start what comes right after it in some sentence (the
+    classic FOLLOW sets at the level of terminals, then their first bytes), as 256-bit ints;
+    ``%ignore`` terminals can follow anything and anything can follow them. Used to drop, ahead
+    of any parse, token splits whose next byte no follower can start.
+
+    Sets are ints (FIRST as terminal bitsets, FOLLOW as byte bitsets) and each rule is swept once
+    per round from the right: the per-suffix frozensets this replaced took 0.5 s over 135
+    schema grammars (``/tmp``-free measure: ``benchmarks/bench_fresh.py`` compile column)."""
     n, m = len(ir.nonterminals), len(ir.terminals)
-    first: list[set[int]] = [set() for _ in range(n)]
+    starts = start_bytes(ir)
     null = ir.nullable
-
-    def first_of(seq: tuple[int, ...]) -> tuple[set[int], bool]:
-        out: set[int] = set()
-        for s in seq:
-            if s < 0:
-                out.add(-1 - s)
-                return out, False
-            out |= first[s]
-            if not null[s]:
-                return out, False
-        return out, True
-
+    # FIRST of each nonterminal, as bytes (the first bytes of the terminals that can begin it)
+    first = [0] * n
     changed = True
     while changed:
         changed = False
         for lhs, rhs in ir.rules:
-            f, _ = first_of(rhs)
-            if not f <= first[lhs]:
+            f = 0
+            for x in rhs:
+                if x < 0:
+                    f |= starts[-1 - x]
+                    break
+                f |= first[x]
+                if not null[x]:
+                    break
+            if f | first[lhs] != first[lhs]:
                 first[lhs] |= f
                 changed = True
-    follow_nt: list[set[int]] = [set() for _ in range(n)]
-    follow_t: list[set[int]] = [set() for _ in range(m)]
+    follow_nt = [0] * n
+    follow_t = [0] * m
     changed = True
     while changed:
         changed = False
         for lhs, rhs in ir.rules:
-            for k, s in enumerate(rhs):
-                f, rest_null = first_of(rhs[k + 1:])
-                if rest_null:
-                    f = f | follow_nt[lhs]
-                target = follow_t[-1 - s] if s < 0 else follow_nt[s]
-                if not f <= target:
-                    target |= f
-                    changed = True
-    ign = set(ir.ignore)
-    everything = frozenset(range(m))
-    return [everything if t in ign else frozenset(follow_t[t] | ign) for t in range(m)]
+            after = follow_nt[lhs]  # the bytes that can start what follows rhs[k], right to left
+            for x in reversed(rhs):
+                if x < 0:
+                    t = -1 - x
+                    if after | follow_t[t] != follow_t[t]:
+                        follow_t[t] |= after
+                        changed = True
+                    after = starts[t]
+                else:
+                    if after | follow_nt[x] != follow_nt[x]:
+                        follow_nt[x] |= after
+                        changed = True
+                    after = first[x] | after if null[x] else first[x]
+    ign = 0
+    for t in ir.ignore:
+        ign |= starts[t]
+    everything = 0
+    for b in starts:
+        everything |= b
+    ignored = set(ir.ignore)
+    return [everything if t in ignored else follow_t[t] | ign for t in range(m)]
+
+
+def bool_to_bits(row: np.ndarray) -> int:
+    """The 256-bit int of a [256] bool row (bit b: row[b])."""
+    return int.from_bytes(np.packbits(row, bitorder="little").tobytes(), "little")
+
+
+def bits_to_bool(bits: int) -> np.ndarray:
+    """[256] bool of a 256-bit int."""
+    return np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little").astype(bool)
 
 
 _BNF_RULE = re.compile(r"([a-z_][a-z0-9_]*): ([A-Za-z0-9_ |]*)")
 _BNF_TERM = re.compile(r'([A-Z_][A-Z0-9_]*)(?:\.(-?\d+))?: ("(?:[^"\\]|\\.)*"|/(?:[^/\\]|\\.)*/[imslux]*)')
+_ESCAPE = re.compile(r"\\(.)", re.S)
+
+
+def _lark_escaped(m: "re.Match[str]") -> str:
+    c = m.group(1)
+    return "\\\\\\\\" if c == "\\" else "\\" + c if c in "Uuxnftr" else "\\\\" + c
+
+
+def literal_pattern(literal: str) -> object:
+    """Lark's ``_literal_to_pattern`` for a ``"string"flags`` or ``/regex/flags`` literal, the
+    same pattern object for the same text, without its per-character loop and ``ast.literal_eval``
+    (0.4 ms for a schema's 1 KB length-bounded string regex; a schema grammar has dozens of
+    literals). The escape rules are Lark's ``eval_escaping``, applied with one ``re.sub`` and
+    decoded with ``unicode_escape``; anything unusual (a trailing backslash, a bad escape) goes to
+    Lark's own function, which raises its own errors. ``test_grammar_ir`` checks equality on
+    random literals."""
+    from lark import Token
+    from lark.lexer import PatternRE, PatternStr
+    from lark.load_grammar import _literal_to_pattern
+
+    kind = "STRING" if literal[0] == '"' else "REGEXP"
+    flag_start = max(literal.rfind('"'), literal.rfind("/")) + 1
+    flags, body = literal[flag_start:], literal[1:flag_start - 1]
+    if "\n" in literal or not body or body.endswith("\\"):
+        return _literal_to_pattern(Token(kind, literal))
+    if "\\" in body or "'" in body:
+        w = _ESCAPE.sub(_lark_escaped, body).replace('\\"', '"').replace("'", "\\'")
+        try:
+            value = w.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        except (UnicodeDecodeError, UnicodeEncodeError):
+            return _literal_to_pattern(Token(kind, literal))
+    else:
+        value = body
+    if kind == "STRING":
+        return PatternStr(value.replace("\\\\", "\\"), flags, raw=literal)
+    return PatternRE(value, flags, raw=literal)
+
+
+class _TermDef:
+    __slots__ = ("name", "pattern", "priority")
+
+    def __init__(self, name: str, pattern: object, priority: int) -> None:
+        self.name, self.pattern, self.priority = name, pattern, priority
 
 
 def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
@@ -294,35 +371,29 @@ def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
 
     Lark's grammar parser is itself an LALR parser in Python: on a 186 KB schema grammar
     (Kubernetes kb_1007) it took 3.7 s of a 6.6 s compile, this reader ~0.05 s."""
-    from types import SimpleNamespace as NS
-
-    from lark import Token
-    from lark.load_grammar import _literal_to_pattern
-
     rules: list = []
-    terms: dict[str, object] = {}
+    terms: dict[str, _TermDef] = {}
     for line in text.splitlines():
         if not line:
             continue
         m = _BNF_RULE.fullmatch(line)
         if m:
-            origin = NS(name=m.group(1))
+            origin = m.group(1)
             for alt in m.group(2).split("|"):
-                syms = [NS(name=x, is_term=x[0].isupper() or x[0] == "_" and x[1:2].isupper()) for x in alt.split()]
-                rules.append(NS(origin=origin, expansion=syms))
+                rules.append((origin, tuple((x, x[0].isupper() or x[0] == "_" and x[1:2].isupper())
+                                            for x in alt.split())))
             continue
         m = _BNF_TERM.fullmatch(line)
         if m is None:
             return None
-        lit = m.group(3)
         try:
-            pat = _literal_to_pattern(Token("STRING" if lit[0] == '"' else "REGEXP", lit))
+            pat = literal_pattern(m.group(3))
         except Exception:
             return None
-        terms[m.group(1)] = NS(name=m.group(1), pattern=pat, priority=int(m.group(2) or 0))
-    if not any(r.origin.name == start for r in rules):
+        terms[m.group(1)] = _TermDef(m.group(1), pat, int(m.group(2) or 0))
+    if not any(origin == start for origin, _ in rules):
         return None
-    used = {s.name for r in rules for s in r.expansion if s.is_term}
+    used = {n for _, exp in rules for n, is_t in exp if is_t}
     if not used <= set(terms):
         return None
     ir = _build([terms[n] for n in sorted(used)], rules, [], start, text, source)

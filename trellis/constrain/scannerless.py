@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.earley import ChartState, Earley
-from trellis.constrain.grammar_ir import GrammarIR, follow_terminals
+from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, bool_to_bits, follow_bytes
 from trellis.constrain.literal_walk import literal_at, walk_literal_rests, walk_literal_vocabulary
 from trellis.constrain.regex import ByteDFA
 from trellis.constrain.rest_walk import RestSet, Walk, walk
@@ -90,10 +90,8 @@ class EarleyConstraint:
         # Bytes that can start what follows each terminal (FOLLOW sets): a token split after a
         # terminal is only worth a walk when the rest starts with one of them. On csv.lark this
         # keeps ~1/200 of the splits of a field token (fields end only at , " \r \n).
-        starts = [t.dfa.trans[0] >= 0 for t in ir.terminals]
-        follow = follow_terminals(ir)
-        self._follow_of_term = [np.any([starts[u] for u in follow[t]], axis=0) if follow[t] else
-                                np.zeros(256, dtype=bool) for t in range(len(ir.terminals))]
+        self._follow_bits = follow_bytes(ir)  # 256-bit ints, as arrays on first use (_follow)
+        self._follow_of_term: dict[int, np.ndarray] = {}
         self._shapes: dict[tuple[int, int], Hashable] = {}
         self._inside: dict[Hashable, tuple[np.ndarray, Walk]] = {}  # shape -> packed, walk
         self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
@@ -161,7 +159,11 @@ class EarleyConstraint:
 
     def _follow(self, d: int) -> np.ndarray:
         """[256] bool: the bytes that can start what follows scan ``d``'s terminal."""
-        return self._follow_of_term[self.earley.scan_term[d]]
+        t = self.earley.scan_term[d]
+        hit = self._follow_of_term.get(t)
+        if hit is None:
+            hit = self._follow_of_term[t] = bits_to_bool(self._follow_bits[t])
+        return hit
 
     def _inside_of(self, d: int, q: int) -> tuple[np.ndarray, Walk]:
         """Packed tokens that stay inside DFA ``d`` from ``q``, and the vocabulary walk."""
@@ -230,7 +232,7 @@ class EarleyConstraint:
         key = (d, q)
         b = self._firsts.get(key)
         if b is None:
-            b = self._firsts[key] = sum(1 << x for x in np.flatnonzero(self._dfa[d].trans[q] >= 0).tolist())
+            b = self._firsts[key] = bool_to_bits(self._dfa[d].trans[q] >= 0)
         return b
 
     def _token_mask(self, state: ChartState) -> np.ndarray:
