@@ -334,3 +334,50 @@ def test_errors(case):
     assert (e.line, e.column) == (line, column), str(e)
     assert str(e).startswith(f"bad.gbnf:{line}:{column}: ") and "^" in str(e)
     assert e.__cause__ is None and e.__context__ is None
+
+
+# --- regular fusion (to_lark(fuse=True), what compile() reads) ------------------------------------
+
+def engine_accepts(gbnf: str, s: str) -> bool:
+    from tests.constrain.test_grammars import accepts as c_accepts, byte_vocab
+    from trellis.constrain import compile
+
+    return c_accepts(compile(Gbnf(gbnf), byte_vocab(), cache=False), s.encode())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fused_grammar_agrees_with_xgrammar_on_the_engine(name):
+    """The engine reads the fused text (each rule-free part one regex terminal): random sentences
+    are accepted and one-character mutants get xgrammar's answer."""
+    from tests.constrain.test_grammars import accepts as c_accepts, byte_vocab
+    from trellis.constrain import compile
+
+    text = corpus_text(name)
+    c = compile(Gbnf(text, source=f"{name}.gbnf"), byte_vocab(), cache=False)
+    xg_accepts = xgrammar_acceptor(text)
+    rng = random.Random(f"fused-{name}")
+    alphabet = "".join(sorted(set(text) - {"\n"} | set(" \n\t\"\\é中ぁ")))
+    for s in sentences(name, 12):
+        assert c_accepts(c, s.encode()) and xg_accepts(s), s
+        for m in mutants(s, rng, alphabet):
+            assert c_accepts(c, m.encode()) == xg_accepts(m), m
+
+
+@pytest.mark.parametrize("rep, counts", [
+    ("{3}", {3}), ("{2,}", {2, 3, 4, 5, 6}), ("{2,4}", {2, 3, 4}), ("{,2}", {0, 1, 2}), ("{0}", {0}),
+    ("{1,1}", {1}), ("{0,1}", {0, 1}), ("*", {0, 1, 2, 3, 4, 5, 6}), ("+", {1, 2, 3, 4, 5, 6}), ("?", {0, 1}),
+    ("+?", {0, 1, 2, 3, 4, 5, 6}), ("{2}{2}", {4}), ("{1,2}{2}", {2, 3, 4}),
+])
+def test_fused_repetitions(rep, counts):
+    assert {n for n in range(7) if engine_accepts(f'root ::= "x" "a"{rep}', "x" + "a" * n)} == counts
+    g = f'root ::= ("b" | "cd"){rep} "."'
+    assert {n for n in range(7) if engine_accepts(g, "bcd" * (n // 2) + "b" * (n % 2) + ".")} == counts
+    assert "/" in Gbnf(g).to_lark(fuse=True)  # written as one regex terminal
+
+
+def test_fusion_keeps_rules_and_nullable_parts_apart():
+    g = 'root ::= "(" ws item ")" ws\nitem ::= [a-z]+ ("," ws [a-z]+)*\nws ::= [ \\t]*'
+    text = Gbnf(g).to_lark(fuse=True)
+    assert "r_ws: /(?:[ \\t])+/?" in text  # nullable: X? with X non-empty (Lark refuses zero-width)
+    for s, ok in [("(a)", True), ("( a, bc) ", True), ("( a, bc ) ", False), ("()", False), ("(a,)", False), ("(a b)", False)]:
+        assert engine_accepts(g, s) == ok, s

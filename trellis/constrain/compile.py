@@ -279,11 +279,11 @@ def check_grammar(grammar: GrammarSpec, *, start: str = "start") -> None:
             load_lark(text, source="<json schema>", start=start)
         return
     if isinstance(grammar, Gbnf):
-        text, source = grammar.to_lark(), grammar.source
+        text, source = grammar.to_lark(fuse=True), grammar.source
     else:
         text, source = load_grammar_text(grammar)
         if source.endswith(".gbnf"):
-            text = Gbnf(text, source=source).to_lark()
+            text = Gbnf(text, source=source).to_lark(fuse=True)
     path = source if source != "<grammar>" and Path(source).is_file() else None
     load_lark(text, source=source, start=start, path=path)
 
@@ -328,7 +328,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     ignored: tuple = ()
     path: str | None = None
     if isinstance(grammar, Gbnf):
-        text, source, engine = grammar.to_lark(), grammar.source, "earley"
+        text, source, engine = grammar.to_lark(fuse=True), grammar.source, "earley"
     elif isinstance(grammar, JsonSchema):
         text, source, ignored = grammar.to_lark(), "<json schema>", grammar.ignored_keywords
         engine = "earley" if engine == "auto" else engine
@@ -338,7 +338,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     else:
         text, source = load_grammar_text(grammar)
         if source.endswith(".gbnf"):
-            text, engine = Gbnf(text, source=source).to_lark(), "earley"
+            text, engine = Gbnf(text, source=source).to_lark(fuse=True), "earley"
         elif source != "<grammar>" and Path(source).is_file():
             path = source
         engine = "earley" if engine == "auto" else engine

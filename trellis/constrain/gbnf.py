@@ -114,9 +114,15 @@ class Gbnf:
         """The parsed rules in source order (GBNF names); raises ``GrammarError``."""
         return _Parser(self.text, self.source).parse()
 
-    def to_lark(self) -> str:
-        """Lark grammar text for the same language, with start rule ``start``."""
-        return _LarkWriter(self.rules()).write()
+    def to_lark(self, *, fuse: bool = False) -> str:
+        """Lark grammar text for the same language, with start rule ``start``.
+
+        ``fuse=True`` (what ``compile`` uses) writes every part of a rule that refers to no rule
+        as one regex terminal (see "regular fusion" below): the same regular language, which a
+        scannerless engine reads exactly, but Lark's own Earley parser matches a regex terminal
+        leftmost-first (``/[0-9]|[1-9][0-9]*/`` never reads ``85``), so hand Lark the default,
+        character-level text."""
+        return _LarkWriter(self.rules(), fuse=fuse).write()
 
     def __repr__(self) -> str:
         return f"Gbnf(source={self.source!r})"
@@ -372,8 +378,9 @@ def _lark_class(node: Chars) -> str:
 
 
 class _LarkWriter:
-    def __init__(self, rules: dict[str, Alt]) -> None:
+    def __init__(self, rules: dict[str, Alt], fuse: bool = False) -> None:
         self.rules = rules
+        self.fuse = fuse
         self.helpers: dict[str, str] = {}  # body -> name; identical bodies share one rule
 
     def write(self) -> str:
@@ -394,6 +401,9 @@ class _LarkWriter:
 
     def expr(self, node: Node) -> tuple[str, int]:
         """Lark text of ``node`` and its precedence; ``""`` is epsilon."""
+        fused = _fused(node) if self.fuse else None
+        if fused is not None:
+            return fused
         if isinstance(node, Lit):
             return (_lark_string(node.text) if node.text else ""), _ATOM
         if isinstance(node, Chars):
@@ -403,7 +413,7 @@ class _LarkWriter:
         if isinstance(node, Repeat):
             return self.repeat(node)
         if isinstance(node, Seq):
-            parts = [(t, p) for t, p in map(self.expr, node.items) if t]
+            parts = [(t, p) for t, p in map(self.expr, _fuse_runs(node.items) if self.fuse else node.items) if t]
             if len(parts) <= 1:
                 return parts[0] if parts else ("", _ATOM)
             return " ".join(self.wrap(t, p, _SEQ) for t, p in parts), _SEQ
@@ -456,3 +466,112 @@ class _LarkWriter:
             return below(t + 1)
         rest = self.at_most(atom, k - 2 ** t) if k > 2 ** t else ""
         return self.helper(f"{below(t)} | {power(t)} {rest}".rstrip(), "upto")
+
+
+# ----------------------------------------------------------------------------- regular fusion
+#
+# GBNF spells lexical structure character by character (``"\"" [^"\\]* "\""``, ``[0-9]{1,15}``).
+# As Lark rules each character would be a terminal of its own, and a scannerless engine that
+# walks the vocabulary per terminal would split every token at every character (list.gbnf's
+# ``[^\r\n...]+``: 137k-236k token suffixes per mask, 50-80 ms). A part of a rule that refers to
+# no rule is a regular expression, and GBNF has no ``%ignore`` between terminals, so writing that
+# part as ONE regex terminal keeps the language exactly (concatenation, union and repetition of
+# terminals mean the same as in the regex). A fused terminal never matches the empty string (Lark
+# refuses zero-width terminals): a nullable part is written ``/nonempty/?`` or left unfused.
+
+_FUSE_MAX_COUNT = 64  # counted repetitions above this stay helper rules (DFA size ~ count)
+
+
+def _rule_free(node: Node) -> bool:
+    if isinstance(node, Ref):
+        return False
+    if isinstance(node, Repeat):
+        return (node.max is None or node.max <= _FUSE_MAX_COUNT) and _rule_free(node.item)
+    if isinstance(node, Seq):
+        return all(_rule_free(x) for x in node.items)
+    if isinstance(node, Alt):
+        return all(_rule_free(x) for x in node.options)
+    return True
+
+
+def _nullable(node: Node) -> bool:
+    if isinstance(node, Lit):
+        return not node.text
+    if isinstance(node, Chars):
+        return False
+    if isinstance(node, Repeat):
+        return node.min == 0 or node.max == 0 or _nullable(node.item)
+    if isinstance(node, Seq):
+        return all(_nullable(x) for x in node.items)
+    if isinstance(node, Alt):
+        return any(_nullable(x) for x in node.options)
+    return False
+
+
+def _rx(node: Node) -> str:
+    """Python-regex text (Lark ``/.../`` escaping) of a rule-free node, as a group-safe atom or
+    sequence (alternations are wrapped)."""
+    if isinstance(node, Lit):
+        return "".join(_escape(ord(c), _RE_SPECIAL) for c in node.text)
+    if isinstance(node, Chars):
+        return "(?s:.)" if not node.ranges else _lark_class(node)[1:-1]
+    if isinstance(node, Seq):
+        return "".join(_rx(x) for x in node.items)
+    if isinstance(node, Alt):
+        return "(?:" + "|".join(_rx(x) for x in node.options) + ")"
+    assert isinstance(node, Repeat)
+    inner = f"(?:{_rx(node.item)})"
+    lo, hi = node.min, node.max
+    if (lo, hi) == (1, 1):
+        return inner
+    op = {(0, None): "*", (1, None): "+", (0, 1): "?"}.get((lo, hi))
+    return inner + (op or (f"{{{lo},}}" if hi is None else f"{{{lo}}}" if lo == hi else f"{{{lo},{hi}}}"))
+
+
+def _simple(node: Node) -> bool:
+    """A literal or one character class: already one terminal as it is."""
+    return isinstance(node, (Lit, Chars)) or isinstance(node, Seq) and len(node.items) == 1 and _simple(node.items[0])
+
+
+def _fused(node: Node) -> tuple[str, int] | None:
+    """``node`` as one regex terminal (Lark text, precedence) when it refers to no rule and is
+    more than a literal or a class; None otherwise."""
+    if _simple(node) or not _rule_free(node):
+        return None
+    if not _nullable(node):
+        return f"/{_rx(node)}/", _ATOM
+    # nullable: X? with X the non-empty part, where that part is easy to write
+    if isinstance(node, Repeat) and not _nullable(node.item) and (node.max is None or node.max >= 1):
+        lo = max(node.min, 1)
+        body = _rx(Repeat(node.item, lo, node.max))
+        return f"/{body}/?", _POST
+    if isinstance(node, Alt):
+        rest = tuple(o for o in node.options if not _nullable(o))
+        if rest and all(not o.items or not _nullable(o) for o in node.options if o not in rest) and \
+                all(_nullable(o) and not any(x for x in o.items if not (isinstance(x, Lit) and not x.text))
+                    for o in node.options if o not in rest):
+            return f"/{_rx(Alt(rest))}/?", _POST
+    return None
+
+
+def _fuse_runs(items: tuple) -> list:
+    """The items of a sequence with each run of two or more consecutive rule-free items (not all
+    nullable) replaced by one ``Seq`` node, which ``_fused`` writes as a single terminal."""
+    out: list = []
+    run: list = []
+
+    def flush() -> None:
+        if len(run) >= 2 and not all(_nullable(x) for x in run):
+            out.append(Seq(tuple(run)))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for it in items:
+        if _rule_free(it):
+            run.append(it)
+        else:
+            flush()
+            out.append(it)
+    flush()
+    return out
