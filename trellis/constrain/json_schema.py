@@ -17,7 +17,8 @@ an invalid instance is never accepted)
   puts an instance in that order. Where other keys are allowed, a declared key may come again
   among them, each value checked against its own schema (valid whichever duplicate a parser
   keeps); closed objects never repeat a key. Repeated other keys are not detected, so
-  ``minProperties`` counts declared keys in order plus one other key (refused when it needs more).
+  ``minProperties`` counts declared keys in order plus one other key (refused when other keys are
+  allowed and it is 2 or more: two other keys may repeat one name, which a grammar cannot rule out).
 * **additionalProperties** absent: by default (``closed_objects=True``) it is read as ``false`` in
   schemas that declare ``properties`` or ``patternProperties`` (what xgrammar's ``strict_mode``,
   outlines and most LLM tools do): a documented narrowing, the output never has undeclared keys.
@@ -116,7 +117,8 @@ MAX_STRING = 8192  # longest string length bound (chunks of CHUNK characters; La
 # construction is superlinear: 40 000 took 110 s)
 MAX_AUTOMATON = 4096  # states of one object/array automaton
 MAX_RULES = 40_000
-MAX_DEP_BRANCHES = 64  # object alternatives that dependencies/dependentRequired/dependentSchemas may create
+MAX_DEP_BRANCHES = 64
+MAX_BOUND_EXPONENT = 100  # numeric bounds up to 1e100 in magnitude (and down to 1e-100): compile < 1 s  # object alternatives that dependencies/dependentRequired/dependentSchemas may create
 CHUNK = 16  # length-bounded strings longer than this are split into CHUNK-character lexemes
 
 
@@ -1112,6 +1114,14 @@ class _Builder:
                                   f"{_DRAFT_NAMES[self.doc.draft]}", pointer=f"{ptr}/{kw}")
             if not isinstance(s[kw], bool) and _num(s[kw]) is None:
                 raise SchemaError(f"{kw} must be a number", pointer=f"{ptr}/{kw}")
+        s = dict(s)
+        for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            v = _num(s.get(kw))
+            if v is not None and v != 0 and abs(v.adjusted()) > MAX_BOUND_EXPONENT:
+                # the bound's automaton counts digits up to it: 1e300 took 57 s to determinise
+                self.refuse(kw, ptr, f"a bound of magnitude 1e{v.adjusted()} (more than {MAX_BOUND_EXPONENT} "
+                                     f"digits to count) is not supported")
+                del s[kw]
         lo, hi = _num(s.get("minimum")), _num(s.get("maximum"))
         lo_x = d4 and s.get("exclusiveMinimum") is True
         hi_x = d4 and s.get("exclusiveMaximum") is True
@@ -1740,7 +1750,10 @@ class _Emitter:
             extras = [i for i in vals if i not in used or regions]
             cap = o.max_props if o.max_props is not None else 0
             lo = o.min_props
-            if lo > len(ordc) + regions:
+            # Other keys count once (the first): two of them may be the same name, which a
+            # grammar cannot rule out. With lo >= 2 an object of other keys alone ({"x":1,"y":2})
+            # would then be rejected though valid (found by benchmarks/fuzz_schemas.py): refused.
+            if lo > len(ordc) + regions or (regions and lo >= 2):
                 self.soften("minProperties", f"{lo} properties would need several additional property names "
                                              "that are distinct, which a grammar cannot check; minProperties ignored")
                 lo = 0

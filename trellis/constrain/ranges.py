@@ -214,6 +214,10 @@ def _value_regex(v: Decimal) -> str:
     return ("-" if v < 0 else "") + body
 
 
+def _is_int(v: Decimal) -> bool:
+    return Fraction(v).denominator == 1
+
+
 def _lcm(a: int, b: int) -> int:
     return a * b // gcd(a, b)
 
@@ -237,13 +241,13 @@ class NumSpec:
     plain: bool = False
 
     def contains(self, v: Decimal) -> bool:
-        if self.integer and v % 1 != 0:
+        if self.integer and not _is_int(v):
             return False
         if self.lo is not None and (v < self.lo or (v == self.lo and self.lo_x)):
             return False
         if self.hi is not None and (v > self.hi or (v == self.hi and self.hi_x)):
             return False
-        if any(v % m != 0 for m in self.mults):
+        if any(Fraction(v) % Fraction(m) != 0 for m in self.mults):
             return False
         if self.values is not None and v not in self.values:
             return False
@@ -303,8 +307,9 @@ class NumSpec:
         if unit.numerator == 1 and re.fullmatch("10*", str(unit.denominator)):  # 1, 0.1, 0.01 ...
             d = len(str(unit.denominator)) - 1
             if d == 0:
-                a = None if lo is None else int(-((-lo) // 1)) + (1 if lo_x and lo % 1 == 0 else 0)
-                b = None if hi is None else int(hi // 1) - (1 if hi_x and hi % 1 == 0 else 0)
+                # exact at any magnitude (Decimal's // and % raise DivisionImpossible past 28 digits)
+                a = None if lo is None else int(Fraction(lo).__ceil__()) + (1 if lo_x and _is_int(lo) else 0)
+                b = None if hi is None else int(Fraction(hi).__floor__()) - (1 if hi_x and _is_int(hi) else 0)
                 return _int_range_regex(a, b)
             return _range_regex(lo, lo_x, hi, hi_x, d)
         if lo is not None and hi is not None:  # enumerate the multiples in range
