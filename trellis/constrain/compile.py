@@ -201,6 +201,7 @@ def clear_caches() -> None:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
     from trellis.constrain import rest_walk
+    from trellis.constrain.grammar_ir import _IMPORTS
     from trellis.constrain.regex import _DFA_MEMO
     from trellis.constrain.walk_cache import _LISTED, SHARED
 
@@ -209,6 +210,7 @@ def clear_caches() -> None:
     _COMPILED.clear()
     _DFA_MEMO.clear()
     SHARED.clear()
+    _IMPORTS.clear()
     rest_walk._SCALED.clear()
 
 

@@ -545,11 +545,10 @@ def _fused(node: Node) -> tuple[str, int] | None:
         lo = max(node.min, 1)
         body = _rx(Repeat(node.item, lo, node.max))
         return f"/{body}/?", _POST
-    if isinstance(node, Alt):
+    if isinstance(node, Alt):  # (a | b | ""): X? when the nullable options are empty text only
         rest = tuple(o for o in node.options if not _nullable(o))
-        if rest and all(not o.items or not _nullable(o) for o in node.options if o not in rest) and \
-                all(_nullable(o) and not any(x for x in o.items if not (isinstance(x, Lit) and not x.text))
-                    for o in node.options if o not in rest):
+        eps = [o for o in node.options if _nullable(o)]
+        if rest and all(isinstance(x, Lit) and not x.text for o in eps for x in o.items):
             return f"/{_rx(Alt(rest))}/?", _POST
     return None
 

@@ -71,6 +71,72 @@ def _declared(text: str) -> tuple[int, int] | None:
     return text.count("\n", 0, m.start()) + 1, m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
 
 
+# Lark's loader parses an imported file again for every ``%import`` statement of every grammar
+# (all of common.lark, ~60 definitions mangled, then pruned to the few used: half of Lark's load
+# time for arithmetic.lark). The pruned definitions depend only on the file found, its text and
+# the import statement, so they are kept per process, keyed by all of those, and deep-copied out.
+_IMPORTS: dict[tuple, tuple[dict, dict]] = {}
+_IMPORTS_MAX = 256
+
+
+def _install_import_memo() -> None:
+    import copy
+
+    from lark import load_grammar as lg
+
+    builder = lg.GrammarBuilder
+    if getattr(builder.do_import, "_trellis_memo", False):
+        return
+    original = builder.do_import
+
+    def resolve(self, dotted_path: tuple, base_path: str | None) -> tuple[str, str] | None:
+        grammar_path = os.path.join(*dotted_path) + lg.EXT
+        for src in self.import_paths + ([base_path] if base_path is not None else []) + [lg.stdlib_loader]:
+            try:
+                if callable(src):
+                    joined, text = src(base_path, grammar_path)
+                else:
+                    joined = os.path.join(src, grammar_path)
+                    with open(joined, encoding="utf8") as f:
+                        text = f.read()
+            except IOError:
+                continue
+            return str(joined), text
+        return None
+
+    def do_import(self, dotted_path, base_path, aliases, base_mangle=None):  # type: ignore[no-untyped-def]
+        found = resolve(self, dotted_path, base_path) if base_mangle is None else None
+        if found is None:  # nested imports and failures: Lark's own path (and its errors)
+            return original(self, dotted_path, base_path, aliases, base_mangle)
+        joined, text = found
+        key = (joined, lg.sha256_digest(text), tuple(dotted_path), tuple(sorted(aliases.items())),
+               bool(self.global_keep_all_tokens))
+        hit = _IMPORTS.get(key)
+        if hit is None:
+            before, used_before = set(self._definitions), dict(self.used_files)
+            original(self, dotted_path, base_path, aliases, base_mangle)
+            new = {k: v for k, v in self._definitions.items() if k not in before}
+            used = {k: v for k, v in self.used_files.items() if k not in used_before}
+            if len(_IMPORTS) >= _IMPORTS_MAX:
+                _IMPORTS.clear()
+            _IMPORTS[key] = (copy.deepcopy(new), used)
+            return None
+        defs, used = hit
+        for k, h in used.items():
+            if self.used_files.get(k, h) != h:
+                raise RuntimeError("Grammar file was changed during importing")
+        for name in defs:
+            if name in self._definitions:
+                raise lg.GrammarError(f"Cannot import '{name}' from '{os.path.join(*dotted_path) + lg.EXT}': "
+                                      f"Symbol already defined.")
+        self.used_files.update(used)
+        self._definitions.update(copy.deepcopy(defs))
+        return None
+
+    do_import._trellis_memo = True  # type: ignore[attr-defined]
+    builder.do_import = do_import
+
+
 def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
               path: str | os.PathLike | None = None) -> GrammarIR:
     """Lark grammar text -> ``GrammarIR``; every failure is a ``GrammarError`` with a location.
@@ -81,6 +147,7 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
 
     from trellis.constrain.cfg import _lark_error
 
+    _install_import_memo()
     decl = _declared(text)
     if decl is not None:
         raise GrammarError("%declare is not supported: declared terminals come from a postlexer (e.g. an "
