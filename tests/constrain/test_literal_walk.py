@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from trellis.constrain.literal_walk import (Literal, literal_at, walk_literal_rests,
-                                            walk_literal_vocabulary, walk_prefixes_vocabulary)
+                                            walk_literal_vocabulary)
 from trellis.constrain.regex import regex_to_byte_dfa
 from trellis.constrain.rest_walk import RestSet, walk
 from trellis.constrain.walks import TokenMatrix
@@ -71,25 +71,3 @@ def test_literal_walks_equal_the_flat_walk(seed: int) -> None:
                 checked += 1
     assert checked >= 20
 
-
-@pytest.mark.parametrize("seed", range(3))
-def test_prefix_walk_equals_the_flat_walk(seed: int) -> None:
-    """The prefix DFS (branching and looping DFAs: enums, numbers, classes) equals the numpy walk
-    from every state, with and without follow sets; it gives up (None) past its prefix limit."""
-    tm = TokenMatrix.of(_vocab(seed))
-    vocab_rs = RestSet.vocabulary(tm)
-    rng = np.random.default_rng(seed)
-    checked = 0
-    for p in LITERALS + [r'"(?:ab|a\\b|c)"', r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?", r"[ab]+c?", r'"[^"\\]*"',
-                         r"(?:a|b c|\xff)*:", r"\x00|a\x00b|ab"]:
-        dfa = regex_to_byte_dfa(p)
-        for q in range(dfa.trans.shape[0]):
-            for follow in (None, rng.random(256) < 0.5):
-                flat = walk(dfa.trans, dfa.final, q, vocab_rs, tm, follow)
-                fast = walk_prefixes_vocabulary(dfa.trans, dfa.final, q, vocab_rs, tm, follow, limit=10**6)
-                assert fast is not None
-                assert _canon(fast, vocab_rs) == _canon(flat, vocab_rs), (p, q)
-                checked += 1
-    assert checked >= 40
-    dfa = regex_to_byte_dfa(r'"[^"\\]*"')
-    assert walk_prefixes_vocabulary(dfa.trans, dfa.final, 1, vocab_rs, tm, None, limit=5) is None

@@ -59,8 +59,7 @@ from torch import Tensor
 
 from trellis.constrain.earley import ChartState, Earley
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, bool_to_bits, follow_bytes
-from trellis.constrain.literal_walk import (literal_at, walk_literal_rests, walk_literal_vocabulary,
-                                            walk_prefixes_vocabulary)
+from trellis.constrain.literal_walk import literal_at, walk_literal_rests, walk_literal_vocabulary
 from trellis.constrain.regex import ByteDFA
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.trie_walk import walk_vocabulary
@@ -182,13 +181,6 @@ class EarleyConstraint:
                     w.inside = np.zeros(0, dtype=bool)
                     return packed, w
                 starting = int(np.diff(rs.lo)[dfa.trans[q] >= 0].sum())
-                w = None
-                if starting <= PREFIX_WALK_STARTING:  # an enum, a number, a format: few prefixes live
-                    w = walk_prefixes_vocabulary(dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))
-                if w is not None:
-                    packed = self.tm.pack_ids(rs.tid[w.inside])
-                    w.inside = np.zeros(0, dtype=bool)
-                    return packed, w
                 # The trie shares prefix steps but steps every node: 3-4x faster where most
                 # tokens live on (a JSON string's interior: 15-19 ms flat, 5-6 ms trie on
                 # Gemma, benchmarks/bench_trie_walk.py), slower where
@@ -382,9 +374,6 @@ class EarleyConstraint:
 
 
 CANON_MAX = 256
-# The prefix walk (``literal_walk.walk_prefixes_vocabulary``) is tried where at most this many
-# tokens start with a byte the state takes; it gives up past its prefix limit (~1 ms lost).
-PREFIX_WALK_STARTING = 20_000
 # Bound on the per-constraint cache of answers for rest sets (indices): a random walk over Gemma's
 # vocabulary on a corpus grammar grew the earlier unbounded bool arrays to 20 GB.
 ALLOWED_CACHE_BYTES = 64 * 2**20
