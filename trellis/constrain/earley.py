@@ -97,7 +97,8 @@ class Earley:
     def _add_scan(self, dfa: ByteDFA, t: int, ignore: bool) -> int:
         """A new scan id; its flat tables are made when a boundary first starts it (``_load``):
         a schema grammar has a literal terminal per key, most never expected along one document
-        (making them all up front was ~40% of Earley's construction on large schemas)."""
+        (making them all up front was ~40% of Earley's construction on large schemas: cProfile of
+        135 maskbench schema compiles, commit cd894bb)."""
         self.scan_dfa.append(dfa)
         self.scan_term.append(t)
         self.scan_ignore.append(ignore)
