@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from math import gcd
+from math import ceil, floor, gcd
 
 from trellis.constrain.regex_ir import (EPS, JSON_NUMBER, MAX_REPEAT, _fsm, _group, _Unsupported, alt, cat, fsm_regex,
                                         fsm_sub, lit, rep, to_regex)
@@ -308,8 +308,8 @@ class NumSpec:
             d = len(str(unit.denominator)) - 1
             if d == 0:
                 # exact at any magnitude (Decimal's // and % raise DivisionImpossible past 28 digits)
-                a = None if lo is None else int(Fraction(lo).__ceil__()) + (1 if lo_x and _is_int(lo) else 0)
-                b = None if hi is None else int(Fraction(hi).__floor__()) - (1 if hi_x and _is_int(hi) else 0)
+                a = None if lo is None else ceil(Fraction(lo)) + (1 if lo_x and _is_int(lo) else 0)
+                b = None if hi is None else floor(Fraction(hi)) - (1 if hi_x and _is_int(hi) else 0)
                 return _int_range_regex(a, b)
             return _range_regex(lo, lo_x, hi, hi_x, d)
         if lo is not None and hi is not None:  # enumerate the multiples in range

@@ -607,22 +607,14 @@ def terminal_dfa(pattern: str, *, name: str) -> ByteDFA:
 
 
 def _chain_words(dfa: ByteDFA) -> list[bytes] | None:
-    """The strings of a DFA that is one chain from state 0 (a literal: no branch, no loop)."""
-    t, f = dfa.trans, dfa.final
-    words: list[bytes] = []
-    out = bytearray()
-    q, seen = 0, 0
-    while True:
-        if f[q]:
-            words.append(bytes(out))
-        nz = np.flatnonzero(t[q] >= 0)
-        if len(nz) == 0:
-            return words
-        seen += 1
-        if len(nz) != 1 or seen > len(f):
-            return None
-        out.append(int(nz[0]))
-        q = int(t[q, nz[0]])
+    """The strings of a DFA that is one chain from state 0 (a literal: no branch, no loop), by
+    ``literal_walk.literal_at``; None otherwise."""
+    from trellis.constrain.literal_walk import literal_at
+
+    lit = literal_at(dfa, 0)
+    if lit is None:
+        return None
+    return ([b""] if dfa.final[0] else []) + [lit.text[:j] for j in lit.ends]
 
 
 def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
