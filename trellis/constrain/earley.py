@@ -38,7 +38,7 @@ from typing import Iterable
 import numpy as np
 
 from trellis.constrain.grammar_ir import GrammarIR
-from trellis.constrain.regex import ByteDFA, difference, intersects
+from trellis.constrain.regex import ByteDFA, difference, intersects, restrict_first_char
 
 ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
 
@@ -78,6 +78,12 @@ class Earley:
         self.scan_dfa: list[ByteDFA] = []
         self.scan_term: list[int] = []  # the terminal a scan completes
         self.scan_ignore: list[bool] = []
+        # The follow guard of a scan's terminal (a trailing lookahead, ``regex.terminal_parts``):
+        # when it completes, what starts after it is restricted to the characters the guard allows
+        # (``_guarded``), and the text may end there only if the guard lets it.
+        self.scan_guard: list = []
+        self._guard_scans: dict[tuple[int, object], int | None] = {}
+        self._guarded_starts: dict[tuple[frozenset, object], frozenset] = {}
         self.trans: list[list[int]] = []
         self.final: list[list[bool]] = []
         self.has_out: list[list[bool]] = []
@@ -102,6 +108,7 @@ class Earley:
         self.scan_dfa.append(dfa)
         self.scan_term.append(t)
         self.scan_ignore.append(ignore)
+        self.scan_guard.append(self.ir.terminals[t].guard)
         self.trans.append(None)  # type: ignore[arg-type]
         self.final.append(None)  # type: ignore[arg-type]
         self.has_out.append(None)  # type: ignore[arg-type]
@@ -220,11 +227,34 @@ class Earley:
 
     def boundary(self, e: ESet, scan: int) -> ChartState:
         """The chart state just after scan ``scan`` (started at ``e``) completes: the new
-        boundary's scans, or for an ignored terminal ``e``'s own scans again."""
-        if self.scan_ignore[scan]:
-            return (e.starts, e.accepting)
-        a = self.after(e, self.scan_term[scan])
-        return (a.starts, a.accepting)
+        boundary's scans, or for an ignored terminal ``e``'s own scans again (restricted by the
+        scan's follow guard, if it has one)."""
+        a = e if self.scan_ignore[scan] else self.after(e, self.scan_term[scan])
+        g = self.scan_guard[scan]
+        if g is None:
+            return (a.starts, a.accepting)
+        return (self._guarded(a.starts, g), a.accepting and g.at_end)
+
+    def _guarded(self, starts: frozenset, g: object) -> frozenset:
+        """``starts`` with every scan's first character restricted to what guard ``g`` allows
+        (each scan id paired with ``g`` becomes a scan id of its own, memoised)."""
+        key = (starts, g)
+        hit = self._guarded_starts.get(key)
+        if hit is None:
+            out = []
+            for d, q, e in starts:
+                d2 = self._guard_scans.get((d, g), -1)
+                if d2 == -1:
+                    cut = restrict_first_char(self.scan_dfa[d], g.allowed)  # type: ignore[attr-defined]
+                    d2 = None
+                    if cut is not None:
+                        d2 = self._add_scan(cut, self.scan_term[d], self.scan_ignore[d])
+                        self._load(d2)
+                    self._guard_scans[(d, g)] = d2
+                if d2 is not None:
+                    out.append((d2, q, e))
+            hit = self._guarded_starts[key] = frozenset(out)
+        return hit
 
     # -- chart states
     def start(self) -> ChartState:
@@ -240,7 +270,7 @@ class Earley:
         out: set = set()
         acc = False
         done: list[tuple[int, ESet]] = []
-        trans, final, has_out = self.trans, self.final, self.has_out
+        trans, final, has_out, guard = self.trans, self.final, self.has_out, self.scan_guard
         for t, q, e in state[0]:
             q2 = trans[t][(q << 8) | b]
             if q2 < 0:
@@ -248,7 +278,11 @@ class Earley:
             if has_out[t][q2]:
                 out.add((t, q2, e))
             if final[t][q2]:
-                if self.scan_ignore[t]:
+                if guard[t] is not None:  # its own boundary: what follows must pass the guard
+                    starts, a_acc = self.boundary(e, t)
+                    out |= starts
+                    acc |= a_acc
+                elif self.scan_ignore[t]:
                     out |= e.starts
                     acc |= e.accepting
                 else:

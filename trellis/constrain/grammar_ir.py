@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.regex import ByteDFA, literal_dfa, terminal_dfa
+from trellis.constrain.lookaround import FollowGuard
+from trellis.constrain.regex import ByteDFA, literal_dfa, terminal_parts
 
 
 @dataclass(eq=False)
@@ -32,6 +33,9 @@ class Terminal:
     dfa: ByteDFA
     pattern: str  # the regex (or literal) it was compiled from, for messages
     priority: int = 0
+    # Set on the part of a terminal whose matches end only where the next character passes its
+    # trailing lookahead (``regex.terminal_parts``): the recogniser applies it to what follows.
+    guard: FollowGuard | None = None
 
 
 @dataclass(eq=False)
@@ -175,14 +179,18 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
     return _build(terms, rules, ignore, start, text, source)
 
 
-def _terminal_dfa(td: object, text: str, source: str) -> ByteDFA:
+def _terminal_parts(td: object, text: str, source: str) -> list[tuple[ByteDFA, FollowGuard | None]]:
     pat = td.pattern  # type: ignore[attr-defined]
     try:
         if type(pat).__name__ == "PatternStr" and not pat.flags:
             if not pat.value:
-                return _EPSILON
-            return literal_dfa(pat.value.encode("utf-8"))
-        return terminal_dfa(pat.to_regexp(), name=f"terminal {td.name}")  # type: ignore[attr-defined]
+                return [(_EPSILON, None)]
+            return [(literal_dfa(pat.value.encode("utf-8")), None)]
+        parts = terminal_parts(pat.to_regexp(), name=f"terminal {td.name}")  # type: ignore[attr-defined]
+        if len(parts) > 1 and any(bool(d.final[0]) for d, _ in parts):
+            raise GrammarError(f"terminal {td.name}: regex feature not supported (an empty match beside a "  # type: ignore[attr-defined]
+                               f"lookahead past the end of the match) in /{pat.to_regexp()}/")  # type: ignore[attr-defined]
+        return parts
     except GrammarError as ge:
         line, col = _locate(text, td.name)  # type: ignore[attr-defined]
         if line is None and pat.value:
@@ -224,6 +232,10 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
     def nt(name: str) -> int:
         return nts.setdefault(name, len(nts))
 
+    # A terminal whose matches end in more than one way (unconditionally, or under a follow guard
+    # of a trailing lookahead) is one terminal per part and a nonterminal T| -> part | part ...
+    parts_of: dict[str, list[int]] = {}
+
     def term(name: str) -> int:
         if name in tids:
             return tids[name]
@@ -231,12 +243,21 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
         if td is None:
             line, col = _locate(text, name)
             raise GrammarError(f"terminal {name} has no definition", source=source, text=text, line=line, column=col)
-        dfa = _terminal_dfa(td, text, source)
+        parts = _terminal_parts(td, text, source)
+        value, prio = getattr(td.pattern, "value", ""), int(getattr(td, "priority", 0) or 0)
+        if len(parts) > 1 or parts[0][1] is not None:
+            parts_of[name] = []
+            for dfa, guard in parts:
+                parts_of[name].append(len(terminals))
+                terminals.append(Terminal(name, dfa, value, prio, guard))
+            tids[name] = parts_of[name][0]
+            return tids[name]
+        dfa = parts[0][0]
         if bool(dfa.final[0]):
             dfa = _without_empty(dfa)
             optional[name] = f"{name}?"
         tids[name] = len(terminals)
-        terminals.append(Terminal(name, dfa, getattr(td.pattern, "value", ""), int(getattr(td, "priority", 0) or 0)))
+        terminals.append(Terminal(name, dfa, value, prio))
         return tids[name]
 
     # The symbol a terminal name stands for in a rule, once per name (a schema grammar uses its
@@ -250,7 +271,12 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
             # an empty language keeps the terminal (dropped by the productivity pass); a terminal
             # that also matches "" stands for its nonterminal T? -> T' | (empty)
             empty_lang = terminals[t].dfa.num_states == 0 or not terminals[t].dfa.final.any()
-            hit = sym_of[name] = nt(optional[name]) if name in optional and not empty_lang else -1 - t
+            if name in parts_of:
+                hit = nt(f"{name}|")
+                out_rules.extend((hit, (-1 - p,)) for p in parts_of[name])
+            else:
+                hit = nt(optional[name]) if name in optional and not empty_lang else -1 - t
+            sym_of[name] = hit
         return hit
 
     aug = nt("$start")
@@ -268,7 +294,7 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
         t = term(name)
         if name in optional and terminals[t].dfa.trans.max() < 0:
             continue  # ignoring the empty string changes nothing
-        ign.append(t)
+        ign.extend(parts_of.get(name, [t]))
     names = [""] * len(nts)
     for k, v in nts.items():
         names[v] = k

@@ -146,9 +146,11 @@ def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
         try:
             edges, finals = regex_nfa(pattern)
         except Lookaround:
-            from trellis.constrain.lookaround import lookaround_dfa
+            from trellis.constrain.lookaround import automaton
 
-            trans, final = lookaround_dfa(pattern)
+            trans, final, guards = automaton(pattern)
+            if any(g is not None for g in guards):  # only a grammar terminal has text after it
+                raise RegexUnsupported("lookahead that can see past the end of the match")
         else:
             # chains such as flexible JSON whitespace are deterministic already
             det = _already_deterministic(edges, finals, 0)
@@ -590,20 +592,127 @@ def shortest_matches(dfa: ByteDFA) -> ByteDFA:
     return trim(trans, dfa.final.copy(), name="lazy terminal")
 
 
-def terminal_dfa(pattern: str, *, name: str) -> ByteDFA:
-    """The byte DFA of a grammar terminal's regex, as a Lark lexer matches it.
+_PARTS_MEMO: dict[str, list] = {}
 
-    A terminal is matched with ``re.match`` at a position of the text, so laziness matters: the
-    lazy loop of ``/\\/\\*(.|\\n)*?\\*\\//`` (Lark's C_COMMENT) or ``/".*?"/`` stops at the first
-    closing literal. That form (literal, lazy loop over single characters, literal) compiles to
-    its shortest matches exactly; any other lazy quantifier is refused by name rather than read as
-    greedy (which would silently accept ``/* a */ b */`` as one comment)."""
-    if pattern not in _REWRITES and _strip_lazy(pattern) != pattern:
-        why = _lazy_form(pattern)
-        if why is not None:
-            raise GrammarError(f"{name}: lazy quantifier not supported ({why}) in /{pattern}/")
-        return shortest_matches(regex_to_byte_dfa(_strip_lazy(pattern), name=name))
-    return regex_to_byte_dfa(pattern, name=name)
+
+def terminal_parts(pattern: str, *, name: str) -> list[tuple[ByteDFA, "FollowGuard | None"]]:
+    r"""The byte DFAs of a grammar terminal's regex as Lark matches it in a document: one part
+    per way its matches may end, ``(dfa, None)`` for matches that end unconditionally and
+    ``(dfa, guard)`` for matches that end only where the text after them passes a trailing
+    one-character lookahead (``lookaround.FollowGuard``: ``/[+*]|[?](?![a-z])/`` is ``[+*]``
+    and ``?`` guarded by "not followed by [a-z]").
+
+    A terminal is matched with ``re.match`` at a position of the text, so laziness matters: a lazy
+    regex means its first-match language ``{w : re.match(R, w) matches all of w}``, what Lark's
+    ``dynamic_complete`` reads (``lookaround.automaton(ordered=True)``): the lazy loop of
+    ``/\/\*(.|\n)*?\*\//`` (Lark's C_COMMENT) or ``/".*?"/`` stops at the first closing literal,
+    and Lark's own REGEXP ``/\/(?!\/)(\\\/|\\\\|[^\/])*?\/[imslux]*/`` keeps its flags.
+    Memoised per pattern (the DFAs are shared, never mutated)."""
+    hit = _PARTS_MEMO.get(pattern)
+    if hit is None:
+        hit = _terminal_parts(pattern, name=name)
+        if len(_PARTS_MEMO) >= _DFA_MEMO_MAX:
+            _PARTS_MEMO.clear()
+        _PARTS_MEMO[pattern] = hit
+    return hit
+
+
+def _terminal_parts(pattern: str, *, name: str) -> list:
+    import re
+
+    from trellis.constrain.lookaround import automaton
+
+    if pattern in _REWRITES or _strip_lazy(pattern) == pattern:
+        try:
+            return [(regex_to_byte_dfa(pattern, name=name), None)]
+        except GrammarError as e:
+            if "past the end of the match" not in str(e):
+                raise
+        ordered = False
+    else:
+        if _lazy_form(pattern) is None:  # literal, lazy loop over characters, literal: 10x cheaper
+            return [(shortest_matches(regex_to_byte_dfa(_strip_lazy(pattern), name=name)), None)]
+        ordered = True
+    try:
+        trans, final, guards = automaton(pattern, ordered=ordered)
+    except RegexTooLarge as e:
+        raise GrammarError(f"{name}: regex too large ({e}) in /{pattern}/") from None
+    except RegexUnsupported as e:
+        raise GrammarError(f"{name}: regex feature not supported ({e}) in /{pattern}/") from None
+    except (re.error, OverflowError, RecursionError) as e:
+        raise GrammarError(f"{name}: invalid regex ({e}) in /{pattern}/") from None
+    parts = []
+    if final.any():
+        parts.append((_frozen(_minimal(trans, final, name=name, pattern=pattern)), None))
+    for g in dict.fromkeys(g for g in guards if g is not None):
+        ends = np.array([x == g for x in guards], dtype=bool)
+        parts.append((_frozen(_minimal(trans, ends, name=name, pattern=pattern)), g))
+    if not parts:
+        raise GrammarError(f"{name}: the regex /{pattern}/ matches nothing")
+    return parts
+
+
+def _frozen(dfa: ByteDFA) -> ByteDFA:
+    dfa.trans.setflags(write=False)
+    dfa.final.setflags(write=False)
+    return dfa
+
+
+def terminal_dfa(pattern: str, *, name: str) -> ByteDFA:
+    """The one byte DFA of a terminal (``terminal_parts``) for a lexer that cannot apply follow
+    guards (the LALR engine's): a trailing lookahead is refused by name there."""
+    parts = terminal_parts(pattern, name=name)
+    if len(parts) != 1 or parts[0][1] is not None:
+        raise GrammarError(f"{name}: regex feature not supported (lookahead that can see past the end of the "
+                           f"match; the default engine compiles it) in /{pattern}/")
+    return parts[0][0]
+
+
+def restrict_first_char(dfa: ByteDFA, allowed: tuple) -> ByteDFA | None:
+    """The DFA of the strings of ``dfa`` whose first character is in ``allowed`` (code point
+    ranges), or None when there is none: a product of ``dfa`` with the UTF-8 automaton of
+    ``allowed`` over the first character, then ``dfa`` itself."""
+    from trellis.constrain.regex_compile import _utf8_dawg
+
+    nodes = _utf8_dawg(tuple(allowed))
+    n = dfa.num_states
+    ids: dict[tuple[int, int], int] = {(0, 0): n}  # (dawg node, dfa state) mid first character
+    order = [(0, 0)]
+    rows: list[np.ndarray] = []
+    i = 0
+    while i < len(order):
+        node, q = order[i]
+        i += 1
+        row = np.full(256, -1, dtype=np.int32)
+        src = dfa.trans[q]
+        for lo, hi, child in nodes[node]:
+            for b in range(lo, hi + 1):
+                q2 = int(src[b])
+                if q2 < 0:
+                    continue
+                if child < 0:
+                    row[b] = q2
+                else:
+                    key = (child, q2)
+                    j = ids.get(key)
+                    if j is None:
+                        j = ids[key] = n + len(order)
+                        order.append(key)
+                    row[b] = j
+        rows.append(row)
+    # states: dfa's own 0..n-1, then the pairs; the first pair becomes the start
+    trans = np.vstack([dfa.trans, np.stack(rows)])
+    final = np.concatenate([dfa.final, np.zeros(len(rows), dtype=bool)])
+    perm = np.concatenate([[n], np.arange(n), np.arange(n + 1, n + len(rows))])
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(len(perm))
+    t = trans[perm]
+    t = np.where(t >= 0, inv[np.maximum(t, 0)], -1).astype(np.int32)
+    f = final[perm]
+    try:
+        return trim(t, f, name="guarded terminal")
+    except GrammarError:
+        return None
 
 
 def _chain_words(dfa: ByteDFA) -> list[bytes] | None:

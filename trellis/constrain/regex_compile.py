@@ -226,6 +226,10 @@ class _NFA:
         self.eps: list[list[int]] = []
         self.geps: list[list[tuple[int, int]]] = []
         self.guards: list[Guard] | None = [] if guards else None
+        # Whether a repeat of two or more iterations has a body that can match the empty string:
+        # there ``re`` leaves the loop after an empty iteration (sre's MAX_UNTIL), a priority
+        # rule the ordered construction (``lookaround.automaton``) does not model.
+        self.empty_loop = False
 
     def new(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
@@ -264,24 +268,28 @@ class _NFA:
                     self.eps[self.build(list(alt), flags, a)].append(e)
                 s = e
             elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
+                # Empty moves are listed in backtracking priority (``lookaround.automaton`` with
+                # ``ordered``): a greedy repeat tries one more iteration before leaving, a lazy one
+                # leaves first. Set-based constructions ignore the order.
                 lo, hi, sub = av
+                self.empty_loop |= hi > 1 and sub.getwidth()[0] == 0
                 sub = list(sub)
+                lazy = op is C.MIN_REPEAT
                 for _ in range(lo):
                     s = self.build(sub, flags, s)
                 if hi == C.MAXREPEAT:
                     a = self.new()
-                    self.eps[s].append(a)
-                    b = self.build(sub, flags, a)
-                    self.eps[b].append(a)
                     e = self.new()
-                    self.eps[s].append(e)
-                    self.eps[b].append(e)
+                    b = self.build(sub, flags, a)
+                    self.eps[s].extend((e, a) if lazy else (a, e))
+                    self.eps[b].extend((e, a) if lazy else (a, e))
                     s = e
                 elif hi > lo:
                     e = self.new()
                     for _ in range(hi - lo):
-                        self.eps[s].append(e)
-                        s = self.build(sub, flags, s)
+                        a = self.new()
+                        self.eps[s].extend((e, a) if lazy else (a, e))
+                        s = self.build(sub, flags, a)
                     self.eps[s].append(e)
                     s = e
             elif (op is C.ASSERT or op is C.ASSERT_NOT) and self.guards is not None:
@@ -308,6 +316,28 @@ class _NFA:
             else:
                 raise RegexUnsupported(f"regex construct {op}")
         return s
+
+
+def one_char_set(items: list, flags: int) -> Ranges | None:
+    """The characters a (sub)pattern of exactly one character matches, or None when it is not
+    one (a class, a literal, ``.``, groups and alternations of those)."""
+    if len(items) != 1:
+        return None
+    op, av = items[0]
+    if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
+        return char_set(op, av, flags)
+    if op is C.SUBPATTERN:
+        _, add, drop, sub = av
+        return one_char_set(list(sub), (flags | add) & ~drop)
+    if op is C.BRANCH:
+        out: Ranges = ()
+        for alt in av[1]:
+            r = one_char_set(list(alt), flags)
+            if r is None:
+                return None
+            out = cs_union(out, r)
+        return out
+    return None
 
 
 @lru_cache(maxsize=4096)
@@ -427,4 +457,5 @@ def items_nfa(items: list, flags: int, *, any_prefix: bool = False) -> tuple[Edg
     return epsilon_free(nfa, s, e)
 
 
-__all__ = ["Guard", "Lookaround", "RegexTooLarge", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa", "regex_nfa"]
+__all__ = ["Guard", "Lookaround", "RegexTooLarge", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa",
+           "one_char_set", "regex_nfa"]
