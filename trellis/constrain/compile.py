@@ -202,13 +202,14 @@ def clear_caches() -> None:
     a grammar starts from. Benchmarks of cold compiles call it."""
     from trellis.constrain import rest_walk
     from trellis.constrain.grammar_ir import _IMPORTS
-    from trellis.constrain.regex import _DFA_MEMO
+    from trellis.constrain.regex import _DFA_MEMO, _PARTS_MEMO
     from trellis.constrain.walk_cache import _LISTED, SHARED
 
     wait_for_cache_writes()
     _LISTED.clear()
     _COMPILED.clear()
     _DFA_MEMO.clear()
+    _PARTS_MEMO.clear()
     SHARED.clear()
     _IMPORTS.clear()
     rest_walk._SCALED.clear()
