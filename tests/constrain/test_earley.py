@@ -42,6 +42,11 @@ SMALL = {
     "left_right_empty": ('start: l r\nl: l "a" | \nr: "b" r | "c" | \n', "abc"),
     "ignore": ('start: "a" ("b" | "bc")* "c"?\n%ignore " "\n', "abc "),
     "overlap": ('start: A B\nA: /a+/\nB: /a*b/\n', "ab"),
+    # A lookahead past the end of a terminal sees the next character of the document (lark.lark's OP).
+    "follow_guard": ('start: x+\nx: OP | NAME\nOP: /[+*]|[?](?![a-z])/\nNAME: /[a-z]+/\n%ignore " "\n', "?a +"),
+    "follow_guard_positive": ('start: (F | N)+\nF: /[a-z]+(?=\\()/\nN: /[a-z(]/\n', "ab("),
+    # A lazy regex means what re.match finds (lark.lark's REGEXP keeps its flags).
+    "lazy_regexp": ('start: R (" " R)*\nR: /\\/(?!\\/)(\\\\\\/|\\\\\\\\|[^\\/])*?\\/[imslux]*/\n', "/\\ai "),
 }
 
 
@@ -212,8 +217,8 @@ def test_refusals_are_typed_and_located() -> None:
         compile('expr: "a"\n', v, cache=False)
     with pytest.raises(GrammarError, match="derives no string"):
         compile('start: a\na: a "x"\n', v, cache=False)
-    with pytest.raises(GrammarError, match="negative lookahead") as e:
-        compile('start: A\nA: /a(?!b)/\n', v, cache=False)
+    with pytest.raises(GrammarError, match="negative lookahead that can see more than one character past") as e:
+        compile('start: A\nA: /a(?!bc)/\n', v, cache=False)
     assert e.value.line == 2
 
 
@@ -436,6 +441,34 @@ def test_vocabulary_walks_are_shared_across_grammars_and_runs(tmp_path, monkeypa
     assert _masks_along(from_disk, walk_text) == masks1
     scratch = compile(g1, v, cache=False)
     assert _masks_along(scratch, walk_text) == masks1
+
+
+def test_walks_over_leftovers_are_shared_across_grammars_and_runs(tmp_path, monkeypatch) -> None:
+    """The leftovers of a shared walk (tokens that end ``%ignore " "`` and go on) are walked by the
+    next terminal once for every grammar with the same two shapes, in memory and from disk, and
+    the masks equal a build from scratch."""
+    from trellis.constrain import walk_cache
+    from trellis.constrain.compile import clear_caches, wait_for_cache_writes
+    from trellis.constrain.walk_cache import SHARED
+
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 0.0)
+    clear_caches()
+    v = random_vocab(b"ab (),", random.Random(7), 120)
+    g1 = 'start: NAME ("," NAME)*\nNAME: /[a-z]+/\n%ignore / +/\n'
+    g2 = 'start: "(" NAME+ ")"\nNAME: /[a-z]+/\n%ignore / +/\n'
+    text1, text2 = b"ab , a  ,b", b"( ab a b )"
+    masks1 = _masks_along(compile(g1, v), text1)
+    second = [k for _, k in SHARED._mem if isinstance(k, tuple) and isinstance(k[0], tuple) and k[0][0] == "x"]
+    assert second, "no walk over leftovers was shared"
+    c2 = compile(g2, v)
+    masks2 = _masks_along(c2, text2)
+    assert any(k in [sk for _, sk in SHARED._mem] for k in second)
+    assert masks2 == _masks_along(compile(g2, v, cache=False), text2)
+    wait_for_cache_writes()
+    clear_caches()
+    assert _masks_along(compile(g1, v), text1) == masks1  # from disk
+    assert _masks_along(compile(g1, v, cache=False), text1) == masks1
 
 
 def _masks_along(c, text: bytes) -> list[bytes]:

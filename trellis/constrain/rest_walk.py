@@ -15,6 +15,7 @@ stack, so walks are cached by (DFA state, rest set) and shared by every chart st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Hashable
 
 import numpy as np
 
@@ -30,6 +31,9 @@ class RestSet:
     length: np.ndarray  # [n] int32 bytes left
     lo: np.ndarray  # [257] int64: the rests starting with byte b are [lo[b], lo[b + 1])
     distinct: bool = False  # every rest is from a different token (then splits of them never coincide)
+    # What the set is a function of, when that is shareable (``scannerless._walk``): the shapes of
+    # the walks that split it off the vocabulary; None: known only by identity.
+    key: Hashable = None
 
     def __len__(self) -> int:
         return len(self.tid)

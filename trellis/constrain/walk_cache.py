@@ -32,7 +32,7 @@ Entry = tuple[np.ndarray, Walk]
 
 def _nbytes(e: Entry) -> int:
     packed, w = e
-    n = packed.nbytes + w.src.nbytes + w.inv.nbytes
+    n = packed.nbytes + w.inside.nbytes + w.src.nbytes + w.inv.nbytes
     if w.cross is not None:
         n += w.cross.tid.nbytes + w.cross.base.nbytes + w.cross.length.nbytes
     return n
@@ -126,7 +126,7 @@ def _snapshot(e: Entry) -> Entry:
     cross = None
     if w.cross is not None:
         c = w.cross
-        cross = RestSet(c.tid, c.base, c.length, c.lo)
+        cross = RestSet(c.tid, c.base, c.length, c.lo, c.distinct)
     return packed, Walk(w.inside, cross, w.src, w.inv)
 
 
