@@ -1,77 +1,133 @@
-"""Exact brute-force prefix-viability oracle for Lark grammars under the *scannerless* semantics.
+r"""Exact brute-force prefix-viability oracle for Lark grammars under the *scannerless* semantics.
 
 Semantics (the language of a grammar)
 -------------------------------------
 The grammar is loaded by Lark itself (``parser="earley", lexer="dynamic_complete"``, so imports,
 templates, ``?rule`` / ``[x]`` / ``x*`` expansion and Lark's own checks, e.g. "no zero-width
 terminals", are Lark's). Its language is that of the CFG ``lark.rules`` (start symbol ``start``)
-where
+where a document ``s`` is cut into tokens and ``%ignore`` runs, and
 
-* every terminal ``T`` is replaced by its **regular language**
-  ``L(T) = {t : regex.fullmatch(T.pattern.to_regexp(), t)}`` (third-party ``regex`` module,
-  Lark's ``g_regex_flags``): *any* match length, not the greedy or leftmost-first one, and each
-  token is matched **on its own** -- lookarounds, ``\\b``, ``^``/``$`` inside a terminal see the
-  token's boundaries as the string's boundaries, never the neighbouring text; except that a
-  terminal with a lazy quantifier (``C_COMMENT``, ``ESCAPED_STRING``, ``/".*?"/``) ends at its
-  first full match, as Lark's ``re.match`` finds it (its scan stops there);
-* a run of ``%ignore`` tokens (each in the regular language of some ignore terminal, any number,
-  each of any match length) may stand between any two terminals, at the start and at the end.
+* a terminal ``T`` (pattern ``p = T.pattern.to_regexp()``, Lark's ``g_regex_flags``) matches a
+  token ``s[j:i]`` as follows:
 
-A string ``s`` is a *viable prefix* iff some ``w`` makes ``s + w`` a sentence.
+  - **greedy** ``T`` (no lazy quantifier): ``s[j:i]`` is in the *regular language* of ``p``,
+    ``regex.fullmatch(p, s[j:i])`` (third-party ``regex`` module): *any* match length, not the
+    greedy or leftmost-first one (``/a|ab/`` matches ``ab``);
+  - **lazy** ``T`` (``*?``, ``+?``, ``??``, ``{m,n}?`` anywhere): ``s[j:i]`` is in the
+    *first-match language* ``FM(T) = {w : re.match(p, w).end() == len(w)}`` (stdlib ``re``, the
+    backtracking leftmost-first match, ``w`` on its own). That is exactly the set of tokens Lark's
+    ``dynamic_complete`` finds (it takes ``m = T.match(text, i)`` and re-matches every truncation
+    of ``m`` standalone). ``C_COMMENT`` never spans a ``*/``, ``/".*?"/`` never spans a ``"``,
+    ESCAPED_STRING ends at its first unescaped ``"``; but lark.lark's
+    ``REGEXP: /\/(?!\/)(\\\/|\\\\|[^\/])*?\/[imslux]*/`` takes its greedy flag suffix
+    (``/ab/i``) and, by backtracking, ``/a\/`` (a backslash before the closing slash) as well as
+    ``/a\/b/``, and lark.lark's ``STRING`` takes ``"ab"i``;
+  - **trailing guard**: a lookahead of ``p`` that can see past the end of the match (``OP:
+    /[+*]|[?](?![a-z])/``) sees the *document*: ``s[j:i]`` is a token iff ``p`` matches from ``j``
+    to exactly ``i`` with every lookahead evaluated against ``s`` itself (the next token's text,
+    ignored text, or -- at the end of the document -- the end of string: a negative lookahead
+    passes, a positive one fails). So ``?`` is an OP token iff the next character of the document
+    is not in ``[a-z]`` or there is none. Lookaheads *inside* the match see the token's own text,
+    as before; lookbehinds and ``^``/``\b`` at the start of a token see the token's start as
+    the string's start (out of scope);
+
+* a run of ``%ignore`` tokens (each a token of some ignore terminal, by the same rules, any
+  number) may stand between any two terminals, at the start and at the end.
+
+A string ``s`` is a *viable prefix* iff some ``w`` (possibly empty) makes ``s + w`` a sentence.
+
+Supported patterns (else ``LarkOracle`` raises ``NotImplementedError`` naming the terminal):
+a trailing guard must be a lookahead ``(?=X)`` / ``(?!X)`` whose content ``X`` tests exactly one
+character (``(?![a-z])``, ``(?=\s)``, ``(?!\w)``), so that it inspects only the next character
+past the match (``trailing_guards``: a lookaround or anchor that may reach two characters past
+the end, ``\b``/``$``/``\Z`` at the end, or a lazy terminal with a trailing guard are refused).
+A lazy terminal with a backreference is refused too, and so is a guard without an escape (below)
+in a grammar with one.
 
 Algorithm (``LarkOracle``): an incremental, character-level Earley recogniser on Lark's compiled
 rules, written here (not Lark's parser), memoised per prefix.
 
 * Items are ``(rule, dot, origin)``; column ``i`` holds the closed item set for ``s[:i]``;
   nullable nonterminals are handled the Aycock-Horspool way; rules using non-productive symbols
-  are removed first, so *every* item in a column can be completed to a sentence.
+  are removed first, so *every* item in a column can be completed to a sentence -- with guards
+  too, when every guarded terminal has an *escape*: a character ``e`` that starts a token of an
+  unguarded ``%ignore`` terminal and passes all its guards (``" "`` of ``WS_INLINE`` for
+  lark.lark's OP; ``LarkOracle.escape``): inserting such an ignore token after every guarded
+  token of a completion satisfies every guard. Otherwise (``F: /[a-z]+(?=\()/`` with no
+  ignore; or ``guard_analysis=True``) completability is decided by ``_GuardAnalysis``, a
+  finite-state analysis over character classes (see its docstring; ``/a(?!b)/`` in ``start: A
+  "b"`` makes the language empty, and ``viable("")`` is False).
 * A *scan* ``(j, T)`` is started at every column ``j`` for every terminal ``T`` some item there
   expects, and for every ``%ignore`` terminal (if the column is non-empty). On every new character
-  the scan is re-checked with ``regex.fullmatch(T, s[j:i], partial=True)``: ``None`` kills it;
-  otherwise it stays alive, and if ``regex.fullmatch(T, s[j:i])`` (non-partial) succeeds, the
-  items expecting ``T`` in column ``j`` are advanced into column ``i``. For an ignore terminal the
-  whole column ``j`` is copied into column ``i`` with origin ``j`` renamed to ``i`` (the text
-  ``s[j:i]`` is transparent), so runs of ignores never accumulate items.
-* ``s`` (length ``n``) is viable iff column ``n`` is non-empty or some scan ``(j, T)`` with
-  ``j < n`` is still alive (its payload is non-empty by construction, and everything left is
-  productive); ``accepts(s)`` iff column ``n`` holds the completed augmented start item.
-* Memoisation: column ``i`` depends only on ``s[:i]`` (tokens are matched standalone), so every
-  prefix ever seen is a node of a character trie (node = columns along the path, shared as one
-  list until the path branches, plus the alive scans). A query starts at the point where it
-  leaves the previous query's path (binary search on the common prefix) and then walks the trie:
-  ``viable(s0 + tok)`` costs at most ``len(tok)`` new columns, whatever was asked before.
-  ``steps`` counts the columns computed; ``clear_cache()`` drops everything.
+  the scan is re-checked: it stays alive iff ``s[j:i]`` is a prefix of some token of ``T``
+  (greedy: ``regex.fullmatch(T, s[j:i], partial=True)``; lazy: the first-match search below); if
+  ``s[j:i]`` is a token, the items expecting ``T`` in column ``j`` are advanced into column ``i``.
+  For an ignore terminal the whole column ``j`` is copied into column ``i`` with origin ``j``
+  renamed to ``i`` (the text ``s[j:i]`` is transparent), so runs of ignores never accumulate items.
+* A guarded token ending at ``i`` is *pending*: its items enter column ``i`` only once ``s[i]`` is
+  known, iff ``regex.match("(?:T)(?=(?s:.)\Z)", s[j:i] + s[i])`` (the lookahead sees the one
+  character it may inspect; exact because it inspects no further), or, for ``accepts``, iff
+  ``regex.fullmatch(T, s[j:i])`` (end of document). It is a pending token at all iff it matches
+  before the escape character (a guard passes for some next character iff it passes for ``e``,
+  since ``e`` passes every one-character guard of ``T``), or, without an escape, before some
+  character class or at the end. Column ``i`` is therefore closed when the trie node of
+  ``s[:i]`` is extended (cached per set of satisfied pending tokens).
+* ``s`` (length ``n``) is viable iff column ``n`` has a kernel item, unconditional or pending, or
+  some scan ``(j, T)`` with ``j < n`` is still alive (its payload is non-empty by construction,
+  and everything left is completable) -- under ``_GuardAnalysis``: iff one of them can be
+  completed from the state its token leaves; ``accepts(s)`` iff column ``n``, closed for the end
+  of the document, holds the completed augmented start item.
+* Lazy terminals: liveness of ``u`` (some ``v`` with ``u + v`` in ``FM(T)``) is decided by an
+  iterative-deepening search for ``v`` of length <= ``max(FM_DEPTH, min width of T)``
+  (``FM_DEPTH = 4``) over one character per atom signature of ``T`` (``_term_reps``: characters
+  with equal membership in every single-character test of ``T`` are interchangeable for
+  ``re.match``), pruned by ``regex`` partial matching of the greedy rewrite (``FM(T)`` is part of
+  the regular language, and ``greedy_pattern`` avoids ``regex``'s partial-matching bug for lazy
+  repeats). Exact whenever every live prefix has a completion that short. It holds for the corpus
+  (checked in the tests against a deeper bound): ``C_COMMENT`` ``/\*(.|\n)*?\*/`` -- a live
+  ``/*x`` (no ``*/`` inside) is closed by ``*/`` (the first ``*/`` is then the last two
+  characters), ``/`` by ``**/``; ``/".*?"/`` -- ``"x`` is closed by ``"``; ESCAPED_STRING and
+  lark.lark's ``STRING`` -- ``"x`` by ``"`` or, after an odd run of backslashes, by ``\"``;
+  ``REGEXP`` -- ``/`` by ``a/``, an open ``/x`` by ``/`` (a preceding backslash is then taken
+  as ``[^\/]``), a closed one is a token or dead. The witness found for ``u`` is reused for
+  ``u + v[0]``.
+* Memoisation: column ``i`` depends only on ``s[:i + 1]``, so every prefix ever seen is a node of
+  a character trie (node = the final columns along the path, shared as one list until the path
+  branches, plus the pending column's kernels and the alive scans). A query starts at the point
+  where it leaves the previous query's path (binary search on the common prefix) and then walks
+  the trie: ``viable(s0 + tok)`` costs at most ``len(tok)`` new columns, whatever was asked
+  before. ``steps`` counts the columns computed; ``clear_cache()`` drops everything.
 
 Other helpers: ``lark_accepts`` / ``lark_viable`` (Lark's own parser, below),
 ``completion_cost`` (a heuristic distance to a sentence), module functions ``random_sentences``,
-``find_completion`` (a witness ``w`` with ``accepts(s + w)``, found heuristically) and
-``mutations``.
+``find_completion`` (a witness ``w`` with ``accepts(s + w)``, found heuristically),
+``mutations`` and ``trailing_guards``.
 
 Exactness: exact for the semantics above, given two facts about the ``regex`` module that hold for
 ordinary patterns: ``fullmatch`` decides membership (it backtracks through all alternatives, so
-lazy quantifiers and ``a|ab`` are fine), and a ``partial=True`` result means the text is a prefix
-of some match. The latter is *optimistic* only where a pattern has a dead branch that the partial
-text reaches: a lookahead at the very end of the partial text that no continuation can satisfy
-(``/a(?=b)/`` is empty standalone, yet ``"a"`` is a partial match), an empty class such as
-``[^\\s\\S]``, or an impossible anchor. Terminals are assumed to have non-empty languages (Lark
-rejects zero-width ones; ``/a(?=b)/``-style empty terminals are not detected).
-Lookarounds *inside* a token work exactly (``/a(?!b)[a-z]*/`` rejects ``ab``; ``/[a-z]+(?<!x)/``
-keeps ``ax`` viable because ``axa`` matches); at a partial end ``regex`` reports "partial" when a
-lookahead needs more text, which is correct except for the dead-branch case above; a negative
-lookahead at the end of a *complete* token sees end-of-token (``/a(?!b)/`` is exactly ``{"a"}``).
-Lazy quantifiers are rewritten to greedy ones before compiling (``greedy_pattern``; the language
-under ``fullmatch`` is the same) because ``regex``'s ``partial=True`` is wrong for lazy repeats:
-``regex.fullmatch(r'a.*?b', 'a\\n', partial=True)`` reports a partial match (regex 2026.5.9);
+``a|ab`` is fine), and a ``partial=True`` result means the text is a prefix of some match. The
+latter is *optimistic* only where a pattern has a dead branch that the partial text reaches: a
+lookahead at the very end of the partial text that no continuation can satisfy (``/a(?=b)c/``),
+an empty class such as ``[^\s\S]``, or an impossible anchor. Terminals are assumed to have
+non-empty languages (Lark rejects zero-width ones; ``/a(?=b)c/``-style empty terminals are not
+detected). Bounded searches (exact where the stated bounds suffice, checked in the tests for
+the corpus): first-match liveness (``FM_DEPTH``) and, for guards without an escape, the token
+enumeration of ``_GuardAnalysis`` (``GUARD_LEN``, ``GUARD_DEPTH``). Lookarounds *inside* a
+token work exactly (``/a(?!b)[a-z]+/`` rejects ``ab``; ``/[a-z]+(?<!x)/`` keeps ``ax`` viable
+because ``axa`` matches).
+Lazy quantifiers are rewritten to greedy ones for ``regex`` (``greedy_pattern``; same regular
+language under ``fullmatch``) because ``regex``'s ``partial=True`` is wrong for lazy repeats:
+``regex.fullmatch(r'a.*?b', 'a\n', partial=True)`` reports a partial match (regex 2026.5.9);
 on all prefixes up to length 4, greedy patterns agreed with an automaton (``interegular``) on 400
 random patterns, and rewritten lazy ones on 300 more.
 
 Where Lark's own ``dynamic_complete`` parser differs from this semantics (``lark_accepts``):
 
-1. Terminals: Lark takes ``T.match(text, i)`` (one, leftmost-first match, lookarounds in
-   context) and then, with ``complete_lex``, re-matches the *truncations of that lexeme* standalone.
-   It never finds a lexeme longer than the first match: ``/".*?"/`` never matches ``"a"b"``
-   (regular language: it does), ``/a|ab/`` never matches ``ab``, ``C_COMMENT`` never spans a
-   ``*/``. If the in-context match fails (``/a(?!b)/`` before ``b``) no length is tried at all.
+1. Greedy terminals: Lark takes ``T.match(text, i)`` (one, leftmost-first match, lookarounds in
+   context) and then, with ``complete_lex``, re-matches the *truncations of that lexeme*
+   standalone. It never finds a lexeme longer than the first match: ``/a|ab/`` never matches
+   ``ab``. The truncations are matched standalone, so a trailing guard is only checked in context
+   for the longest lexeme. (Lazy terminals: Lark's tokens are exactly ``FM(T)``, as here.)
 2. ``%ignore``: Lark matches an ignore terminal once per position, with the one match ``match``
    returns (greedy for ``/[ ]+/``; no other lengths), and only where a token ended. So the language differs when a
    terminal that may follow can start with a character the ignore run would swallow: with
@@ -84,8 +140,10 @@ Where Lark's own ``dynamic_complete`` parser differs from this semantics (``lark
 
 ``lark_viable`` implements the split-point algorithm on top of Lark's parser (parse ``s[:p]``; it
 must be alive at its end, and ``s[p:]`` must partially match a terminal Lark expects at ``p`` or
-an ignore terminal) -- exact for Lark's language whenever 1-2 above do not bite and every rule is
-productive (it cannot see that an expected terminal leads into a non-productive rule), which makes
+an ignore terminal) -- exact for Lark's language whenever 1-2 above do not bite, every rule is
+productive (it cannot see that an expected terminal leads into a non-productive rule), no
+terminal is lazy with a different regular language (it tests ``s[p:]`` against the regular
+language) and none has a trailing guard (it parses ``s[:p]`` as a whole document), which makes
 it an independent cross-check of ``viable`` (the tests compare them). Note a prefix ending inside a
 terminal (``"ab`` in JSON) makes Lark raise ``UnexpectedCharacters`` at the terminal's *start*,
 not ``UnexpectedEOF``; that is why a split point is needed at all. A prefix ending exactly at a
@@ -96,7 +154,7 @@ UTF-8 (``viable_bytes``): invalid UTF-8 anywhere (including overlong forms and s
 viable. A trailing incomplete sequence stands for the contiguous code-point range ``R`` whose
 encodings start with it; the answer is "some ``c`` in ``R`` makes ``decoded + c`` viable". Every
 test a regex makes on one character is membership in an *atom* (a literal, a class, ``.``'s
-``\\n`` test, ``\\w`` for ``\\b``); atoms are read from the terminals' parsed patterns
+``\n`` test, ``\w`` for ``\b``); atoms are read from the terminals' parsed patterns
 (``re._parser``) and compiled with ``regex`` under each of ``IGNORECASE`` and ``ASCII`` on and
 off. Characters of ``R`` with the same membership in every atom behave identically in every
 terminal (no backreferences), so one representative per membership class is tried. If some
@@ -115,8 +173,9 @@ import regex
 from lark.exceptions import UnexpectedCharacters
 
 try:  # Python >= 3.11
-    from re import _constants as _sre_c, _parser as _sre_parse
+    from re import _compiler as _sre_compile, _constants as _sre_c, _parser as _sre_parse
 except ImportError:  # pragma: no cover
+    import sre_compile as _sre_compile
     import sre_constants as _sre_c
     import sre_parse as _sre_parse
 
@@ -124,7 +183,7 @@ _START = "$START"
 
 
 class _Column:
-    __slots__ = ("items", "by_nt", "by_t", "accept", "_ctx")
+    __slots__ = ("items", "by_nt", "by_t", "accept", "_ctx", "ok")
 
     def __init__(self, items: frozenset, by_nt: dict, by_t: dict, accept: bool) -> None:
         self.items = items  # closed Earley items (rule id, dot, origin)
@@ -132,39 +191,84 @@ class _Column:
         self.by_t = by_t  # terminal -> items expecting it
         self.accept = accept  # the augmented start item is complete here
         self._ctx: dict = {}  # completion_cost cache
+        self.ok: dict | None = None  # guard analysis: nonterminal -> states its context completes from
 
 
 class _Node:
-    __slots__ = ("cols", "n", "scans", "viable", "children")
+    __slots__ = ("cols", "n", "base", "guarded", "scans", "viable", "children", "tips")
 
-    def __init__(self, cols: list, n: int, scans: tuple, viable: bool) -> None:
-        # cols[i] (i <= n) = Earley column after text[:i]. The list is shared with the nodes of
-        # shorter and longer prefixes along one path (entries past n belong to a descendant).
+    def __init__(self, cols: list, n: int, base: frozenset, guarded: tuple, scans: tuple, viable: bool) -> None:
+        # cols[i] (i < n) = final Earley column after text[:i] (it depends on text[i] when a guarded
+        # token ends at i). The list is shared with the nodes of shorter and longer prefixes along
+        # one path (entries from n on belong to a descendant). Column n is pending: it is the
+        # closure of `base` plus the kernels of those `guarded` completions (j, terminal, is_ignore,
+        # token) whose trailing lookahead accepts the next character (or the end of the document).
         self.cols = cols
         self.n = n
+        self.base = base
+        self.guarded = guarded
         self.children: dict | None = None  # trie of prefixes: next character -> node
-        self.scans = scans  # (start column, terminal name, is_ignore), alive after text
+        self.scans = scans  # (start column j < n, terminal name, is_ignore), alive after text
         self.viable = viable
+        self.tips: dict = {}  # frozenset of indices of satisfied `guarded` -> closed column n
 
 
-_DEAD = _Node([], -1, (), False)
+_DEAD = _Node([], -1, frozenset(), (), (), False)
 
 
 class LarkOracle:
-    def __init__(self, grammar_text: str, *, start: str = "start", import_paths=()) -> None:
+    def __init__(self, grammar_text: str, *, start: str = "start", import_paths=(),
+                 guard_analysis: bool | None = None) -> None:
+        """guard_analysis: decide viability with _GuardAnalysis (True), with the %ignore escape
+        (False: NotImplementedError if a trailing guard has none), or the latter where possible
+        (None)."""
         self.start = start
         self.grammar_text = grammar_text
         self.lark = lark.Lark(grammar_text, parser="earley", lexer="dynamic_complete", start=start,
                               import_paths=list(import_paths))
         flags = self.lark.options.g_regex_flags or 0
+        self.flags = flags
         self.terminals = {t.name: t for t in self.lark.terminals}
         self.patterns = {name: t.pattern.to_regexp() for name, t in self.terminals.items()}
-        # lazy quantifiers made greedy: same language under fullmatch, and it avoids a bug of
-        # regex's partial matching (see greedy_pattern)
+        # lazy quantifiers made greedy: same regular language under fullmatch, and it avoids a bug
+        # of regex's partial matching (see greedy_pattern); for a lazy terminal it only prunes the
+        # first-match search (FM(T) is a subset of the regular language)
         self._pat = {name: regex.compile(greedy_pattern(p, flags), flags) for name, p in self.patterns.items()}
         self._lazy = {name for name, p in self.patterns.items() if greedy_pattern(p, flags) != p}
         self.ignore = tuple(self.lark.ignore_tokens)
         self._min_width = {name: max(1, t.pattern.min_width) for name, t in self.terminals.items()}
+        # lazy terminals: first-match language FM(T), decided with stdlib re (as Lark matches)
+        self._re = {name: re.compile(self.patterns[name], flags) for name in self._lazy}
+        self._fm_depth = {name: max(FM_DEPTH, self._min_width[name]) for name in self._lazy}
+        self._fm_memo: dict[str, dict] = {name: {} for name in self._lazy}
+        self._term_reps_cache: dict[str, list[str]] = {}
+        # trailing guards: lookaheads that see past the end of the match
+        self._ctx_pat: dict = {}  # guarded terminal -> regex "(?:T)(?=(?s:.)\Z)"
+        self.escape: dict[str, str] = {}  # guarded terminal -> a character that satisfies its guard
+        guards = {}
+        for name, p in self.patterns.items():
+            preds = trailing_guards(p, flags, name)
+            if not preds:
+                continue
+            if name in self._lazy:
+                raise NotImplementedError(f"terminal {name} ({p!r}): a lazy quantifier together with a "
+                                          "lookahead past the end of its match is not modelled")
+            guards[name] = preds
+            try:
+                self._ctx_pat[name] = regex.compile("(?:" + p + r")(?=(?s:.)\Z)", flags)
+            except regex.error as e:
+                raise NotImplementedError(f"terminal {name} ({p!r}): cannot match it in context: {e}") from e
+        self._atoms_cache = None
+        self._reps_cache: dict[tuple, list[str]] = {}
+        self._guards = guards
+        if guards:
+            cands = self._representatives(_ALL_CHARS) if self._atoms() else list(string.printable)
+            starts = [c for c in cands
+                      if any(i not in guards and self._live(i, c) for i in self.ignore)]
+            for name, preds in guards.items():
+                esc = next((c for c in starts if all(pred(c) for pred in preds)), None)
+                if esc is not None:
+                    self.escape[name] = esc
 
         # -- the grammar: productive rules only, augmented with $START -> start
         raw = [(r.origin.name, tuple((s.name, s.is_term) for s in r.expansion)) for r in self.lark.rules]
@@ -205,14 +309,20 @@ class LarkOracle:
                         changed = True
         self._rest = [[sum(self._minlen[n] for n in nxt[d:-1]) for d in range(len(nxt))] for nxt in self._next]
 
+        # guards without an escape: decide completability with a finite-state analysis
+        no_escape = sorted(set(guards) - set(self.escape))
+        if guard_analysis is False and no_escape:
+            raise NotImplementedError(f"terminal {no_escape[0]} ({self.patterns[no_escape[0]]!r}): its trailing "
+                                      "lookahead rejects the first character of every %ignore token")
+        self._ga = _GuardAnalysis(self) if guards and (guard_analysis or no_escape) else None
+
         self.steps = 0  # number of columns computed so far (memoisation can be observed)
-        col0 = self._close({(0, 0, 0)} if rules else set(), 0, [])
-        self._root = self._make_node([col0], 0, ())
+        base = frozenset({(0, 0, 0)} if rules else ())
+        viable = bool(base) and (self._ga is None or self._ga.viable([], 0, base, (), (), ""))
+        self._root = _Node([], 0, base, (), (), viable)
         self._memo: dict[str, _Node] = {"": self._root}  # queried strings (bounded)
         self._prev, self._path = "", [self._root]  # last walked string and its nodes, per prefix
         self._lark_memo: dict[str, tuple] = {}
-        self._atoms_cache = None
-        self._reps_cache: dict[tuple, list[str]] = {}
 
     # ------------------------------------------------------------------ Earley core
     def _close(self, kernel, i: int, cols: list) -> _Column:
@@ -251,45 +361,141 @@ class LarkOracle:
         self.steps += 1
         return _Column(frozenset(items), by_nt, by_t, accept)
 
-    def _make_node(self, cols: list, i: int, alive_scans: tuple) -> _Node:
-        col = cols[i]
-        scans = list(alive_scans)
-        if col.items:
-            scans += [(i, name, False) for name in col.by_t]
-            scans += [(i, name, True) for name in self.ignore]
-        viable = bool(col.items) or any(j < i for j, _, _ in alive_scans)
-        return _Node(cols, i, tuple(scans), viable) if viable else _DEAD
+    def _kernel(self, cols: list, j: int, name: str, is_ign: bool, i: int):
+        """Items that a token of `name` (or an ignore token) over text[j:i] puts into column i."""
+        if is_ign:  # the ignored text is transparent: column j again, origin j renamed to i
+            return [(r, d, i if o == j else o) for r, d, o in cols[j].items]
+        return [(r, d + 1, o) for r, d, o in cols[j].by_t[name]]
+
+    def _tip(self, node: _Node, sat: frozenset) -> _Column:
+        """Column node.n closed, given the set of satisfied guarded completions (cached)."""
+        col = node.tips.get(sat)
+        if col is None:
+            kernel = set(node.base)
+            for k in sat:
+                j, name, is_ign, _ = node.guarded[k]
+                kernel.update(self._kernel(node.cols, j, name, is_ign, node.n))
+            col = node.tips[sat] = self._close(kernel, node.n, node.cols)
+        return col
+
+    def _eos_tip(self, node: _Node) -> _Column:
+        """Column node.n at the end of the document (a trailing lookahead sees end of string)."""
+        return self._tip(node, frozenset(k for k, (_, name, _, u) in enumerate(node.guarded)
+                                         if self._pat[name].fullmatch(u) is not None))
+
+    def _full_tip(self, node: _Node) -> _Column:
+        """Column node.n with every guarded completion (each one satisfiable; see escape)."""
+        return self._tip(node, frozenset(range(len(node.guarded))))
 
     def _extend(self, node: _Node, text: str, n1: int) -> _Node:
         """The node of text[:n1]; `node` is the node of text[:n1 - 1]."""
         if not node.viable:
             return _DEAD
+        n, c = n1 - 1, text[n1 - 1]
+        # 1. column n is final now that its next character c is known
+        col = self._tip(node, frozenset(k for k, (_, name, _, u) in enumerate(node.guarded)
+                                        if self._ctx_pat[name].match(u + c) is not None))
         cols = node.cols
-        kernel: set = set()
+        if len(cols) == n:  # node is the tip of its column list: share it
+            cols.append(col)
+        elif cols[n] is not col:  # another continuation already extended the list: branch off
+            cols = cols[:n] + [col]
+        scans = list(node.scans)
+        if col.items:
+            scans += [(n, name, False) for name in col.by_t]
+            scans += [(n, name, True) for name in self.ignore]
+        # 2. every scan reads c
+        base: set = set()
+        guarded = []
         alive = []
-        for scan in node.scans:
+        for scan in scans:
             j, name, is_ign = scan
             u = text[j:n1]
-            pat = self._pat[name]
-            m = pat.fullmatch(u, partial=True)
-            if m is None:
+            if not self._live(name, u):
                 continue
-            full = not m.partial or pat.fullmatch(u) is not None
-            if not (full and name in self._lazy):
-                # A lazy terminal (C_COMMENT, ESCAPED_STRING) is matched by Lark with re.match:
-                # the first end found, so after its first full match the scan stops.
-                alive.append(scan)
-            if full:
-                if is_ign:
-                    kernel.update((r, d, n1 if o == j else o) for r, d, o in cols[j].items)
-                else:
-                    kernel.update((r, d + 1, o) for r, d, o in cols[j].by_t[name])
-        col = self._close(kernel, n1, cols)
-        if len(cols) == n1:  # node is the tip of its column list: share it
-            cols.append(col)
-        else:  # another continuation of text[:-1] already extended the list: branch off
-            cols = cols[:n1] + [col]
-        return self._make_node(cols, n1, tuple(alive))
+            alive.append(scan)
+            if name in self._ctx_pat:  # a guarded token: valid iff its lookahead accepts what follows
+                if self._pending(name, u):
+                    guarded.append((j, name, is_ign, u))
+            elif self._member(name, u):
+                base.update(self._kernel(cols, j, name, is_ign, n1))
+        viable = bool(base) or bool(guarded) or bool(alive)
+        if viable and self._ga is not None:
+            viable = self._ga.viable(cols, n1, base, guarded, alive, text)
+        return _Node(cols, n1, frozenset(base), tuple(guarded), tuple(alive), viable) if viable else _DEAD
+
+    # ------------------------------------------------------------------ terminals
+    def _pending(self, name: str, u: str) -> bool:
+        """u is a token of the guarded terminal before some next character or the end."""
+        esc = self.escape.get(name)
+        if esc is not None:
+            return self._ctx_pat[name].match(u + esc) is not None
+        return bool(self._ga.follow(name, u))
+
+    def _member(self, name: str, u: str) -> bool:
+        """u is a token of the (unguarded) terminal: its regular language, or FM(T) if lazy."""
+        if name in self._lazy:
+            m = self._re[name].match(u)
+            return m is not None and m.end() == len(u)
+        return self._pat[name].fullmatch(u) is not None
+
+    def _live(self, name: str, u: str) -> bool:
+        """u is a prefix of some token of the terminal (u itself included)."""
+        if self._pat[name].fullmatch(u, partial=True) is None:
+            return False
+        if name not in self._lazy:
+            return True
+        return self._fm_witness(name, u) is not None
+
+    def _fm_witness(self, name: str, u: str) -> str | None:
+        """Some v with u + v in FM(name), |v| <= the search depth, or None (see FM_DEPTH)."""
+        memo = self._fm_memo[name]
+        if u in memo:
+            return memo[u]
+        par = memo.get(u[:-1]) if u else None
+        if par and par[0] == u[-1]:  # the parent's witness still works
+            v = par[1:]
+        else:
+            v = self._fm_search(name, u, self._fm_depth[name])
+        if len(memo) > 200_000:
+            memo.clear()
+        memo[u] = v
+        return v
+
+    def _fm_search(self, name: str, u: str, depth: int) -> str | None:
+        """Iterative deepening over one character per atom signature of the terminal, pruned by
+        the regular language's prefixes (FM(T) is part of it)."""
+        pat, fm = self._pat[name], self._re[name]
+        reps = self._term_reps(name)
+
+        def rec(x: str, d: int) -> str | None:
+            if d == 0:
+                m = fm.match(x)
+                return "" if m is not None and m.end() == len(x) else None
+            for ch in reps:
+                y = x + ch
+                if pat.fullmatch(y, partial=True) is not None:
+                    r = rec(y, d - 1)
+                    if r is not None:
+                        return ch + r
+            return None
+
+        for d in range(depth + 1):
+            r = rec(u, d)
+            if r is not None:
+                return r
+        return None
+
+    def _term_reps(self, name: str) -> list[str]:
+        """One character per atom-membership signature of this terminal's pattern (all code points)."""
+        reps = self._term_reps_cache.get(name)
+        if reps is None:
+            atoms = _compile_atoms([self.patterns[name]], self.flags, ())
+            if atoms is False:
+                raise NotImplementedError(f"terminal {name} ({self.patterns[name]!r}): a lazy quantifier "
+                                          "with a backreference is not modelled")
+            reps = self._term_reps_cache[name] = _representatives(_ALL_CHARS, atoms)
+        return reps
 
     def _node(self, s: str) -> _Node:
         memo = self._memo
@@ -330,7 +536,7 @@ class LarkOracle:
     def clear_cache(self) -> None:
         """Forget every computed column (the trie) and Lark parse."""
         self._root.children = None
-        del self._root.cols[1:]
+        del self._root.cols[:]
         self._memo = {"": self._root}
         self._prev, self._path = "", [self._root]
         self._lark_memo.clear()
@@ -343,7 +549,7 @@ class LarkOracle:
     def accepts(self, s: str) -> bool:
         """s is a sentence (of the scannerless semantics; see the module doc for Lark's quirks)."""
         node = self._node(s)
-        return node.viable and node.cols[node.n].accept
+        return node.viable and self._eos_tip(node).accept
 
     def viable_bytes(self, b: bytes) -> bool:
         """UTF-8 bytes: viable iff valid UTF-8 whose trailing incomplete character (if any) can be
@@ -364,56 +570,14 @@ class LarkOracle:
     # ------------------------------------------------------------------ UTF-8 representatives
     def _atoms(self):
         if self._atoms_cache is None:
-            srcs: set[str] = {r"\w", r"\d", r"\s", r"\n"}
-            ok = True
-            for p in self.patterns.values():
-                try:
-                    tree = _sre_parse.parse(p, self.lark.options.g_regex_flags or 0)
-                except Exception:
-                    ok = False
-                    break
-                if not _collect_atoms(tree, srcs):
-                    ok = False
-                    break
-            if ok:
-                comp = []
-                for src in sorted(srcs):
-                    for fl in (0, regex.IGNORECASE, regex.ASCII, regex.IGNORECASE | regex.ASCII):
-                        try:
-                            comp.append(regex.compile("(?:" + src + ")+", fl))
-                        except regex.error:
-                            ok = False
-                self._atoms_cache = comp if ok else False
-            else:
-                self._atoms_cache = False
+            self._atoms_cache = _compile_atoms(self.patterns.values(), self.flags)
         return self._atoms_cache
 
     def _representatives(self, ranges: list[tuple[int, int]]) -> list[str]:
         key = tuple(ranges)
         reps = self._reps_cache.get(key)
-        if reps is not None:
-            return reps
-        atoms = self._atoms()
-        reps = []
-        seen: set = set()
-        for lo, hi in ranges:
-            text = "".join(map(chr, range(lo, hi + 1)))
-            if atoms is False:  # backreference / unparsable pattern: try every code point
-                reps.extend(text)
-                continue
-            runs = [[(m.start(), m.end()) for m in a.finditer(text)] for a in atoms]
-            cuts = sorted({0, len(text)} | {x for rs in runs for r in rs for x in r})
-            index = {c: k for k, c in enumerate(cuts)}
-            sig = [0] * (len(cuts) - 1)
-            for bit, rs in enumerate(runs):
-                for a, b in rs:
-                    for k in range(index[a], index[b]):
-                        sig[k] |= 1 << bit
-            for k, v in enumerate(sig):
-                if v not in seen:
-                    seen.add(v)
-                    reps.append(text[cuts[k]])
-        self._reps_cache[key] = reps
+        if reps is None:
+            reps = self._reps_cache[key] = _representatives(ranges, self._atoms())
         return reps
 
     # ------------------------------------------------------------------ Lark's own parser
@@ -492,11 +656,10 @@ class LarkOracle:
         node = self._node(s)
         if not node.viable:
             return float("inf")
-        cols, n = node.cols, len(s)
+        n = len(s)
+        cols = node.cols[:n] + [self._full_tip(node)]
         best = self._col_cost(cols, n)
         for j, name, is_ign in node.scans:
-            if j == n:
-                continue
             u = s[j:]
             pat = self._pat[name]
             rem = 0 if pat.fullmatch(u) else max(1, self._min_width[name] - len(u))
@@ -518,6 +681,218 @@ class LarkOracle:
 
     def pattern_chars(self) -> str:
         return "".join(sorted({c for t in self.terminals.values() for c in t.pattern.value}))
+
+
+class _GuardAnalysis:
+    """Exact completability under trailing guards that no %ignore token can satisfy (the general
+    path; see the module doc). Characters are abstracted to the grammar's atom classes ``K`` (one
+    representative each) plus ``EOS``; a *state* is the set of classes the next character may be in
+    (``ALL``: no requirement). A token of terminal ``T`` over ``u`` can follow state ``q`` iff the
+    class of ``u[0]`` is in ``q``, and leads to state ``follow(T, u)`` (the classes ``c`` with
+    ``u`` a token before ``c``, plus ``EOS`` if it is one at the end; ``ALL`` for unguarded ``T``).
+    ``iface[T]`` = the (first class, state) pairs of ``T``'s tokens; ``ign`` those of the %ignore
+    terminals (any number may stand before every token and at the end); ``R[N][q]`` = the states
+    after a derivation of ``N`` from state ``q`` (least fixpoint over the rules). An Earley item
+    ``(A -> a . b, o)`` reached in state ``q`` is completable iff some state after ``b`` is in
+    ``ok(o, A)``: the states from which the context of ``A`` predicted in column ``o`` completes
+    (a fixpoint per column over its items expecting ``A``; ``EOS`` reachable through ignores for
+    the start symbol). Tokens are enumerated up to GUARD_LEN characters (``iface``) and
+    extensions of an alive scan up to GUARD_DEPTH characters: exact when every (first class,
+    state) pair is realised that short."""
+
+    def __init__(self, o: "LarkOracle") -> None:
+        self.o = o
+        atoms = o._atoms()
+        if atoms is False:
+            raise NotImplementedError("trailing guards with a backreference in the grammar are not modelled")
+        self.K = o._representatives(_ALL_CHARS)
+        self.atoms = atoms
+        self.cls = {self._sig(c): k for k, c in enumerate(self.K)}
+        self.EOS = len(self.K)
+        self.ALL = frozenset(range(len(self.K) + 1))
+        self._follow: dict = {}
+        self._ext: dict = {}
+        self.iface = {name: self._iface(name) for name in o._pat}
+        self.ign = set().union(*(self.iface[i] for i in o.ignore)) if o.ignore else set()
+        self.states = {self.ALL} | {v for pairs in self.iface.values() for _, v in pairs}
+        self._ic: dict = {}
+        self.fin = frozenset(q for q in self.states if any(self.EOS in x for x in self.ic(q)))
+        self._step: dict = {}
+        self.R: dict = {nt: {q: set() for q in self.states} for nt in o._by_origin}
+        self._seq: dict | None = None
+        changed = True
+        while changed:
+            changed = False
+            for rid, nt in enumerate(o._origin):
+                for q in self.states:
+                    out = self.seq(o._next[rid][:-1], q)
+                    if not out <= self.R[nt][q]:
+                        self.R[nt][q] |= out
+                        changed = True
+        self._seq = {}
+
+    def _sig(self, c: str) -> tuple:
+        return tuple(a.fullmatch(c) is not None for a in self.atoms)
+
+    def follow(self, name: str, u: str) -> frozenset:
+        """The state after a token u of the terminal (empty: u is no token in any context)."""
+        o = self.o
+        ctx = o._ctx_pat.get(name)
+        if ctx is None:
+            return self.ALL if o._member(name, u) else frozenset()
+        key = (name, u)
+        v = self._follow.get(key)
+        if v is None:
+            v = {k for k, c in enumerate(self.K) if ctx.match(u + c) is not None}
+            if o._pat[name].fullmatch(u) is not None:
+                v.add(self.EOS)
+            if len(self._follow) > 200_000:
+                self._follow.clear()
+            v = self._follow[key] = frozenset(v)
+        return v
+
+    def _iface(self, name: str) -> set:
+        o = self.o
+        firsts = [c for c in self.K if o._live(name, c)]
+        if name not in o._ctx_pat:
+            return {(self.cls[self._sig(c)], self.ALL) for c in firsts}
+        reps = _representatives(_ALL_CHARS, _compile_atoms([o.patterns[name]], o.flags, ()))
+        out = set()
+        frontier = firsts
+        for _ in range(GUARD_LEN):
+            for u in frontier:
+                v = self.follow(name, u)
+                if v:
+                    out.add((self.cls[self._sig(u[0])], v))
+            frontier = [u + r for u in frontier for r in reps if o._live(name, u + r)]
+        return out
+
+    def ic(self, q: frozenset) -> frozenset:
+        """States reachable from q through %ignore tokens (q included)."""
+        r = self._ic.get(q)
+        if r is None:
+            seen = {q}
+            todo = [q]
+            while todo:
+                x = todo.pop()
+                for a, v in self.ign:
+                    if a in x and v not in seen:
+                        seen.add(v)
+                        todo.append(v)
+            r = self._ic[q] = frozenset(seen)
+        return r
+
+    def step(self, sym: str, q: frozenset) -> set:
+        if sym not in self.iface:
+            return self.R[sym][q]
+        key = (sym, q)
+        r = self._step.get(key)
+        if r is None:
+            pairs = self.iface[sym]
+            r = self._step[key] = {v for x in self.ic(q) for a, v in pairs if a in x}
+        return r
+
+    def seq(self, syms: tuple, q: frozenset) -> set:
+        memo = self._seq
+        key = (syms, q)
+        if memo is not None and key in memo:
+            return memo[key]
+        cur = {q}
+        for sym in syms:
+            cur = set().union(*(self.step(sym, x) for x in cur)) if cur else cur
+            if not cur:
+                break
+        if memo is not None:
+            memo[key] = cur
+        return cur
+
+    def ok(self, col: _Column, o: int, cols: list) -> dict:
+        """nonterminal -> states from which its context in column o (= col) completes."""
+        if col.ok is not None:
+            return col.ok
+        org, nxt = self.o._origin, self.o._next
+        est = {a: set() for a in col.by_nt}
+        changed = True
+        while changed:
+            changed = False
+            for a, parents in col.by_nt.items():
+                cur = est[a]
+                for pr, pd, po in parents:
+                    p = org[pr]
+                    if p == _START:
+                        target = self.fin
+                    elif po < o:
+                        target = self.ok(cols[po], po, cols).get(p, ())
+                    else:
+                        target = est.get(p, ())
+                    if not target:
+                        continue
+                    rest = nxt[pr][pd + 1:-1]
+                    for q in self.states:
+                        if q not in cur and not self.seq(rest, q).isdisjoint(target):
+                            cur.add(q)
+                            changed = True
+        col.ok = {a: frozenset(v) for a, v in est.items()}
+        return col.ok
+
+    def _completable(self, items, q: frozenset, cols: list, n: int, tip) -> bool:
+        org, nxt = self.o._origin, self.o._next
+        for r, d, o in items:
+            a = org[r]
+            if a == _START:
+                target = self.fin
+            elif o < n:
+                target = self.ok(cols[o], o, cols).get(a, ())
+            else:
+                target = self.ok(tip(), n, cols).get(a, ())
+            if target and not self.seq(nxt[r][d:-1], q).isdisjoint(target):
+                return True
+        return False
+
+    def extensions(self, name: str, u: str) -> set:
+        """States after the tokens u + v of a guarded terminal, 1 <= len(v) <= GUARD_DEPTH."""
+        key = (name, u)
+        r = self._ext.get(key)
+        if r is None:
+            o = self.o
+            reps = _representatives(_ALL_CHARS, _compile_atoms([o.patterns[name]], o.flags, ()))
+            r = set()
+            frontier = [u]
+            for _ in range(GUARD_DEPTH):
+                frontier = [x + c for x in frontier for c in reps if o._live(name, x + c)]
+                r |= {self.follow(name, x) for x in frontier} - {frozenset()}
+            if len(self._ext) > 100_000:
+                self._ext.clear()
+            self._ext[key] = r
+        return r
+
+    def viable(self, cols: list, n: int, base, guarded, alive, text: str) -> bool:
+        """Some kernel item of column n (in its state), or some alive scan, can be completed."""
+        groups: dict = {}
+        if base:
+            groups[self.ALL] = list(base)
+        for j, name, is_ign, u in guarded:
+            groups.setdefault(self.follow(name, u), []).extend(self.o._kernel(cols, j, name, is_ign, n))
+        for q, kernel in groups.items():
+            closed = []
+
+            def tip(kernel=kernel, closed=closed):
+                if not closed:
+                    closed.append(self.o._close(set(kernel), n, cols))
+                return closed[0]
+
+            if self._completable(kernel, q, cols, n, tip):
+                return True
+        for j, name, is_ign in alive:
+            if is_ign:
+                payload = cols[j].items
+            else:
+                payload = [(r, d + 1, o) for r, d, o in cols[j].by_t[name]]
+            states = self.extensions(name, text[j:n]) if name in self.o._ctx_pat else {self.ALL}
+            for q in states:
+                if self._completable(payload, q, cols, n, None):
+                    return True
+        return False
 
 
 # ---------------------------------------------------------------------- helpers
@@ -627,6 +1002,200 @@ def greedy_pattern(pattern: str, flags: int = 0) -> str:
     except Exception:
         pass
     return pattern
+
+
+_ALL_CHARS = [(0, 0xD7FF), (0xE000, 0x10FFFF)]  # every code point a document can hold
+
+# Search depth of the first-match liveness of a lazy terminal (at least its minimal width): exact
+# whenever every live prefix has a completion of at most that many characters (module doc).
+FM_DEPTH = 4
+# Enumeration bounds of the guard analysis (_GuardAnalysis): token length, extension length.
+GUARD_LEN = 4
+GUARD_DEPTH = 3
+
+_ATOM_CACHE: dict = {}
+_REPS_CACHE: dict = {}
+
+
+def _compile_atoms(patterns, flags: int, extra=(r"\w", r"\d", r"\s", r"\n")):
+    """The single-character tests of the patterns (see _collect_atoms) and `extra`, compiled under
+    IGNORECASE and ASCII on and off; False if some pattern has a backreference or cannot be parsed."""
+    srcs: set[str] = set(extra)
+    for p in patterns:
+        try:
+            tree = _sre_parse.parse(p, flags)
+        except Exception:
+            return False
+        if not _collect_atoms(tree, srcs):
+            return False
+    key = tuple(sorted(srcs))
+    comp = _ATOM_CACHE.get(key)
+    if comp is None:
+        comp = []
+        for src in key:
+            for fl in (0, regex.IGNORECASE, regex.ASCII, regex.IGNORECASE | regex.ASCII):
+                try:
+                    comp.append(regex.compile("(?:" + src + ")+", fl))
+                except regex.error:
+                    comp = False
+                    break
+            if comp is False:
+                break
+        _ATOM_CACHE[key] = comp
+    return comp
+
+
+def _representatives(ranges, atoms) -> list[str]:
+    """One character of `ranges` per distinct membership signature in `atoms` (every character if
+    atoms is False)."""
+    key = (tuple(ranges), tuple(a.pattern for a in atoms) if atoms else atoms)
+    reps = _REPS_CACHE.get(key)
+    if reps is not None:
+        return reps
+    reps = []
+    seen: set = set()
+    for lo, hi in ranges:
+        text = "".join(map(chr, range(lo, hi + 1)))
+        if atoms is False:  # backreference / unparsable pattern: try every code point
+            reps.extend(text)
+            continue
+        runs = [[(m.start(), m.end()) for m in a.finditer(text)] for a in atoms]
+        cuts = sorted({0, len(text)} | {x for rs in runs for r in rs for x in r})
+        index = {c: k for k, c in enumerate(cuts)}
+        sig = [0] * (len(cuts) - 1)
+        for bit, rs in enumerate(runs):
+            for a, b in rs:
+                for k in range(index[a], index[b]):
+                    sig[k] |= 1 << bit
+        for k, v in enumerate(sig):
+            if v not in seen:
+                seen.add(v)
+                reps.append(text[cuts[k]])
+    _REPS_CACHE[key] = reps
+    return reps
+
+
+_AT_REACH = {  # how many characters at and after its position an anchor inspects
+    _sre_c.AT_BOUNDARY: 1, _sre_c.AT_NON_BOUNDARY: 1, _sre_c.AT_UNI_BOUNDARY: 1,
+    _sre_c.AT_UNI_NON_BOUNDARY: 1, _sre_c.AT_LOC_BOUNDARY: 1, _sre_c.AT_LOC_NON_BOUNDARY: 1,
+    _sre_c.AT_END: 2, _sre_c.AT_END_LINE: 1, _sre_c.AT_END_STRING: 1,
+}
+_REPEATS = (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT) + ((_sre_c.POSSESSIVE_REPEAT,)
+                                                     if hasattr(_sre_c, "POSSESSIVE_REPEAT") else ())
+
+
+def _width(state, items) -> tuple[int, int]:
+    return _sre_parse.SubPattern(state, list(items)).getwidth()
+
+
+def _reach(seq) -> int:
+    """How far past its start matching `seq` may inspect the text (its max. width, plus what
+    lookaheads and anchors see beyond)."""
+    best = pos = 0
+    for item in seq:
+        op, av = item
+        if op is _sre_c.ASSERT or op is _sre_c.ASSERT_NOT:
+            direction, sub = av
+            e = _reach(sub) if direction == 1 else max(0, _reach(sub) - sub.getwidth()[1])
+        elif op is _sre_c.AT:
+            e = _AT_REACH.get(av, 0)
+        elif op is _sre_c.SUBPATTERN:
+            e = _reach(av[-1])
+        elif op is _sre_c.BRANCH:
+            e = max(_reach(b) for b in av[1])
+        elif op in _REPEATS:
+            body = av[2]
+            extra = _reach(body) - body.getwidth()[1]
+            e = _width(seq.state, [item])[1] + max(0, extra)
+        elif op is getattr(_sre_c, "ATOMIC_GROUP", None):
+            e = _reach(av)
+        elif op is _sre_c.GROUPREF_EXISTS:
+            e = max(_reach(av[1]), _reach(av[2]) if av[2] is not None else 0)
+        else:
+            e = _width(seq.state, [item])[1]
+        best = max(best, pos + e)
+        pos += _width(seq.state, [item])[1]
+    return max(best, pos)
+
+
+def _guard_walk(seq, rem: int, add: int, dele: int, out: list) -> None:
+    """Collect (item, overshoot, add, del flags) for every assertion or anchor of `seq` that may
+    inspect text past the end of the whole match; rem = min. width matched after seq."""
+    items = list(seq)
+    rems = [0] * len(items)
+    suffix = rem
+    for k in range(len(items) - 1, -1, -1):
+        rems[k] = suffix
+        suffix += _width(seq.state, [items[k]])[0]
+    for k, item in enumerate(items):
+        op, av = item
+        r = rems[k]
+        if op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT, _sre_c.AT):
+            over = _reach(_sre_parse.SubPattern(seq.state, [item])) - r
+            if over > 0:
+                out.append((item, over, add, dele))
+        elif op is _sre_c.SUBPATTERN:
+            _, a, d, sub = av
+            _guard_walk(sub, r, (add & ~d) | a, (dele & ~a) | d, out)
+        elif op is _sre_c.BRANCH:
+            for b in av[1]:
+                _guard_walk(b, r, add, dele, out)
+        elif op in _REPEATS:
+            _guard_walk(av[2], r, add, dele, out)
+        elif op is getattr(_sre_c, "ATOMIC_GROUP", None):
+            _guard_walk(av, r, add, dele, out)
+        elif op is _sre_c.GROUPREF_EXISTS:
+            _guard_walk(av[1], r, add, dele, out)
+            if av[2] is not None:
+                _guard_walk(av[2], r, add, dele, out)
+
+
+def _single_char(sub) -> bool:
+    """`sub` tests exactly one character (no anchors, lookarounds or backreferences)."""
+    if sub.getwidth() != (1, 1):
+        return False
+    for op, av in sub:
+        if op in (_sre_c.LITERAL, _sre_c.NOT_LITERAL, _sre_c.IN, _sre_c.ANY):
+            continue
+        if op is _sre_c.SUBPATTERN and _single_char(av[-1]):
+            continue
+        if op is _sre_c.BRANCH and all(_single_char(b) for b in av[1]):
+            continue
+        return False
+    return True
+
+
+def trailing_guards(pattern: str, flags: int = 0, name: str = "?") -> list:
+    """The trailing guards of a terminal's pattern: one predicate on the next character per
+    lookahead that can see past the end of the match (empty list: the match is self-contained).
+
+    Supported: lookaheads ``(?=X)`` / ``(?!X)`` whose content X tests exactly one character and
+    which may stand at the end of the match (like ``[?](?![a-z])``); each one then inspects the
+    next character of the document or its end. Anything else that can see past the end (a
+    lookahead reaching two characters, ``\\b``, ``$``, ``\\Z`` at the end) raises
+    NotImplementedError naming the terminal."""
+    try:
+        tree = _sre_parse.parse(pattern, flags)
+    except Exception:
+        if re.search(r"\(\?[=!]|\\[bBZ]|\$", pattern):
+            raise NotImplementedError(f"terminal {name} ({pattern!r}): cannot parse its lookarounds")
+        return []
+    found: list = []
+    _guard_walk(tree, 0, 0, 0, found)
+    preds = []
+    for (op, av), over, add, dele in found:
+        if over > 1:
+            raise NotImplementedError(f"terminal {name} ({pattern!r}): a lookaround or anchor may inspect "
+                                      f"{over} characters past the end of the match (only one is modelled)")
+        if op is _sre_c.AT or av[0] != 1 or not _single_char(av[1]):
+            raise NotImplementedError(f"terminal {name} ({pattern!r}): only one-character lookaheads may "
+                                      "look past the end of the match (not anchors, \\b or longer lookarounds)")
+        sub = av[1]
+        wrapped = _sre_parse.SubPattern(sub.state, [(_sre_c.SUBPATTERN, (None, add, dele, sub))])
+        test = _sre_compile.compile(wrapped, flags)
+        positive = op is _sre_c.ASSERT
+        preds.append(lambda c, test=test, positive=positive: (test.match(c) is not None) == positive)
+    return preds
 
 
 def _class_src(items) -> str:
@@ -785,4 +1354,4 @@ def mutations(s: str, rng: random.Random, alphabet: str, k: int) -> list[str]:
     return out
 
 
-__all__ = ["LarkOracle", "random_sentences", "find_completion", "mutations"]
+__all__ = ["LarkOracle", "random_sentences", "find_completion", "mutations", "trailing_guards"]

@@ -4,7 +4,9 @@ Hand-computed tables first (each entry: viable, accepts), then cross-checks agai
 implementation built on Lark's own Earley parser (``lark_accepts`` / ``lark_viable``), exhaustive
 over short strings, and a sweep over the shared Lark / Outlines grammars with random sentences and
 mutations. Where Lark's ``dynamic_complete`` parser is known to differ from the scannerless
-semantics (lazy quantifiers, greedy ``%ignore``, in-context lookahead) the tests pin both answers.
+semantics (leftmost-first alternation, greedy ``%ignore``) the tests pin both answers; trailing
+guards (lookaheads past the end of a match, lark.lark's OP) and lazy terminals (first-match
+language, lark.lark's REGEXP) are checked against Lark's own parser, which agrees there.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tests.constrain.lark_oracle import (
     greedy_pattern,
     mutations,
     random_sentences,
+    trailing_guards,
 )
 
 GRAMMAR_DIRS = ("/work/shared/data/grammars/lark", "/work/shared/data/grammars/outlines")
@@ -318,17 +321,20 @@ def lark_parses(lk: lark.Lark, s: str) -> bool:
 
 
 def test_divergences_are_lark_terminal_matching():
-    """Lazy terminals follow Lark's own first-match reading (the scan of a lazy terminal stops at
-    its first full match), so Lark itself agrees with the oracle there; with an every-length
-    terminal matcher, Lark's Earley parser agrees on the alternation and lookahead cases (but not
-    on greedy %ignore)."""
+    """Lazy terminals follow Lark's own first-match reading (FM(T)), and trailing guards see the
+    document as Lark's in-context match does, so Lark itself agrees with the oracle there; with an
+    every-length terminal matcher, Lark's Earley parser agrees on the alternation case (but not on
+    greedy %ignore)."""
     o = LarkOracle(LAZY_COMMENT)
     for s in ('"a"b"', 'x /* c */ a */', "x /* c */ a", '"a"b', "x /* c", '"a\n"', "/**/x"):
         assert o.lark_accepts(s) == o.accepts(s), s
     o = LarkOracle("start: X\nX: /a|ab/")
     assert lark_parses(exact_lark(o), "ab") and o.accepts("ab")
-    o = LarkOracle('start: A "b"\nA: /a(?!b)/')
-    assert lark_parses(exact_lark(o), "ab") and o.accepts("ab")
+    # a trailing guard sees the document, as Lark's in-context match does (the standalone matcher
+    # of exact_lark does not)
+    o = LarkOracle('start: A "b"\nA: /a(?!b)/\n%ignore " "')
+    assert not o.accepts("ab") and not o.lark_accepts("ab") and lark_parses(exact_lark(o), "ab")
+    assert o.accepts("a b") and o.lark_accepts("a b")
     o = LarkOracle('start: "a" B\nB: " b"\n%ignore /[ ]+/')
     assert not lark_parses(exact_lark(o), "a  b") and o.accepts("a  b")
     # exhaustively, on a lazy-string grammar without %ignore
@@ -368,12 +374,18 @@ start: A "b" | WORD | LB | LA
 A: /a(?!b)/
 WORD: /c(?!d)[a-z]*/
 LB: /x[a-z]*(?<!q)/
-LA: /y(?=z)z?/
+LA: /y(?=z)z/
+%ignore " "
 """)
-    check_table(o, {
-        "a": (True, False),
+    assert o.escape == {"A": " ", "WORD": " "}  # (?!d) may see past "c": a trailing guard too
+    table = {
+        "a": (True, False),  # A, if the next character is not "b"
+        "ab": (False, False),  # the guard of A sees the "b" of the document
+        "a b": (True, True),
+        "a  b ": (True, True),
         "c": (True, True),
-        "cd": (False, False),  # lookahead inside the token
+        "cd": (False, False),  # neither "cd" (lookahead inside the token) nor "c" before "d"
+        "c d": (False, False),
         "ce": (True, True),
         "ced": (True, True),
         "x": (True, True),
@@ -383,13 +395,10 @@ LA: /y(?=z)z?/
         "y": (True, False),  # lookahead at the end of a partial match: "yz" completes it
         "yz": (True, True),
         "yx": (False, False),
-    }, lark_agrees=False)
-    for s in ("c", "cd", "ce", "x", "xq", "xqa", "y", "yz", "yx"):
+    }
+    check_table(o, table, lark_agrees=False)
+    for s in table:
         assert o.lark_accepts(s) == o.accepts(s), s
-    # A lookahead at the end of a token sees the end of the token: /a(?!b)/ is exactly {"a"}.
-    # Lark matches in context and refuses "a" before "b".
-    assert o.viable("ab") and o.accepts("ab")
-    assert not o.lark_accepts("ab")
 
 
 UTF8 = r"""
@@ -479,6 +488,276 @@ def test_memoisation_cost_per_token():
     assert not o.viable(s0 + '"]') and not o.lark_viable(s0 + '"]')
 
 
+# ----------------------------------------------------------------------------- trailing guards
+
+GUARD = r"""
+start: x+
+x: OP | NAME
+OP: /[+*]|[?](?![a-z])/
+NAME: /[a-z]+/
+%ignore " "
+"""
+
+
+def words(alphabet: str, max_len: int):
+    for k in range(max_len + 1):
+        for t in itertools.product(alphabet, repeat=k):
+            yield "".join(t)
+
+
+def test_trailing_guard_sees_the_next_character():
+    """lark.lark's OP: "?" is a token iff the next character of the document is not in [a-z]."""
+    o = LarkOracle(GUARD)
+    assert o.escape == {"OP": " "}
+    table = {
+        "": (True, False),
+        "?": (True, True),  # at the end of the document the negative lookahead passes
+        "?a": (False, False),  # ... but not before "a" (the old oracle matched "?" standalone)
+        "? a": (True, True),
+        "?+": (True, True),
+        "?*?": (True, True),
+        "??": (True, True),
+        "a?": (True, True),
+        "a?b": (False, False),
+        "a? b": (True, True),
+        "+a": (True, True),  # the [+*] branch has no guard
+        "?\t": (False, False),
+        "? ": (True, True),
+    }
+    check_table(o, table, lark_agrees=False)
+    # Lark's in-context match agrees on every sentence; viability is "some completion exists"
+    for s in words("?a+ ", 5):
+        assert o.accepts(s) == o.lark_accepts(s), s
+        assert o.viable(s) == any(o.accepts(s + w) for w in words("?a+ ", 2)), s
+    # the split-point algorithm on Lark parses "?" as a whole document, so it keeps "?a" viable
+    assert o.lark_viable("?a") and not o.viable("?a")
+
+
+def test_trailing_guard_literal_and_positive_lookahead():
+    # a literal "?" has no guard
+    o = LarkOracle('start: "?" NAME\nNAME: /[a-z]+/')
+    assert o.escape == {} and o.accepts("?a") and o.lark_accepts("?a")
+    # a positive guard fails at the end of the document
+    o = LarkOracle('start: N+\nN: /[0-9]+(?=\\s)/\n%ignore /[ \\n]/')
+    assert o.escape["N"] in " \n"
+    check_table(o, {
+        "1": (True, False),  # "1" is an N only before whitespace
+        "12": (True, False),
+        "12 ": (True, True),
+        "12\n": (True, True),
+        "1 2 ": (True, True),
+        "1 2": (True, False),
+        "1a": (False, False),
+    }, lark_agrees=False)
+    for s in words("1 a\n", 4):
+        assert o.accepts(s) == o.lark_accepts(s), s
+        assert o.viable(s) == any(o.accepts(s + w) for w in words("1 a", 2)), s
+
+
+def test_trailing_guard_in_a_repeat_and_guarded_ignore():
+    o = LarkOracle('start: W+\nW: /(?:[a-z](?![0-9]))+/\n%ignore /#(?![a-z])/\n%ignore " "')
+    assert set(o.escape.values()) == {" "} and len(o.escape) == 2  # W and the "#" ignore terminal
+    check_table(o, {
+        "ab": (True, True), "a1": (False, False), "ab #": (True, True), "ab#b": (False, False),
+        "ab# b": (True, True), "#": (True, False),
+    }, lark_agrees=False)
+    for s in words("a1# ", 4):
+        assert o.accepts(s) == o.lark_accepts(s), s
+
+
+@pytest.mark.parametrize("grammar, what", [
+    ('start: A\nA: /a(?=bc)/\n%ignore " "', "2 characters"),  # inspects two characters past the end
+    ('start: A\nA: /a\\b/\n%ignore " "', "one-character lookaheads"),
+    ('start: A\nA: /a$/\n%ignore " "', "2 characters"),
+    ('start: A\nA: /".*?"(?!x)/\n%ignore " "', "lazy"),
+])
+def test_unsupported_guards_are_refused_by_name(grammar, what):
+    with pytest.raises(NotImplementedError, match=r"terminal A .*" + re.escape(what)):
+        LarkOracle(grammar)
+
+
+def test_guard_without_escape_uses_the_analysis():
+    """No %ignore token passes F's guard: completability comes from _GuardAnalysis."""
+    o = LarkOracle('start: (F | N)+\nF: /[a-z]+(?=\\()/\nN: /[a-z(]/\n')
+    assert o.escape == {} and o._ga is not None
+    with pytest.raises(NotImplementedError, match="terminal F"):
+        LarkOracle(o.grammar_text, guard_analysis=False)
+    check_table(o, {
+        "ab": (True, True),  # N N (F needs a "(" after it)
+        "ab(": (True, True),  # F N or N N N
+        "a(": (True, True),
+        "((": (True, True),
+    }, lark_agrees=False)
+    for s in words("ab(", 6):
+        assert o.accepts(s) == o.lark_accepts(s), s
+        assert o.viable(s) == any(o.accepts(s + w) for w in words("ab(", 2)), s
+    # a guard that empties the language, and one only a longer token satisfies
+    o = LarkOracle('start: A "b"\nA: /a(?!b)/')
+    assert not o.viable("") and not o.viable("a") and not o.accepts("ab")
+    o = LarkOracle('start: A "c"\nA: /y(?=z)z?/\n%ignore " "')
+    assert o._ga is not None
+    check_table(o, {"": (True, False), "y": (True, False), "yz": (True, False), "yz c": (True, True),
+                    "y c": (False, False), "y z": (False, False), "yzc": (True, True)}, lark_agrees=False)
+    for s in words("yzc ", 5):
+        assert o.accepts(s) == o.lark_accepts(s), s
+        assert o.viable(s) == any(o.accepts(s + w) for w in words("yzc", 3)), s
+
+
+def test_guard_analysis_agrees_with_the_escape():
+    """Where a guard has an escape both ways of deciding viability must agree."""
+    a, b = LarkOracle(GUARD), LarkOracle(GUARD, guard_analysis=True)
+    assert a._ga is None and b._ga is not None
+    for s in words("?a+ ", 6):
+        assert a.viable(s) == b.viable(s) and a.accepts(s) == b.accepts(s), s
+    path = os.path.join(LARK_DIR, "lark.lark")
+    if not os.path.exists(path):
+        return
+    text = open(path).read()
+    a = LarkOracle(text, import_paths=[LARK_DIR])
+    b = LarkOracle(text, import_paths=[LARK_DIR], guard_analysis=True)
+    rng = random.Random(11)
+    sents = random_sentences(a, 8, rng, 30) + ["start: a? b*\n", "X: /a/i | \"b\"i\n?x: y+ -> z\n"]
+    for s in sents:
+        for m in [s[:i] for i in range(len(s) + 1)] + mutations(s, rng, a.alphabet(), 12):
+            assert a.viable(m) == b.viable(m) and a.accepts(m) == b.accepts(m), m
+
+
+@pytest.mark.parametrize("grammar", [
+    GUARD,
+    'start: (F | N)+\nF: /[a-z]+(?=\\()/\nN: /[a-z(]/\n',
+    'start: A "c"\nA: /y(?=z)z?/\n%ignore " "',
+    'start: D+\nD: /[1-9](_?[0-9])*|0(_?0)*(?![1-9])/\n%ignore " "',
+])
+def test_guard_analysis_bounds_are_enough(grammar, monkeypatch):
+    """The token enumeration bounds of _GuardAnalysis give the same (first class, state) pairs
+    and alive-scan extension states as deeper ones."""
+    import tests.constrain.lark_oracle as lo
+
+    a = LarkOracle(grammar, guard_analysis=True)
+    monkeypatch.setattr(lo, "GUARD_LEN", lo.GUARD_LEN + 2)
+    monkeypatch.setattr(lo, "GUARD_DEPTH", lo.GUARD_DEPTH + 2)
+    b = LarkOracle(grammar, guard_analysis=True)
+    assert a._ga.iface == b._ga.iface
+    for name in a._ctx_pat:
+        for u in words(a._ga.K[0] + "a0z_(?", 2):
+            if u and a._live(name, u):
+                assert a._ga.extensions(name, u) <= b._ga.extensions(name, u) == a._ga.extensions(name, u), u
+
+
+def test_trailing_guards_analysis():
+    assert len(trailing_guards(r"[+*]|[?](?![a-z])")) == 1
+    assert trailing_guards(r"/(?!/)(\\/|\\\\|[^/])*?/[imslux]*") == []  # lookahead inside the match
+    assert trailing_guards(r"a(?!b)[a-z]+") == [] and trailing_guards(r"[a-z]+(?<!x)") == []
+    assert trailing_guards(r"\ba") == []  # looks before the start only (out of scope)
+    (pred,) = trailing_guards(r"(?i:x(?![a-z]))")
+    assert not pred("Q") and pred("1")  # the scoped IGNORECASE flag applies to the guard
+    (pred,) = trailing_guards(r"x(?=\s)")
+    assert pred(" ") and not pred("y")
+
+
+# ----------------------------------------------------------------------------- lazy terminals
+
+REGEXP_G = r"""
+start: R
+R: /\/(?!\/)(\\\/|\\\\|[^\/])*?\/[imslux]*/
+"""
+
+
+def test_lazy_first_match_language_regexp():
+    """lark.lark's REGEXP: its tokens are FM(T) = {w : re.match(T, w).end() == len(w)}."""
+    o = LarkOracle(REGEXP_G)
+    table = {
+        "/ab/i": (True, True),  # the greedy flag suffix belongs to the first match
+        "/ab/imx": (True, True),
+        "/a\\/b/": (True, True),  # an escaped slash
+        "/a\\/": (True, True),  # backtracking: the backslash as [^\/], then the closing slash
+        "/ab/": (True, True),
+        "/": (True, False),
+        "/a": (True, False),
+        "/a\\": (True, False),
+        "//": (False, False),  # (?!\/)
+        "/ab/c": (False, False),  # the first match ends at "/ab/"
+        "/ab/i/": (False, False),
+        "/a/b/": (False, False),
+    }
+    check_table(o, table, lark_agrees=False)
+    for s, (_, a) in table.items():
+        assert o.lark_accepts(s) is a, s
+        m = re.match(o.patterns["R"], s)
+        assert (m is not None and m.end() == len(s)) is a, s
+    # the old "stop at the first full match" reading was wrong here:
+    assert re.fullmatch(o.patterns["R"], "/a\\/") and o.viable("/a\\/b") and o.accepts("/a\\/b/")
+    for s in words("/\\ai", 5):
+        assert o.accepts(s) == o.lark_accepts(s), s
+    for s in words("/\\ai", 4):  # every live prefix has a completion of <= 3 characters
+        assert o.viable(s) == any(o.accepts(s + w) for w in words("/\\ai", 3)), s
+
+
+def test_lazy_first_match_language_lark_string():
+    o = LarkOracle('start: S+\nS: _STRING "i"?\n%import common.ESCAPED_STRING -> _STRING\n%ignore " "')
+    assert "S" in o._lazy
+    check_table(o, {
+        '"ab"i': (True, True), '"ab"': (True, True), '"a\\"b"': (True, True), '"a\\\\"': (True, True),
+        '"a\\\\"b"': (False, False), '"a\\\\" "b"': (True, True), '"a"x': (False, False),
+        '"ab"i"c"': (True, True), '"a" "b"i': (True, True),
+    }, lark_agrees=False)
+    for s in words('"\\ai ', 5):
+        assert o.accepts(s) == o.lark_accepts(s), s
+
+
+def test_c_comment_unchanged():
+    o = LarkOracle("start: C+\n%import common.C_COMMENT -> C\n%ignore \" \"")
+    table = {
+        "/* a */": (True, True),
+        "/* a */ */": (False, False),  # not one comment: its first match ends at the first "*/"
+        "/* a */ /**/": (True, True),
+        "/*/": (True, False),
+        "/**/": (True, True),
+        "/* a *": (True, False),
+    }
+    check_table(o, table, lark_agrees=False)
+    for s in table:
+        assert o.lark_accepts(s) == o.accepts(s), s
+    # lark_viable tests the tail against the regular language, where "/* a */ */" is a comment
+    assert o.lark_viable("/* a */ */")
+
+
+LARK_DIR = "/work/shared/data/grammars/lark"
+LAZY_TERMINALS = {
+    # id: (grammar, terminal, alphabet); the corpus's lazy terminals
+    "C_COMMENT": ("start: C\n%import common.C_COMMENT -> C", "C", "/*a\n"),
+    "STRING_DOTS": ('start: S\nS: /".*?"/', "S", '"a\n'),
+    "ESCAPED_STRING": ("start: S\n%import common.ESCAPED_STRING -> S", "S", '"\\a'),
+    "lark.STRING": (f"{LARK_DIR}/lark.lark", "STRING", '"\\i'),
+    "lark.REGEXP": (f"{LARK_DIR}/lark.lark", "REGEXP", "/\\ai"),
+    "template.REGEXP": (f"{LARK_DIR}/advanced_template_lark.lark", "REGEXP", "/\\i\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAZY_TERMINALS))
+def test_first_match_search_depth_is_enough(name):
+    """The bounded first-match liveness (depth FM_DEPTH) equals the one with a deeper bound on
+    every string up to length 5 over a small alphabet, for the corpus's lazy terminals."""
+    grammar, t, alphabet = LAZY_TERMINALS[name]
+    if grammar.endswith(".lark"):
+        if not os.path.exists(grammar):
+            pytest.skip("corpus not present")
+        grammar = open(grammar).read()
+    o = LarkOracle(grammar, import_paths=[LARK_DIR])
+    assert t in o._lazy
+    depth = o._fm_depth[t]
+    n_dead = 0
+    for u in words(alphabet, 5):
+        if not u or o._pat[t].fullmatch(u, partial=True) is None:
+            continue
+        if o._fm_search(t, u, depth) is None:
+            n_dead += 1
+            assert o._fm_search(t, u, depth + 1) is None, u
+        else:
+            assert o._live(t, u)
+    assert n_dead  # some prefixes of the regular language are first-match dead
+
+
 # ----------------------------------------------------------------------------- shared grammars
 
 def _rule_names(text: str) -> list[str]:
@@ -551,3 +830,30 @@ def test_shared_grammars_random_strings():
             assert o.viable(s) == o.lark_viable(s), (path, s)
             checked += 1
     assert checked >= 600
+
+
+LARK_FILES = sorted(glob.glob(os.path.join(GRAMMAR_DIRS[0], "*.lark"))
+                    + glob.glob(os.path.join(GRAMMAR_DIRS[1], "*.lark"))
+                    + glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "trellis", "grammars", "*.lark")))
+
+
+@pytest.fixture(scope="module")
+def lark_lark():
+    path = os.path.join(LARK_DIR, "lark.lark")
+    if not os.path.exists(path):
+        pytest.skip("corpus not present")
+    text = open(path).read()
+    return (LarkOracle(text, import_paths=[LARK_DIR]),
+            lark.Lark(text, parser="earley", lexer="dynamic_complete", import_paths=[LARK_DIR]))
+
+
+@pytest.mark.parametrize("path", LARK_FILES, ids=lambda p: "/".join(os.path.normpath(p).split(os.sep)[-2:]))
+def test_grammar_files_are_sentences_of_lark_lark(lark_lark, path):
+    """Every .lark file of the corpus and of trellis/grammars is a sentence of Lark's grammar of
+    grammars (guarded OP, first-match REGEXP and STRING: "/a\\/b/", "/x/i", '"x"i'), as Lark's own
+    parser with lark.lark says too."""
+    o, ref = lark_lark
+    text = open(path, encoding="utf-8").read()
+    ref.parse(text)
+    assert o.accepts(text)
+    o.clear_cache()
