@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trellis.constrain import lark_reader
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.lookaround import FollowGuard
 from trellis.constrain.regex import ByteDFA, literal_dfa, terminal_parts
@@ -142,10 +143,12 @@ def _install_import_memo() -> None:
 
 
 def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
-              path: str | os.PathLike | None = None) -> GrammarIR:
+              path: str | os.PathLike | None = None, fast: bool = True) -> GrammarIR:
     """Lark grammar text -> ``GrammarIR``; every failure is a ``GrammarError`` with a location.
 
-    ``path``: the grammar file, so that relative ``%import .name`` finds files beside it."""
+    ``path``: the grammar file, so that relative ``%import .name`` finds files beside it.
+    ``fast``: read the common subset with ``lark_reader`` (the same grammar, 3-10x sooner), and
+    anything else with Lark's own loader; False: always Lark's loader."""
     from lark import exceptions as lark_exc
     from lark.load_grammar import load_grammar
 
@@ -157,6 +160,9 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
         raise GrammarError("%declare is not supported: declared terminals come from a postlexer (e.g. an "
                            "indenter), which has no byte-level language", source=source, text=text,
                            line=decl[0], column=decl[1])
+    read = lark_reader.read(text, start=start) if fast else None
+    if read is not None:
+        return _build(*read, start, text, source)
     try:
         g, _ = load_grammar(text, str(path) if path is not None else source, [], False)
         terms, rules, ignore = g.compile([start], set())

@@ -189,11 +189,17 @@ def char_set(op: object, av: object, flags: int) -> Ranges:
     """Exactly the code points (no surrogates) one single-character node matches under ``flags``."""
     plain = _plain_set(op, av, flags)
     if flags & C.SRE_FLAG_IGNORECASE:
-        cased, text = _cased()
         rx_flags = flags & (C.SRE_FLAG_IGNORECASE | C.SRE_FLAG_DOTALL | C.SRE_FLAG_ASCII)
-        inside = _runs(text, _set_text(op, av), rx_flags, consecutive=False)
-        plain = cs_union(cs_diff(plain, cased), inside)
+        plain = cs_union(cs_diff(plain, _cased()[0]), _folded(_set_text(op, av), rx_flags))
     return cs_diff(plain, (_SURROGATES,))
+
+
+@lru_cache(maxsize=4096)
+def _folded(set_text: str, flags: int) -> Ranges:
+    """The cased characters a class (as regex text) matches under ``i``: one ``re`` run over the
+    ~2,800 cased characters (~0.15 ms), the same for every grammar that spells the class alike
+    (sql_select.lark's 26 ``"..."i`` keywords: 6.5 ms of its 14 ms terminal build, cProfile)."""
+    return _runs(_cased()[1], set_text, flags, consecutive=False)
 
 
 # ----------------------------------------------------------------------------- Thompson NFA
