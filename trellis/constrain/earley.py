@@ -26,8 +26,15 @@ different splits are one object. ``after(E, t)`` is the boundary of one scan alo
 ``(E, t)``): the mask computation splits a state by scan, which is exact because the language after
 a union of item sets is the union of the languages after each.
 
+A terminal part with a follow guard (a trailing one-character lookahead, ``Terminal.guard``)
+completes into a boundary whose scans, ``%ignore`` ones included, are replaced by copies whose
+first character must pass the guard (``_guarded``: a scan id per (scan, guard), its DFA cut by
+``regex.restrict_first_char``; a copy that keeps nothing is dropped), and which accepts only if
+the guard lets the text end there. The guard thus sees exactly the next character of the text.
+
 Because the grammar is productive and every DFA state can reach acceptance (``grammar_ir``), a
-state with a scan (or accepting) is a viable prefix: Earley's correct-prefix property.
+state with a scan (or accepting) is a viable prefix: Earley's correct-prefix property (a guarded
+copy is kept only while its DFA still reaches acceptance, so this holds with guards too).
 """
 
 from __future__ import annotations

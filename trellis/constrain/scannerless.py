@@ -13,16 +13,21 @@ matches than the terminal's language has (pinned in ``tests/constrain/test_lark_
    alternative: with ``X: /a|ab/`` Lark never reads ``ab`` as one ``X``; trellis does.
 2. Lark matches an ``%ignore`` terminal once, greedily: with ``%ignore /[ ]+/`` before a terminal
    that starts with a space, Lark can reject text that trellis accepts.
-3. Lazy quantifiers are the exception that is honoured: a lazy loop between literals
-   (``C_COMMENT``, ``/".*?"/``) ends at its first match, as ``re.match`` finds it
-   (``regex.terminal_dfa``); other lazy forms are refused by name.
+3. Lazy quantifiers are the exception that is honoured: a terminal with one means its first-match
+   language ``{w : re.match(T, w) matches all of w}``, exactly the tokens Lark finds
+   (``regex.terminal_parts``, ``lookaround.automaton(ordered=True)``): ``C_COMMENT`` ends at its
+   first ``*/``, Lark's own ``REGEXP`` keeps its flags. A lazy regex with a repeat whose body can
+   match the empty string is refused by name.
 
 Terminal regexes mean what Python's ``re`` means, read by ``re``'s own parser
 (``regex_compile.py``): Unicode ``\\w \\d \\s``, flags ``i`` (with ``re``'s folds: Kelvin sign, long s)
 ``s`` ``x`` ``m`` ``u`` ``a``. A lookaround inside a terminal is compiled exactly when it sees only
-the terminal's own text (``lookaround.py``: ``(\\*(?!\\/)|[^*])*`` in a block comment); one that can
-see the text around the terminal (``/[?](?![a-z])/``), anchors, backreferences and ``%declare``d
-terminals are refused with ``GrammarError``. No lexer is involved, so colliding
+the terminal's own text (``lookaround.py``: ``(\\*(?!\\/)|[^*])*`` in a block comment); a lookahead
+that sees ONE character past the terminal (lark.lark's ``/[+*]|[?](?![a-z])/``) sees the
+document, as Lark's ``re.match(text, pos)`` does: the terminal ends there under a follow guard
+that restricts the first character of whatever starts after it, ``%ignore`` text included
+(``earley.Earley._guarded``). Lookarounds that see further, anchors, backreferences and
+``%declare``d terminals are refused with ``GrammarError``. No lexer is involved, so colliding
 terminals (keyword vs identifier), ambiguous, non-LALR, left- and right-recursive grammars and
 empty rules all mean what they say. Terminal priorities choose between parse trees in Lark and do
 not change its language; they are ignored, except in grammars generated from JSON Schemas
