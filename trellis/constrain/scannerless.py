@@ -202,7 +202,7 @@ class EarleyConstraint:
             hit = self._inside[key] = SHARED.get(self._vocab_fp, key, build) if shared else build()
             if hit[1].cross is not None:
                 if shared and hit[1].cross.key is None:  # (the disk copy does not keep it)
-                    hit[1].cross.key = ("x", key)
+                    hit[1].cross.key = _digest(key)
                 self._keep.append(hit[1].cross)
         return hit
 
@@ -220,11 +220,11 @@ class EarleyConstraint:
             w = walk_literal_rests(lit, rs, self.tm, self._follow(d)) if lit is not None else None
             if w is None:
                 if self.share and rs.key is not None and shape[0][0] != "id":
-                    skey = (rs.key, shape)
+                    skey = ("x", rs.key, *shape)  # flat: the disk key hashes each part as is
                     w = SHARED.get(self._vocab_fp, skey, lambda: (_NOTHING, walk(
                         dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))))[1]
                     if w.cross is not None and w.cross.key is None:
-                        w.cross.key = ("x", skey)
+                        w.cross.key = _digest(skey)
                 else:
                     w = walk(dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))
             self._walks[key] = w
@@ -394,6 +394,30 @@ class EarleyConstraint:
 
 CANON_MAX = 256
 _NOTHING = np.zeros(0, dtype=np.int32)  # the packed part of a shared walk over leftovers (unused)
+
+
+def _digest(key: tuple) -> bytes:
+    """16 bytes standing for a walk key (shapes are up to ~256 KB of canonical DFA): the key of the
+    leftovers that walk leaves, small to hash and to name a file by."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+
+    def feed(x: object) -> None:
+        if isinstance(x, bytes):
+            h.update(b"b%d:" % len(x))
+            h.update(x)
+        elif isinstance(x, tuple):
+            h.update(b"t%d:" % len(x))
+            for y in x:
+                feed(y)
+        else:
+            r = repr(x).encode("utf-8", "surrogatepass")
+            h.update(b"r%d:" % len(r))
+            h.update(r)
+
+    feed(key)
+    return h.digest()
 # Bound on the per-constraint cache of answers for rest sets (indices): a random walk over Gemma's
 # vocabulary on a corpus grammar grew the earlier unbounded bool arrays to 20 GB.
 ALLOWED_CACHE_BYTES = 64 * 2**20
