@@ -211,6 +211,9 @@ class _Parser:
         return ("name", v)
 
 
+_MAX_ALTS = 64  # alternatives a rule may distribute into before a group stays a nonterminal
+
+
 class _TermDef:
     __slots__ = ("name", "pattern", "priority")
 
@@ -341,45 +344,62 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
     rules: list = []
     helpers = 0
 
-    def symbols(tree: tuple) -> list[tuple[str, bool]]:
-        """The symbols for one item of a sequence (a helper nonterminal where it is not one)."""
+    def helper(alts: list[tuple]) -> tuple[str, bool]:
         nonlocal helpers
+        helpers += 1
+        h = f"__h{helpers}"
+        rules.extend((h, a) for a in alts)
+        return (h, False)
+
+    def plus(inner: tuple) -> tuple[str, bool]:
+        """A nonterminal for ``inner+`` (left-recursive, as Lark's ``__x_plus``)."""
+        nonlocal helpers
+        helpers += 1
+        h = f"__h{helpers}"
+        for a in expand(inner):
+            rules.extend([(h, a), (h, ((h, False),) + a)])
+        return (h, False)
+
+    def expand(tree: tuple) -> list[tuple]:
+        """The alternatives (symbol tuples) of an expansion tree, groups and ``?`` distributed into
+        alternatives and repetitions made nonterminals, as Lark's EBNF_to_BNF does (fewer
+        nullable helpers than one nonterminal per group: a cheaper Earley closure); a product past
+        ``_MAX_ALTS`` alternatives keeps a helper nonterminal instead."""
         kind = tree[0]
         if kind in ("lit", "range"):
-            return [(literal(tree), True)]
+            return [((literal(tree), True),)]
         if kind == "name":
             name = tree[1]
             if name in defs:
-                return [(name, True)]
+                return [((name, True),)]
             if name.lstrip("_")[:1].isupper() or name not in rules_src:
                 raise _Bail
-            return [(name, False)]
+            return [((name, False),)]
         if kind in ("seq", "aseq"):
-            return [s for x in tree[1] for s in symbols(x)]
-        helpers += 1
-        h = f"__h{helpers}"
+            out: list[tuple] = [()]
+            for x in tree[1]:
+                alts = expand(x)
+                if len(out) * len(alts) > _MAX_ALTS:
+                    alts = [(helper(alts),)]
+                out = [a + b for a in out for b in alts]
+            return out
         if kind == "alts":
-            for a in tree[1]:
-                rules.append((h, tuple(symbols(a))))
-            return [(h, False)]
+            return [a for x in tree[1] for a in expand(x)]
         inner, op, args = tree[1], tree[2], tree[3]
-        body = tuple(symbols(inner))
         if op == "?":
-            rules.extend([(h, ()), (h, body)])
-        elif op == "*":
-            rules.extend([(h, ()), (h, ((h, False),) + body)])
-        elif op == "+":
-            rules.extend([(h, body), (h, ((h, False),) + body)])
-        else:
-            lo, hi = (args[0], args[0]) if len(args) == 1 else args
-            if hi < lo:
-                raise _Bail
-            rules.extend((h, body * k) for k in range(lo, hi + 1))
-        return [(h, False)]
+            return [()] + expand(inner)
+        if op == "*":
+            return [(), (plus(inner),)]
+        if op == "+":
+            return [(plus(inner),)]
+        lo, hi = (args[0], args[0]) if len(args) == 1 else args
+        body = expand(inner)
+        if len(body) > 1:
+            body = [(helper(body),)]
+        return [body[0] * k for k in range(lo, hi + 1)]
 
     for name, tree in rules_src.items():
-        for alt in tree[1]:
-            rules.append((name, tuple(symbols(alt))))
+        rules.extend((name, a) for a in expand(tree))
     ignore: list[str] = []
     for st in stmts:
         if st[0] == "ignore":
