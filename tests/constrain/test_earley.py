@@ -459,7 +459,7 @@ def test_walks_over_leftovers_are_shared_across_grammars_and_runs(tmp_path, monk
     g2 = 'start: "(" NAME+ ")"\nNAME: /[a-z]+/\n%ignore / +/\n'
     text1, text2 = b"ab , a  ,b", b"( ab a b )"
     masks1 = _masks_along(compile(g1, v), text1)
-    second = [k for _, k in SHARED._mem if isinstance(k, tuple) and k[0] == "x"]
+    second = [k for _, k in SHARED._mem if isinstance(k, tuple) and k[0] == "x"]  # ("x", rest key, shape)
     assert second, "no walk over leftovers was shared"
     c2 = compile(g2, v)
     masks2 = _masks_along(c2, text2)

@@ -45,6 +45,7 @@ from typing import Iterable
 import numpy as np
 
 from trellis.constrain.grammar_ir import GrammarIR
+from trellis.constrain.lookaround import FollowGuard
 from trellis.constrain.regex import ByteDFA, difference, intersects, restrict_first_char
 
 ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
@@ -88,9 +89,9 @@ class Earley:
         # The follow guard of a scan's terminal (a trailing lookahead, ``regex.terminal_parts``):
         # when it completes, what starts after it is restricted to the characters the guard allows
         # (``_guarded``), and the text may end there only if the guard lets it.
-        self.scan_guard: list = []
-        self._guard_scans: dict[tuple[int, object], int | None] = {}
-        self._guarded_starts: dict[tuple[frozenset, object], frozenset] = {}
+        self.scan_guard: list[FollowGuard | None] = []
+        self._guard_scans: dict[tuple[int, FollowGuard], int | None] = {}
+        self._guarded_starts: dict[tuple[frozenset, FollowGuard], frozenset] = {}
         self.trans: list[list[int]] = []
         self.final: list[list[bool]] = []
         self.has_out: list[list[bool]] = []
@@ -242,7 +243,7 @@ class Earley:
             return (a.starts, a.accepting)
         return (self._guarded(a.starts, g), a.accepting and g.at_end)
 
-    def _guarded(self, starts: frozenset, g: object) -> frozenset:
+    def _guarded(self, starts: frozenset, g: FollowGuard) -> frozenset:
         """``starts`` with every scan's first character restricted to what guard ``g`` allows
         (each scan id paired with ``g`` becomes a scan id of its own, memoised)."""
         key = (starts, g)
@@ -252,7 +253,7 @@ class Earley:
             for d, q, e in starts:
                 d2 = self._guard_scans.get((d, g), -1)
                 if d2 == -1:
-                    cut = restrict_first_char(self.scan_dfa[d], g.allowed)  # type: ignore[attr-defined]
+                    cut = restrict_first_char(self.scan_dfa[d], g.allowed)
                     d2 = None
                     if cut is not None:
                         d2 = self._add_scan(cut, self.scan_term[d], self.scan_ignore[d])

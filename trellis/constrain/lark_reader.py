@@ -2,9 +2,9 @@
 
 Lark's own loader (``lark.load_grammar``) parses grammar text with an LALR parser and a stack of
 tree transformers, all in Python: 60-70% of a new grammar's compile (arithmetic.lark: 5.1 ms of
-load + 1.4 ms of ``Grammar.compile`` before any trellis work; sql_select.lark 9.5 + 11.3 ms;
-``/tmp``-style timing of ``load_grammar`` and ``Grammar.compile`` alone). ``read`` reads the
-common subset directly into what ``grammar_ir._build`` consumes:
+``load_grammar`` + 1.4 ms of ``Grammar.compile`` before any trellis work; sql_select.lark 9.5 +
+11.3 ms; each timed alone). ``read`` reads the common subset directly into what
+``grammar_ir._build`` consumes:
 
 * statements ``rule: ...`` (modifiers ``?`` ``!``, priority ``.n``, aliases ``-> name``),
   ``TERM[.n]: ...``, ``%ignore ...``, ``%import common.NAME [-> ALIAS]`` and
@@ -15,8 +15,9 @@ common subset directly into what ``grammar_ir._build`` consumes:
 
 Terminals are built with Lark's own pattern code (``TerminalTreeToPattern``'s methods and
 ``grammar_ir.literal_pattern``), so their regex text is the text Lark would compile, alternation
-order included (it matters for lazy quantifiers). Rules become BNF with one helper nonterminal
-per group or repetition (the same language as Lark's EBNF expansion). Anything else -- templates,
+order included (it matters for lazy quantifiers). Rules become BNF as Lark's EBNF_to_BNF makes
+them: groups and ``?`` distributed into alternatives, ``*`` and ``+`` as left-recursive helper
+nonterminals (``_read.expand``). Anything else -- templates,
 ``%declare`` / ``%override`` / ``%extend``, other or relative imports, a name used but not defined,
 a terminal that can match the empty string, anything that does not tokenise -- returns None, and
 ``load_lark`` hands the text to Lark, whose errors (with locations) then stand.
@@ -214,13 +215,6 @@ class _Parser:
 _MAX_ALTS = 64  # alternatives a rule may distribute into before a group stays a nonterminal
 
 
-class _TermDef:
-    __slots__ = ("name", "pattern", "priority")
-
-    def __init__(self, name: str, pattern: object, priority: int) -> None:
-        self.name, self.pattern, self.priority = name, pattern, priority
-
-
 def _common() -> str:
     import lark
 
@@ -228,7 +222,7 @@ def _common() -> str:
         return f.read()
 
 
-_COMMON: dict[str, Any] = {}
+_COMMON: dict[str, Any] = {}  # common.lark's terminal definitions; the pattern builder
 
 
 def read(text: str, *, start: str = "start") -> tuple[list, list, list[str]] | None:
@@ -255,14 +249,23 @@ def _term_defs(stmts: list[tuple], imports: bool) -> dict[str, tuple[int, tuple]
     return defs
 
 
+def _tree_to_pattern() -> Any:
+    """One instance of Lark's ``TerminalTreeToPattern`` (its methods keep no state)."""
+    tt = _COMMON.get("tt")
+    if tt is None:
+        from lark.load_grammar import TerminalTreeToPattern
+
+        tt = _COMMON["tt"] = TerminalTreeToPattern()
+    return tt
+
+
 def _pattern(tree: tuple, defs: dict[str, tuple[int, tuple]], busy: frozenset = frozenset()) -> Any:
     """Lark's pattern object for a terminal's expansion tree (its own transformer methods)."""
     from lark.lexer import PatternRE
-    from lark.load_grammar import TerminalTreeToPattern
 
     from trellis.constrain.grammar_ir import literal_pattern
 
-    tt = TerminalTreeToPattern()
+    tt = _tree_to_pattern()
     kind = tree[0]
     if kind == "pat":  # an imported terminal, already a pattern
         return tree[1]
@@ -311,21 +314,14 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
     if start not in rules_src:
         raise _Bail
 
-    pats: dict[str, Any] = {}
-
-    def term_pattern(name: str) -> Any:
-        hit = pats.get(name)
-        if hit is None:
-            prio, tree = defs[name]
-            hit = pats[name] = _pattern(tree, defs)
-        return hit
+    from trellis.constrain.grammar_ir import _TermDef
 
     terms = []
-    for name in defs:
-        p = term_pattern(name)
+    for name, (prio, tree) in defs.items():
+        p = _pattern(tree, defs)
         if p.min_width == 0:  # Lark refuses empty terminals: let it say so
             raise _Bail
-        terms.append(_TermDef(name, p, defs[name][0]))
+        terms.append(_TermDef(name, p, prio))
     by_pattern = {t.pattern: t.name for t in terms}
     anon = 0
 

@@ -42,9 +42,9 @@ construction.
 
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import dataclass
+
+import numpy as np
 
 from trellis.constrain.charsets import MAXC, Ranges, cs_diff, cs_inter, cs_union
 from trellis.constrain.regex_compile import (Guard, RegexTooLarge, RegexUnsupported, guarded_nfa, items_nfa,

@@ -139,29 +139,39 @@ def regex_to_byte_dfa(pattern: str, *, name: str = "regex") -> ByteDFA:
 
 
 def _regex_to_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
+    trans, final, guards = _automaton(_REWRITES.get(pattern, pattern), name=name)
+    if guards is not None and any(g is not None for g in guards):  # only a terminal has text after it
+        raise GrammarError(f"{name}: regex feature not supported (lookahead that can see past the end of the "
+                           f"match) in /{pattern}/")
+    return _minimal(trans, final, name=name, pattern=pattern)
+
+
+def _automaton(pattern: str, *, name: str, ordered: bool = False) -> tuple[np.ndarray, np.ndarray, list | None]:
+    """(trans, final, guards) of ``pattern`` (not minimal): the plain subset construction, or the
+    lookaround one (``lookaround.automaton``) where the regex has a lookaround or ``ordered``
+    asks for the first-match language; ``guards`` (per state, a ``FollowGuard`` or None) comes
+    from the latter only. Every failure is a ``GrammarError`` naming ``name``."""
     import re
 
-    pattern = _REWRITES.get(pattern, pattern)
+    from trellis.constrain.lookaround import automaton
+
     try:
+        if ordered:
+            return automaton(pattern, ordered=True)
         try:
             edges, finals = regex_nfa(pattern)
         except Lookaround:
-            from trellis.constrain.lookaround import automaton
-
-            trans, final, guards = automaton(pattern)
-            if any(g is not None for g in guards):  # only a grammar terminal has text after it
-                raise RegexUnsupported("lookahead that can see past the end of the match")
-        else:
-            # chains such as flexible JSON whitespace are deterministic already
-            det = _already_deterministic(edges, finals, 0)
-            trans, final = det if det is not None else _subsets(edges, finals, 0)
+            return automaton(pattern)
+        # chains such as flexible JSON whitespace are deterministic already
+        det = _already_deterministic(edges, finals, 0)
+        trans, final = det if det is not None else _subsets(edges, finals, 0)
+        return trans, final, None
     except RegexTooLarge as e:  # from any stage: the NFA, the subsets, the lookaround automaton
         raise GrammarError(f"{name}: regex too large ({e}) in /{pattern}/") from None
     except RegexUnsupported as e:
         raise GrammarError(f"{name}: regex feature not supported ({e}) in /{pattern}/") from None
     except (re.error, OverflowError, RecursionError) as e:
         raise GrammarError(f"{name}: invalid regex ({e}) in /{pattern}/") from None
-    return _minimal(trans, final, name=name, pattern=pattern)
 
 
 def _determinise(edges: list[list[tuple[int, int, int]]], finals: set[int], start: int, *,
@@ -618,34 +628,15 @@ def terminal_parts(pattern: str, *, name: str) -> list[tuple[ByteDFA, "FollowGua
 
 
 def _terminal_parts(pattern: str, *, name: str) -> list:
-    import re
-
-    from trellis.constrain.lookaround import automaton
-
-    if pattern in _REWRITES or _strip_lazy(pattern) == pattern:
-        try:
-            return [(regex_to_byte_dfa(pattern, name=name), None)]
-        except GrammarError as e:
-            if "past the end of the match" not in str(e):
-                raise
-        ordered = False
-    else:
-        if _lazy_form(pattern) is None:  # literal, lazy loop over characters, literal: 10x cheaper
-            return [(shortest_matches(regex_to_byte_dfa(_strip_lazy(pattern), name=name)), None)]
-        ordered = True
-    try:
-        trans, final, guards = automaton(pattern, ordered=ordered)
-    except RegexTooLarge as e:
-        raise GrammarError(f"{name}: regex too large ({e}) in /{pattern}/") from None
-    except RegexUnsupported as e:
-        raise GrammarError(f"{name}: regex feature not supported ({e}) in /{pattern}/") from None
-    except (re.error, OverflowError, RecursionError) as e:
-        raise GrammarError(f"{name}: invalid regex ({e}) in /{pattern}/") from None
+    lazy = pattern not in _REWRITES and _strip_lazy(pattern) != pattern
+    if lazy and _lazy_form(pattern) is None:  # literal, lazy loop over characters, literal: 10x cheaper
+        return [(shortest_matches(regex_to_byte_dfa(_strip_lazy(pattern), name=name)), None)]
+    trans, final, guards = _automaton(_REWRITES.get(pattern, pattern), name=name, ordered=lazy)
     parts = []
     if final.any():
         parts.append((_frozen(_minimal(trans, final, name=name, pattern=pattern)), None))
-    for g in dict.fromkeys(g for g in guards if g is not None):
-        ends = np.array([x == g for x in guards], dtype=bool)
+    for g in dict.fromkeys(g for g in guards or () if g is not None):
+        ends = np.array([x == g for x in guards], dtype=bool)  # type: ignore[union-attr]
         parts.append((_frozen(_minimal(trans, ends, name=name, pattern=pattern)), g))
     if not parts:
         raise GrammarError(f"{name}: the regex /{pattern}/ matches nothing")

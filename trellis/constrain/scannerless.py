@@ -68,7 +68,7 @@ from trellis.constrain.literal_walk import literal_at, walk_literal_rests, walk_
 from trellis.constrain.regex import ByteDFA
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.trie_walk import walk_vocabulary
-from trellis.constrain.walk_cache import SHARED
+from trellis.constrain.walk_cache import SHARED, key_digest
 from trellis.constrain.walks import TokenMatrix
 from trellis.tokens import Vocabulary
 
@@ -202,7 +202,7 @@ class EarleyConstraint:
             hit = self._inside[key] = SHARED.get(self._vocab_fp, key, build) if shared else build()
             if hit[1].cross is not None:
                 if shared and hit[1].cross.key is None:  # (the disk copy does not keep it)
-                    hit[1].cross.key = _digest(key)
+                    hit[1].cross.key = key_digest(key)
                 self._keep.append(hit[1].cross)
         return hit
 
@@ -220,11 +220,11 @@ class EarleyConstraint:
             w = walk_literal_rests(lit, rs, self.tm, self._follow(d)) if lit is not None else None
             if w is None:
                 if self.share and rs.key is not None and shape[0][0] != "id":
-                    skey = ("x", rs.key, *shape)  # flat: the disk key hashes each part as is
+                    skey = ("x", rs.key, shape)
                     w = SHARED.get(self._vocab_fp, skey, lambda: (_NOTHING, walk(
                         dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))))[1]
                     if w.cross is not None and w.cross.key is None:
-                        w.cross.key = _digest(skey)
+                        w.cross.key = key_digest(skey)
                 else:
                     w = walk(dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))
             self._walks[key] = w
@@ -395,29 +395,6 @@ class EarleyConstraint:
 CANON_MAX = 256
 _NOTHING = np.zeros(0, dtype=np.int32)  # the packed part of a shared walk over leftovers (unused)
 
-
-def _digest(key: tuple) -> bytes:
-    """16 bytes standing for a walk key (shapes are up to ~256 KB of canonical DFA): the key of the
-    leftovers that walk leaves, small to hash and to name a file by."""
-    import hashlib
-
-    h = hashlib.blake2b(digest_size=16)
-
-    def feed(x: object) -> None:
-        if isinstance(x, bytes):
-            h.update(b"b%d:" % len(x))
-            h.update(x)
-        elif isinstance(x, tuple):
-            h.update(b"t%d:" % len(x))
-            for y in x:
-                feed(y)
-        else:
-            r = repr(x).encode("utf-8", "surrogatepass")
-            h.update(b"r%d:" % len(r))
-            h.update(r)
-
-    feed(key)
-    return h.digest()
 # Bound on the per-constraint cache of answers for rest sets (indices): a random walk over Gemma's
 # vocabulary on a corpus grammar grew the earlier unbounded bool arrays to 20 GB.
 ALLOWED_CACHE_BYTES = 64 * 2**20

@@ -110,12 +110,30 @@ def _path(vocab_fp: str, shape: Hashable) -> Path | None:
     d = cache_dir()
     if d is None:
         return None
-    h = hashlib.blake2b(digest_size=20)
-    h.update(f"{vocab_fp}\0{_version()}\0".encode())
-    for part in shape if isinstance(shape, tuple) else (shape,):
-        h.update(part if isinstance(part, bytes) else repr(part).encode("utf-8", "surrogatepass"))
-        h.update(b"\0|")
-    return d / "walks" / f"w-{h.hexdigest()}.pkl"
+    return d / "walks" / f"w-{key_digest((vocab_fp, _version(), shape), 20).hex()}.pkl"
+
+
+def key_digest(key: Hashable, size: int = 16) -> bytes:
+    """A digest of a walk key, nested tuples of bytes and small values: bytes (canonical shapes, up
+    to ~256 KB) are hashed as they are, never through ``repr``. Names disk entries, and stands for
+    the key of the leftovers a walk leaves (``scannerless._walk``)."""
+    h = hashlib.blake2b(digest_size=size)
+
+    def feed(x: object) -> None:
+        if isinstance(x, bytes):
+            h.update(b"b%d:" % len(x))
+            h.update(x)
+        elif isinstance(x, tuple):
+            h.update(b"t%d:" % len(x))
+            for y in x:
+                feed(y)
+        else:
+            r = repr(x).encode("utf-8", "surrogatepass")
+            h.update(b"r%d:" % len(r))
+            h.update(r)
+
+    feed(key)
+    return h.digest()
 
 
 def _snapshot(e: Entry) -> Entry:
