@@ -14,12 +14,23 @@ stack, so walks are cached by (DFA state, rest set) and shared by every chart st
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Hashable
 
 import numpy as np
 
 from trellis.constrain.walks import TokenMatrix
+
+try:  # the C kernel (setup.py builds it; an install without a compiler runs the numpy walks)
+    from trellis.constrain import _walkc
+except ImportError:  # pragma: no cover - depends on the install
+    _walkc = None
+if os.environ.get("TRELLIS_WALK_KERNEL", "").lower() == "numpy":
+    _walkc = None
+# Which implementation runs the walks: "c" or "numpy" (equal results, element for element:
+# tests/constrain/test_walk_kernel.py). ``TRELLIS_WALK_KERNEL=numpy`` forces numpy.
+KERNEL = "c" if _walkc is not None else "numpy"
 
 
 @dataclass(eq=False)
@@ -164,6 +175,49 @@ def _scaled(trans: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def walk(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
          follow: np.ndarray | None = None) -> Walk:
+    """Run DFA (``trans`` [S, 256], -1 dead; ``final`` [S]) from ``q`` over every rest of ``rs``
+    (``walk_numpy``'s contract), in C where the kernel is built: each rest walked on its own to
+    its end or death, instead of one numpy step per byte column over every running rest."""
+    if _walkc is None:
+        return walk_numpy(trans, final, q, rs, tm, follow)
+    inside = np.zeros(len(rs), dtype=bool)
+    stride = tm.mat_t.shape[1]
+    a, b = _walkc.walk_rests(c_table(trans), c_bool(final), int(q), rows(tm), tm.mat_t.shape[0], stride,
+                             rs.base, rs.length, rs.lo, None if follow is None else c_bool(follow), inside)
+    ci, cj = np.frombuffer(a, dtype=np.int64), np.frombuffer(b, dtype=np.int64)
+    return _with_crossings(inside, ci, cj, rs, tm)
+
+
+def _with_crossings(inside: np.ndarray, ci: np.ndarray, cj: np.ndarray, rs: RestSet, tm: TokenMatrix) -> Walk:
+    """The ``Walk`` of crossings (rest ``ci[k]`` ends the terminal after ``cj[k]`` bytes) of rests
+    that do not stay inside."""
+    if not len(ci):
+        none = np.zeros(0, dtype=np.int64)
+        return Walk(inside, None, none, none)
+    stride = tm.mat_t.shape[1]
+    sub, inv = RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32),
+                          distinct=rs.distinct)
+    return Walk(inside, sub, ci, inv)
+
+
+def rows(tm: TokenMatrix) -> np.ndarray:
+    """The token matrix row-major ([N, Lmax]: a token's bytes contiguous), for the C kernel."""
+    hit = tm.__dict__.get("_rows")
+    if hit is None:
+        hit = tm.__dict__["_rows"] = np.ascontiguousarray(tm.mat_t.T)
+    return hit
+
+
+def c_table(trans: np.ndarray) -> np.ndarray:
+    return trans if trans.dtype == np.int32 and trans.flags.c_contiguous else np.ascontiguousarray(trans, np.int32)
+
+
+def c_bool(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == np.bool_ and a.flags.c_contiguous else np.ascontiguousarray(a, dtype=np.bool_)
+
+
+def walk_numpy(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
+               follow: np.ndarray | None = None) -> Walk:
     """Run DFA (``trans`` [S, 256], -1 dead; ``final`` [S]) from ``q`` over every rest of ``rs``.
 
     ``follow`` ([256] bool): only splits whose next byte is in it are reported as crossings (the
@@ -219,11 +273,5 @@ def walk(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMat
                 cnt = np.searchsorted(-length, -np.arange(int(cnt.shape[0])), side="left")
     if not cross_i:
         return Walk(inside, None, none, none)
-    ci = np.concatenate(cross_i)
-    cj = np.concatenate(cross_j)
-    ci, cj = drop_inside(inside, ci, cj)
-    if not len(ci):
-        return Walk(inside, None, none, none)
-    sub, inv = RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32),
-                          distinct=rs.distinct)
-    return Walk(inside, sub, ci, inv)
+    ci, cj = drop_inside(inside, np.concatenate(cross_i), np.concatenate(cross_j))
+    return _with_crossings(inside, ci, cj, rs, tm)

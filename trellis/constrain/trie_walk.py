@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trellis.constrain.rest_walk import RestSet, Walk, _scaled, concat_ranges, drop_inside
+from trellis.constrain import rest_walk
+from trellis.constrain.rest_walk import RestSet, Walk, _scaled, _with_crossings, c_bool, c_table, concat_ranges, drop_inside
 from trellis.constrain.walks import TokenMatrix
 
 
@@ -96,9 +97,59 @@ class TokenTrie:
         return cls(lex, byte, parent, tlo, thi, end_node, end_tok)
 
 
+    def preorder(self) -> tuple[np.ndarray, ...]:
+        """The nodes in depth-first preorder, for the C kernel: (byte uint8, depth int32, skip int32
+        (the first node after the subtree), tlo, thi, end_lo, end_tok (int64; the tokens ending at
+        node i are ``end_tok[end_lo[i]:end_lo[i + 1]]``), levels). A node's tokens are a run of the
+        lexicographic order that holds its descendants' runs, so preorder is the order of (run
+        start, depth) and a subtree ends at the first node whose run starts at or after its end."""
+        hit = self.__dict__.get("_preorder")
+        if hit is None:
+            depth = np.concatenate([np.full(len(b), k + 1, dtype=np.int32) for k, b in enumerate(self.byte)])
+            tlo = np.concatenate(self.tlo)
+            order = np.lexsort((depth, tlo))
+            at = np.empty(len(order), dtype=np.int64)  # level-major index -> preorder index
+            at[order] = np.arange(len(order), dtype=np.int64)
+            tlo = np.ascontiguousarray(tlo[order])
+            thi = np.ascontiguousarray(np.concatenate(self.thi)[order])
+            skip = np.searchsorted(tlo, thi, side="left").astype(np.int32)
+            offsets = np.cumsum([0] + [len(b) for b in self.byte])
+            node = np.concatenate([at[offsets[k] + e] for k, e in enumerate(self.end_node)])
+            tok = np.concatenate(self.end_tok)
+            by_node = np.argsort(node, kind="stable")
+            end_lo = np.searchsorted(node[by_node], np.arange(len(order) + 1)).astype(np.int64)
+            hit = self.__dict__["_preorder"] = (
+                np.ascontiguousarray(np.concatenate(self.byte)[order].astype(np.uint8)),
+                np.ascontiguousarray(depth[order]), skip, tlo, thi, end_lo,
+                np.ascontiguousarray(tok[by_node].astype(np.int64)), len(self.byte))
+        return hit
+
+
 def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
                     follow: np.ndarray | None = None) -> Walk:
     """``rest_walk.walk(trans, final, q, rs, tm, follow)`` for ``rs = RestSet.vocabulary(tm)``.
+
+    In C where the kernel is built (``walk_vocabulary_numpy``'s result, element for element): a
+    depth-first walk of the trie that jumps over a dead node's subtree."""
+    walkc = rest_walk._walkc
+    if walkc is None:
+        return walk_vocabulary_numpy(trans, final, q, rs, tm, follow)
+    trie = TokenTrie.of(tm)
+    inside = np.zeros(len(rs), dtype=bool)
+    if not trie.byte:
+        none = np.zeros(0, dtype=np.int64)
+        return Walk(inside, None, none, none)
+    byte, depth, skip, tlo, thi, end_lo, end_tok, levels = trie.preorder()
+    a, b, c = walkc.walk_trie(c_table(trans), c_bool(final), int(q), byte, depth, skip, tlo, thi, end_lo, end_tok,
+                              None if follow is None else c_bool(follow), inside, levels)
+    lo, hi = np.frombuffer(a, dtype=np.int64), np.frombuffer(b, dtype=np.int64)
+    ci, cj = drop_inside(inside, trie.lex[concat_ranges(lo, hi)], np.repeat(np.frombuffer(c, dtype=np.int64), hi - lo))
+    return _with_crossings(inside, ci, cj, rs, tm)
+
+
+def walk_vocabulary_numpy(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
+                          follow: np.ndarray | None = None) -> Walk:
+    """``rest_walk.walk_numpy(trans, final, q, rs, tm, follow)`` for ``rs = RestSet.vocabulary(tm)``.
 
     Every node of a level is stepped (dead ones sit in the sink state): two gathers per node and
     no compaction, which beats following only the live frontier when most tokens live on."""
@@ -135,9 +186,4 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
         return Walk(inside, None, none, none)
     lo, hi = np.concatenate(cross_lo), np.concatenate(cross_hi)
     ci, cj = drop_inside(inside, trie.lex[concat_ranges(lo, hi)], np.repeat(np.concatenate(cross_j), hi - lo))
-    if not len(ci):
-        return Walk(inside, None, none, none)
-    stride = tm.mat_t.shape[1]
-    sub, inv = RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32),
-                          distinct=True)
-    return Walk(inside, sub, ci, inv)
+    return _with_crossings(inside, ci, cj, rs, tm)
