@@ -377,7 +377,23 @@ def test_fused_repetitions(rep, counts):
 
 def test_fusion_keeps_rules_and_nullable_parts_apart():
     g = 'root ::= "(" ws item ")" ws\nitem ::= [a-z]+ ("," ws [a-z]+)*\nws ::= [ \\t]*'
-    text = Gbnf(g).to_lark(fuse=True)
-    assert "r_ws: /(?:[ \\t])+/?" in text  # nullable: X? with X non-empty (Lark refuses zero-width)
+    # nullable: X? with X non-empty (Lark refuses zero-width)
+    assert "r_root: /(?:[ \\t])+/?" in Gbnf('root ::= [ \\t]*').to_lark(fuse=True)
     for s, ok in [("(a)", True), ("( a, bc) ", True), ("( a, bc ) ", False), ("()", False), ("(a,)", False), ("(a b)", False)]:
+        assert engine_accepts(g, s) == ok, s
+
+
+def test_rules_without_recursion_are_inlined_and_recursive_ones_stay():
+    """A rule that reaches no recursive rule is a regular language: its uses are replaced by its
+    body and fused (english.gbnf's one-character rules become one terminal); a recursive rule
+    stays a rule, with its regular references inlined."""
+    g = 'root ::= word (" " word)*\nword ::= letter+\nletter ::= [a-z] | [A-Z]'
+    text = Gbnf(g).to_lark(fuse=True)
+    assert len(text.splitlines()) == 2 and "r_word" not in text and "r_letter" not in text, text
+    for s, ok in [("ab Cd", True), ("ab", True), ("ab  cd", False), (" ab", False), ("a1", False)]:
+        assert engine_accepts(g, s) == ok, s
+    g = 'root ::= list\nlist ::= "[" ws (list ws)* "]"\nws ::= " "?'
+    text = Gbnf(g).to_lark(fuse=True)
+    assert "r_list:" in text and "r_ws" not in text, text
+    for s, ok in [("[ [ ] ]", True), ("[[][]]", True), ("[ [ ]", False), ("[  ]", False)]:
         assert engine_accepts(g, s) == ok, s
