@@ -91,7 +91,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Literal
 from urllib.parse import unquote, urldefrag, urljoin
@@ -237,7 +237,7 @@ def _fits(doc: "_Document", cand: tuple, inst: Any) -> bool:
 
 
 def _expand(doc: "_Document", cands: list, depth: int = 0, inst: Any = None, branches: bool = True) -> list:
-    """``cands`` and the schemas they reach through $ref, allOf, then/else and (``branches``)
+    """``cands`` and the schemas they reach through $ref, allOf, if/then/else and (``branches``)
     anyOf/oneOf; of the alternatives, only those ``inst`` may match when any does (``_fits``)."""
     out = []
     for s, base in cands:
@@ -268,7 +268,9 @@ def _expand(doc: "_Document", cands: list, depth: int = 0, inst: Any = None, bra
                 if inst is not None:
                     alts = [a for a in alts if _fits(doc, a, inst)] or alts
                 subs += alts
-        subs += [(s[kw], base) for kw in ("then", "else") if kw in s]
+        # if: its declared keys order the object too (if/then/else compiles to (if and then) | (not if
+        # and else), whose alternatives list the condition's keys first)
+        subs += [(s[kw], base) for kw in ("if", "then", "else") if kw in s]
         for kw in ("dependencies", "dependentSchemas"):
             if isinstance(s.get(kw), dict):
                 subs += [(v, base) for v in s[kw].values() if isinstance(v, dict)]
@@ -397,7 +399,8 @@ def _num(x: Any) -> Decimal | None:
 
 @dataclass(frozen=True)
 class StrSpec:
-    """A set of strings: length, patterns, formats, enumerated or excluded values."""
+    """A set of strings: length, patterns, formats, enumerated or excluded values, minus the
+    strings of other specs (``minus``: what ``not``, ``oneOf`` and ``if`` negate)."""
 
     min_len: int = 0
     max_len: int | None = None
@@ -405,6 +408,7 @@ class StrSpec:
     formats: tuple = ()
     values: frozenset | None = None
     exclude: frozenset = frozenset()
+    minus: tuple = ()  # StrSpecs whose strings are not in this set
 
     def contains(self, s: str) -> bool:
         if len(s) < self.min_len or (self.max_len is not None and len(s) > self.max_len):
@@ -412,6 +416,8 @@ class StrSpec:
         if self.values is not None and s not in self.values:
             return False
         if s in self.exclude or any(not pattern_matches(p, s) for p in self.patterns):
+            return False
+        if any(m.contains(s) for m in self.minus):
             return False
         return all(_matcher(dec_regex(format_ir(f))).fullmatch(s) for f in self.formats)
 
@@ -421,7 +427,7 @@ class StrSpec:
                     o.max_len if self.max_len is None else self.max_len if o.max_len is None else
                     min(self.max_len, o.max_len),
                     tuple(dict.fromkeys(self.patterns + o.patterns)), tuple(dict.fromkeys(self.formats + o.formats)),
-                    values, self.exclude | o.exclude)
+                    values, self.exclude | o.exclude, tuple(dict.fromkeys(self.minus + o.minus)))
         if values is not None:
             r = StrSpec(values=frozenset(v for v in values if r.contains(v)))
         return r
@@ -452,32 +458,41 @@ class StrSpec:
             f = fsm_and(f, ir_fsm(x))
         if self.exclude:
             f = fsm_sub(f, ir_fsm(alt(*[lit(v) for v in self.exclude])))
+        for m in self.minus:
+            f = fsm_sub(f, m.fsm())
         return f
 
     def chunked(self) -> tuple[int, int | None] | None:
         """(min, max) when this is a long length-only spec, compiled as chunk rules (see
         ``_Emitter._chunk_rules``) rather than as one regex."""
-        if self.values is not None or self.patterns or self.formats or self.exclude:
+        if self.values is not None or self.patterns or self.formats or self.exclude or self.minus:
             return None
         if self.min_len > CHUNK or (self.max_len is not None and self.max_len > CHUNK):
             return self.min_len, self.max_len
         return None
+
+    def _check_lengths(self) -> None:
+        """_Unsupported when a length bound of this spec, or of one it subtracts, is too long for
+        one automaton (chunk rules count long lengths, but only alone: see ``chunked``)."""
+        if any(max(ir_len(x)[0], ir_len(x)[1] or 0) > MAX_REPEAT for x in self._irs()):
+            raise _Unsupported(f"string length bound above {MAX_REPEAT} with a pattern, format or negation")
+        for m in self.minus:
+            m._check_lengths()
 
     def regex(self) -> str | None:
         """Regex of the JSON string *content* (between the quotes); None if empty."""
         if self.values is not None:
             vs = sorted(v for v in self.values if self.contains(v))
             return None if not vs else enc_regex(alt(*[lit(v) for v in vs]))
-        if not self.patterns and not self.formats and not self.exclude:
+        if not self.patterns and not self.formats and not self.exclude and not self.minus:
             if not self.min_len and self.max_len is None:
                 return JSON_CONTENT
             if self.max_len is not None and self.max_len < self.min_len:
                 return None
             return _group(JSON_UNIT) + _quant(self.min_len, self.max_len)
+        self._check_lengths()
         irs = self._irs()
-        if any(max(ir_len(x)[0], ir_len(x)[1] or 0) > MAX_REPEAT for x in irs):
-            raise _Unsupported(f"string length bound above {MAX_REPEAT} with a pattern or format")
-        if len(irs) == 1 and not self.exclude:
+        if len(irs) == 1 and not self.exclude and not self.minus:
             return None if irs[0] == NONE else enc_regex(irs[0])
         f = self.fsm()
         return None if f.empty() else fsm_regex(f, enc_regex)
@@ -938,12 +953,8 @@ class _Builder:
             parts.append(union(*[self.shallow(i) for i in self._list(s, "anyOf", ptr, base)]))
         if "not" in s:
             parts.append(self._not(s["not"], ptr, base))
-        if "if" in s:
-            branch = "then" if s["if"] is True or s["if"] == {} else "else" if s["if"] is False else None
-            if branch is None:
-                self.refuse("if", ptr, "if/then/else is not supported")
-            elif branch in s:  # a constant condition: the chosen branch always applies
-                parts.append(self.shallow(self.location(s[branch], f"{ptr}/{branch}", base)))
+        if "if" in s and ("then" in s or "else" in s):  # an if alone constrains nothing
+            parts.append(self._if_then_else(s, ptr, base))
         deps = self._dependencies(s, ptr, base)
         if deps:
             with_deps = self.inter(*parts, *deps)
@@ -999,15 +1010,37 @@ class _Builder:
                    if o is not None]
         return Shallow(True, True, True, (NumSpec(),), (StrSpec(),), (ArrSpec(),), (forbid, *present))
 
+    def _if_then_else(self, s: dict, ptr: str, base: str) -> Shallow:
+        """``if``/``then``/``else`` as (C and T) | (not C and E), a missing branch being ``true``:
+        exact where the complement of the condition C is (``_complement``: types, enumerated
+        values, string patterns/formats/lengths, named keys of objects and their values, e.g.
+        ``{"properties": {"kind": {"const": "a"}}, "required": ["kind"]}``). The two alternatives
+        are disjoint, so the object automaton decides between them key by key. C, T and E are
+        read open, like a dependentSchemas entry: ``closed_objects`` closes the object that
+        declares its keys, not a condition on it, whose keys the others must not forbid."""
+        cond = self.shallow(self.location(s["if"], f"{ptr}/if", base))
+        then, other = (self.shallow(self.location(s[kw], f"{ptr}/{kw}", base)) if kw in s else ANY_SHALLOW
+                       for kw in ("then", "else"))
+        try:
+            neg = _complement(_opened_shallow(cond), self)
+        except _Unsupported as e:
+            self.refuse("if", ptr, f"the condition cannot be negated exactly ({str(e).removeprefix('not: ')})")
+            return ANY_SHALLOW
+        return union(self.inter(_opened_shallow(cond), _opened_shallow(then)),
+                     self.inter(neg, _opened_shallow(other)))
+
     def _one_of(self, s: dict, ptr: str, base: str, siblings: list[Shallow]) -> Shallow:
-        """``oneOf`` as the union of its branches, exact when no two branches can both match a value
-        the sibling keywords allow: an instance must satisfy the siblings S and exactly one branch,
-        and if every (A_i and S) is disjoint from (A_j and S), that is (A_1 or ... or A_n) and S.
-        Siblings matter in the most common discriminated union: ``{"type": "object", "required":
-        ["t"], "oneOf": [{"properties": {"t": {"const": "a"}}}, {"properties": {"t": {"const":
-        "b"}}}]}`` (the branches alone overlap on objects without ``t``)."""
+        """``oneOf``: an instance satisfies the siblings S and exactly one branch, i.e. the union
+        over i of (A_i and S and not A_j for every other j). Where (A_i and S) is provably
+        disjoint from (A_j and S), not A_j adds nothing and is left out: the most common
+        discriminated union, ``{"type": "object", "required": ["t"], "oneOf": [{"properties":
+        {"t": {"const": "a"}}}, {"properties": {"t": {"const": "b"}}}]}``, is the plain union (the
+        branches alone overlap on objects without ``t``). Branches that may overlap are negated
+        (``_complement``), e.g. "exactly one of these keys", ``"oneOf": [{"required": ["a"]},
+        {"required": ["b"]}]``; refused when a complement is not expressible."""
         subs = [self.shallow(i) for i in self._list(s, "oneOf", ptr, base)]
         rest: Shallow | None = None
+        overlaps: dict[int, list[int]] = {i: [] for i in range(len(subs))}
         for i in range(len(subs)):
             for j in range(i + 1, len(subs)):
                 if self.disjoint(subs[i], subs[j]):
@@ -1015,10 +1048,23 @@ class _Builder:
                 if rest is None:
                     rest = self.inter(*siblings)
                 if not self.disjoint(self.inter(rest, subs[i]), self.inter(rest, subs[j])):
-                    self.refuse("oneOf", ptr, f"branches {i} and {j} may both match (exactly-one cannot be "
-                                              "enforced); treated as anyOf")
-                    return union(*subs)
-        return union(*subs)
+                    overlaps[i].append(j)
+                    overlaps[j].append(i)
+        if not any(overlaps.values()):
+            return union(*subs)
+        negs: dict[int, Shallow] = {}
+        for j in sorted({j for js in overlaps.values() for j in js}):
+            try:
+                # open, as in not: closed_objects closes a branch's own objects, and its complement
+                # must not grow by the keys closing would forbid
+                negs[j] = _complement(_opened_shallow(subs[j]), self)
+            except _Unsupported as e:
+                i = overlaps[j][0]
+                self.refuse("oneOf", ptr, f"branches {min(i, j)} and {max(i, j)} may both match, and branch {j} "
+                                          f"cannot be negated exactly ({str(e).removeprefix('not: ')}); "
+                                          "treated as anyOf")
+                return union(*subs)
+        return union(*[self.inter(subs[i], *[negs[j] for j in overlaps[i]]) for i in range(len(subs))])
 
     def _ref(self, s: dict, kw: str, ptr: str, base: str) -> int:
         ref = s[kw]
@@ -1262,6 +1308,10 @@ def _opened(o: ObjSpec) -> ObjSpec:
     return ObjSpec(o.order, tuple(s.opened() for s in o.sources), o.required, o.min_props, o.max_props, o.names)
 
 
+def _opened_shallow(sh: Shallow) -> Shallow:
+    return replace(sh, objs=tuple(map(_opened, sh.objs))) if sh.objs else sh
+
+
 def _forbid(key: str) -> ObjSpec:
     """Objects without ``key``."""
     return ObjSpec((key,), (Source(((key, NEVER_ID),), (), ANY_ID),))
@@ -1272,23 +1322,33 @@ def _never(b: "_Builder", nid: int) -> bool:
     return sh is not None and sh.empty()
 
 
-def _obj_complement(objs: tuple, b: "_Builder") -> tuple:
-    """The objects in none of ``objs``, when each is a presence/count condition: required keys R,
-    forbidden keys F (``{"not": {}}`` values, ``false`` properties) and min/max counts; the
-    complement of one is (some k of R absent) | (some k of F present) | (too few) | (too many),
-    and of several the intersection of theirs. _Unsupported for value conditions."""
+MAX_COMPLEMENT_DEPTH = 8  # nested values a complement negates (a recursive schema would not end)
+
+
+def _obj_complement(objs: tuple, b: "_Builder", depth: int) -> tuple:
+    """The objects in none of ``objs``, when each is a condition on named keys: required keys R,
+    values V_k of declared keys (``false``: forbidden) and min/max counts. An object is in one
+    of them iff every k of R is present, every present declared k has its value in V_k and the
+    count fits, so the complement of one is (some k of R absent) | (some declared k present with
+    a value not in V_k) | (too few) | (too many), and of several the intersection of theirs.
+    _Unsupported for conditions on keys not named (patternProperties, additionalProperties,
+    propertyNames) and for values whose complement is not expressible (``_complement``)."""
     if not objs:
         return (ObjSpec(),)
     out: list | None = None
     for o in map(_opened, objs):  # the spec's reading inside not: closing would widen the complement
-        forbidden = []
+        if o.names or any(s.patterns or s.additional != ANY_ID for s in o.sources):
+            raise _Unsupported("not: only conditions on named keys of objects can be negated (not "
+                               "patternProperties, additionalProperties or propertyNames)")
+        alts = [_forbid(k) for k in o.required]
         for s in o.sources:
-            if s.patterns or s.additional != ANY_ID or any(not _never(b, v) for _, v in s.props):
-                raise _Unsupported("not: only objects' required/forbidden keys and counts can be negated")
-            forbidden += [k for k, _ in s.props]
-        if o.names or set(o.order) - set(forbidden) - set(o.required):
-            raise _Unsupported("not: only objects' required/forbidden keys and counts can be negated")
-        alts = [_forbid(k) for k in o.required] + [ObjSpec(required=(k,)) for k in dict.fromkeys(forbidden)]
+            for k, v in s.props:
+                sh = NEVER_SHALLOW if v == NEVER_ID else b.try_shallow(v)
+                if sh is None:
+                    raise _Unsupported("not: a negated object refers back to itself (recursion)")
+                neg = b.fixed(_complement(sh, b, depth + 1))
+                if neg != NEVER_ID:  # k present with a value V_k does not allow
+                    alts.append(ObjSpec((k,), (Source(((k, neg),), (), ANY_ID),), (k,)))
         if o.min_props:
             alts.append(ObjSpec(max_props=o.min_props - 1))
         if o.max_props is not None:
@@ -1302,8 +1362,10 @@ def _obj_complement(objs: tuple, b: "_Builder") -> tuple:
     return tuple(dict.fromkeys(out or ()))
 
 
-def _complement(sh: Shallow, b: "_Builder") -> Shallow:
+def _complement(sh: Shallow, b: "_Builder", depth: int = 0) -> Shallow:
     """Every JSON value not in ``sh``, when that is expressible exactly."""
+    if depth > MAX_COMPLEMENT_DEPTH:
+        raise _Unsupported(f"not: a negated value nested more than {MAX_COMPLEMENT_DEPTH} levels deep")
     nums: tuple = (NumSpec(),)
     if sh.nums:
         if sh.nums == (NumSpec(),):
@@ -1318,11 +1380,11 @@ def _complement(sh: Shallow, b: "_Builder") -> Shallow:
             strs = ()
         elif all(x.values is not None for x in sh.strs):
             strs = (StrSpec(exclude=frozenset(v for x in sh.strs for v in x.values)),)
-        else:
-            raise _Unsupported("not: only types and enumerated strings can be negated")
+        else:  # patterns, formats, lengths: the automaton's difference (StrSpec.fsm)
+            strs = (StrSpec(minus=sh.strs),)
     if sh.arrs and sh.arrs != (ArrSpec(),):
         raise _Unsupported("not: only types of arrays can be negated")
-    objs = () if ObjSpec() in sh.objs else _obj_complement(sh.objs, b)
+    objs = () if ObjSpec() in sh.objs else _obj_complement(sh.objs, b, depth)
     return Shallow(not sh.null, not sh.true, not sh.false, nums, strs, () if sh.arrs else (ArrSpec(),), objs)
 
 
@@ -1654,7 +1716,7 @@ class _Emitter:
                 except (_Unsupported, _TooComplex) as e:
                     if kind == "S" and (sp.min_len or sp.max_len is not None):
                         self.soften("maxLength", f"{e}; the length bounds are dropped")
-                        sp = StrSpec(patterns=sp.patterns, formats=sp.formats, values=sp.values, exclude=sp.exclude)
+                        sp = replace(sp, min_len=0, max_len=None)
                         try:
                             r = sp.regex()
                         except (_Unsupported, _TooComplex) as e2:
