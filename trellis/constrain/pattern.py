@@ -8,7 +8,7 @@ import re
 from typing import Any, Iterable
 
 from trellis.constrain.charsets import ECMA_DIGIT, ECMA_DOT, ECMA_SPACE, ECMA_WORD, cs, cs_neg, cs_union
-from trellis.constrain.regex_ir import ANYSTAR, EPS, MAX_REPEAT, _Unsupported, alt, cat, ch, dec_regex, rep
+from trellis.constrain.regex_ir import ANYSTAR, EPS, MAX_REPEAT, NONE, _Unsupported, alt, cat, ch, dec_regex, ir_len, rep
 
 try:
     import re._constants as _src
@@ -91,18 +91,117 @@ def pattern_ir(pattern: str) -> tuple:
 
 
 def _top(items: list) -> tuple:
-    if len(items) == 1:
+    if len(items) == 1:  # a top-level alternation: one search per branch (smaller automata)
         op, av = items[0]
         if op is _src.BRANCH:
             return alt(*[_top(list(b)) for b in av[1]])
         if op is _src.SUBPATTERN and not av[1] and not av[2]:
             return _top(list(av[3]))
-    start = end = False
-    while items and items[0] == (_src.AT, _src.AT_BEGINNING):
-        items, start = items[1:], True
-    while items and items[-1] == (_src.AT, _src.AT_END):
-        items, end = items[:-1], True
-    return cat(EPS if start else ANYSTAR, _seq(items), EPS if end else ANYSTAR)
+    return alt(*[cat(EPS if a else ANYSTAR, x, EPS if e else ANYSTAR) for (a, e), x in _anchored(items).items()])
+
+
+# Anchors anywhere (``^$|^...$``, which Python's parser reads as ``^(?:$|...$)``, or ``(,|$)``
+# inside a group): a sub-pattern is a union of pieces keyed (a, e): IR strings that must start
+# at position 0 (a) and/or end at the end of the text (e). ``^`` is (True, False) of the empty
+# string, ``$`` (False, True). In a concatenation, a piece that must start at 0 empties what
+# comes before it in the same match, and one that must end at the end empties what follows:
+# ``a^b`` is nothing, ``(x|^)y`` is ``xy`` anywhere or ``y`` at the start.
+_Pieces = dict  # {(starts_at_0, ends_at_end): IR}
+_MAX_ANCHORED_UNROLL = 16  # bounded repetitions of anchored pieces are unrolled up to this
+
+
+def _nullable(x: tuple) -> bool:
+    return x != NONE and ir_len(x)[0] == 0
+
+
+def _has_anchor(items: Iterable) -> bool:
+    for op, av in items:
+        if op is _src.AT:
+            return True
+        if op is _src.BRANCH and any(_has_anchor(b) for b in av[1]):
+            return True
+        if op is _src.SUBPATTERN and _has_anchor(av[3]):
+            return True
+        if op in (_src.MAX_REPEAT, _src.MIN_REPEAT) and _has_anchor(av[2]):
+            return True
+    return False
+
+
+def _put(out: _Pieces, key: tuple, x: tuple) -> None:
+    if x != NONE:
+        out[key] = alt(out[key], x) if key in out else x
+
+
+def _concat(p: _Pieces, q: _Pieces) -> _Pieces:
+    out: _Pieces = {}
+    for (a1, e1), x1 in p.items():
+        for (a2, e2), x2 in q.items():
+            left = (EPS if _nullable(x1) else NONE) if a2 else x1  # q starts at 0: p matched nothing
+            right = (EPS if _nullable(x2) else NONE) if e1 else x2  # p ends at the end: q matched nothing
+            _put(out, (a1 or a2, e1 or e2), cat(left, right))
+    return out
+
+
+def _anchored(items: list) -> _Pieces:
+    if not _has_anchor(items):
+        return {(False, False): _seq(items)}
+    out: _Pieces = {(False, False): EPS}
+    for op, av in items:
+        out = _concat(out, _anchored_atom(op, av))
+    return out
+
+
+def _anchored_atom(op: Any, av: Any) -> _Pieces:
+    if not _has_anchor([(op, av)]):
+        return {(False, False): _atom(op, av)}
+    if op is _src.AT:
+        if av is _src.AT_BEGINNING:
+            return {(True, False): EPS}
+        if av is _src.AT_END:
+            return {(False, True): EPS}
+        raise _Unsupported(f"anchor {av} is not supported")
+    if op is _src.BRANCH:
+        out: _Pieces = {}
+        for b in av[1]:
+            for key, x in _anchored(list(b)).items():
+                _put(out, key, x)
+        return out
+    if op is _src.SUBPATTERN:
+        if av[1] or av[2]:
+            raise _Unsupported("inline flags are not ECMA-262")
+        return _anchored(list(av[3]))
+    lo, hi, sub = av
+    return _anchored_repeat(_anchored(list(sub)), int(lo), None if hi is _src.MAXREPEAT else int(hi))
+
+
+def _anchored_repeat(d: _Pieces, lo: int, hi: int | None) -> _Pieces:
+    """``d{lo,hi}``. Bounded: unrolled (``_concat`` is exact). Unbounded: in a run of copies the
+    last one that must start at 0 (type A) has only empty copies before it and the first that
+    must end at the end (type E) only empty ones after, so the run is P* | A P* | P* E | A P* E
+    | B (B: both), P the unanchored copies, the count made up by empty copies where some may be
+    empty (before A: P or A ones; after E: P or E ones)."""
+    if lo > MAX_REPEAT:
+        raise _Unsupported(f"repetition count above {MAX_REPEAT}")
+    if hi is not None:
+        if hi > _MAX_ANCHORED_UNROLL:
+            raise _Unsupported(f"a repetition of more than {_MAX_ANCHORED_UNROLL} with an anchor inside")
+        opt = dict(d)
+        _put(opt, (False, False), EPS)
+        out: _Pieces = {(False, False): EPS}
+        for i in range(hi):
+            out = _concat(out, d if i < lo else opt)
+        return out
+    p, a, e, b = (d.get(k, NONE) for k in ((False, False), (True, False), (False, True), (True, True)))
+    pre = _nullable(p) or _nullable(a)  # empty copies may stand before an A copy
+    post = _nullable(p) or _nullable(e)  # and after an E copy
+    out: _Pieces = {}
+    _put(out, (False, False), rep(p, lo, None))
+    _put(out, (True, False), cat(a, rep(p, 0 if pre else max(lo - 1, 0), None)))
+    _put(out, (False, True), cat(rep(p, 0 if post else max(lo - 1, 0), None), e))
+    _put(out, (True, True), cat(a, rep(p, 0 if pre or post else max(lo - 2, 0), None), e))
+    if lo <= 1 or pre or post:
+        _put(out, (True, True), b)
+    return out
 
 
 def _seq(items: Iterable) -> tuple:
@@ -142,8 +241,8 @@ def _atom(op: Any, av: Any) -> tuple:
         if lo > MAX_REPEAT or (hi is not None and hi > MAX_REPEAT):
             raise _Unsupported(f"repetition count above {MAX_REPEAT}")
         return rep(_seq(sub), int(lo), hi)
-    if op is _src.AT:
-        raise _Unsupported("anchors (^, $) are supported only at the start/end of the pattern")
+    if op is _src.AT:  # _anchored takes every sub-pattern with an anchor
+        raise _Unsupported(f"anchor {av} is not supported")
     if op in (_src.ASSERT, _src.ASSERT_NOT):
         raise _Unsupported("lookaround assertions are not supported")
     if op in (_src.GROUPREF, _src.GROUPREF_EXISTS):
@@ -165,4 +264,5 @@ def _matcher(rx: str) -> re.Pattern:
 
 def pattern_matches(pattern: str, s: str) -> bool:
     """ECMA-262 search of ``pattern`` in ``s`` (exact, through the IR)."""
-    return _matcher(dec_regex(pattern_ir(pattern))).fullmatch(s) is not None
+    ir = pattern_ir(pattern)
+    return ir != NONE and _matcher(dec_regex(ir)).fullmatch(s) is not None  # NONE: e.g. "/^a$/" matches nothing
