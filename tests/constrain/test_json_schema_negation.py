@@ -138,3 +138,16 @@ def test_inexpressible_negations_are_refused_by_name(schema: Any, pointer: str) 
     with pytest.raises(SchemaError) as e:
         JsonSchema(schema, closed_objects=False).to_lark()
     assert e.value.pointer == pointer, str(e.value)
+
+
+def test_many_ifs_on_one_discriminator_stay_small() -> None:
+    """An allOf of if/then on one key (JsonSchemaStore's jfrog-pipelines has 28): each if is two
+    object alternatives, and without pruning those requiring two constants at once the allOf
+    kept 2^n of them (the compile ran past a minute)."""
+    kinds = [f"k{i}" for i in range(12)]
+    schema = {"type": "object", "properties": {"type": {"enum": kinds}, "n": {}},
+              "allOf": [{"if": {"properties": {"type": {"const": k}}},
+                         "then": {"properties": {"n": {"type": "integer", "minimum": i}}}}
+                        for i, k in enumerate(kinds)]}
+    judge(schema, [{"type": "k3", "n": 3}, {"type": "k0", "n": 0}, {"type": "k11"}],
+          [{"type": "k3", "n": 2}, {"type": "k11", "n": 10}, {"type": "k1", "n": "x"}, {"type": "z"}])

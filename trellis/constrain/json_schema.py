@@ -863,8 +863,20 @@ class _Builder:
         srcs = a.sources + tuple(x for x in b.sources if x not in a.sources)
         if req and any(v == NEVER_ID and k in req for x in srcs for k, v in x.props):
             return None  # a required key is forbidden (e.g. a dependency's absent-key alternative)
+        if any(self._no_value(srcs, k) for k in req):
+            return None  # a required key's values have nothing in common (e.g. two if conditions' consts)
         return ObjSpec(a.order + tuple(k for k in b.order if k not in a.order), srcs, req, lo, hi,
                        a.names + tuple(n for n in b.names if n not in a.names))
+
+    def _no_value(self, srcs: tuple, key: str) -> bool:
+        """True when the sources' schemas for ``key`` provably admit no value. Prunes object
+        alternatives that if/then/else and oneOf complements multiply: an allOf of n ifs on one
+        discriminator would otherwise keep 2^n alternatives, most requiring two constants at once."""
+        vals = [v for x in srcs for v in self.source_value(x, key)]
+        if len(set(vals)) < 2:
+            return False
+        sh = self.try_shallow(self.and_id(vals))
+        return sh is not None and sh.empty()
 
     # -- values of keys
     def source_value(self, src: Source, key: str) -> list[int]:
@@ -1026,8 +1038,12 @@ class _Builder:
         except _Unsupported as e:
             self.refuse("if", ptr, f"the condition cannot be negated exactly ({str(e).removeprefix('not: ')})")
             return ANY_SHALLOW
-        return union(self.inter(_opened_shallow(cond), _opened_shallow(then)),
-                     self.inter(neg, _opened_shallow(other)))
+        out = union(self.inter(_opened_shallow(cond), _opened_shallow(then)), self.inter(neg, _opened_shallow(other)))
+        if len(out.objs) > MAX_DEP_BRANCHES:
+            self.refuse("if", ptr, f"(if and then) | (not if and else) makes more than {MAX_DEP_BRANCHES} object "
+                                   "alternatives")
+            return ANY_SHALLOW
+        return out
 
     def _one_of(self, s: dict, ptr: str, base: str, siblings: list[Shallow]) -> Shallow:
         """``oneOf``: an instance satisfies the siblings S and exactly one branch, i.e. the union
@@ -1064,7 +1080,16 @@ class _Builder:
                                           f"cannot be negated exactly ({str(e).removeprefix('not: ')}); "
                                           "treated as anyOf")
                 return union(*subs)
-        return union(*[self.inter(subs[i], *[negs[j] for j in overlaps[i]]) for i in range(len(subs))])
+        out = []
+        for i, sub in enumerate(subs):
+            for j in overlaps[i]:
+                sub = self.inter(sub, negs[j])
+                if len(sub.objs) > MAX_DEP_BRANCHES:  # each complement multiplies the object alternatives
+                    self.refuse("oneOf", ptr, f"branch {i} and the negations of the branches it may overlap "
+                                              f"make more than {MAX_DEP_BRANCHES} object alternatives; treated as anyOf")
+                    return union(*subs)
+            out.append(sub)
+        return union(*out)
 
     def _ref(self, s: dict, kw: str, ptr: str, base: str) -> int:
         ref = s[kw]
