@@ -452,6 +452,8 @@ class StrSpec:
         if self.values is not None:
             vs = [v for v in self.values if self.contains(v)]
             return ir_fsm(alt(*[lit(v) for v in vs])) if vs else _empty_fsm()
+        if self.min_len > MAX_STRING or (self.max_len or 0) > MAX_STRING:
+            raise _Unsupported(f"string length bound above {MAX_STRING} in an automaton")
         irs = self._irs() or [ANYSTAR]
         f = ir_fsm(irs[0])
         for x in irs[1:]:
@@ -1220,10 +1222,9 @@ class _Builder:
 
     def _strspec(self, s: dict, ptr: str) -> StrSpec:
         lo, hi = self._count(s, "minLength", ptr), self._count(s, "maxLength", ptr)
-        for kw, v in (("minLength", lo), ("maxLength", hi)):
-            if v is not None and v > MAX_STRING:
-                self.refuse(kw, ptr, f"string length bounds above {MAX_STRING} are too large to compile")
-                lo, hi = (None, hi) if kw == "minLength" else (lo, None)
+        if lo is not None and lo > MAX_STRING:  # maxLength is counted in levels (_Emitter._level_rules)
+            self.refuse("minLength", ptr, f"string length bounds above {MAX_STRING} are too large to compile")
+            lo = None
         pats: tuple = ()
         if "pattern" in s:
             p = s["pattern"]
@@ -1765,8 +1766,12 @@ class _Emitter:
         One regex ``U{lo,hi}`` would be a byte DFA of ~60 states per character (unminimised
         UTF-8 and escapes); here the lexer DFA is CHUNK characters deep whatever the bound.
         Greedy lexing is exact: a full chunk lexeme ends unless ``"`` follows, which only the
-        (at most CHUNK-character) tail terminal accepts.
+        (at most CHUNK-character) tail terminal accepts. Bounds above MAX_STRING are counted in
+        levels (``_level_rules``): linear counting rules would make Lark's LALR construction
+        superlinear (40 000 characters took 110 s).
         """
+        if hi is not None and hi > MAX_STRING:
+            return self._level_rules(lo, hi)
         name = f"sc{lo}_{'inf' if hi is None else hi}"
         if name in self._chunks:
             return name
@@ -1784,6 +1789,55 @@ class _Emitter:
             t_lo = max(0, lo - c * k)
             if t_lo <= t_hi:
                 rules.append((name, f"{name}_{c} " + self._term("re", f'{u}{_quant(t_lo, t_hi)}"')))
+        self._extra_rules += rules
+        return name
+
+    def _level_rules(self, lo: int, hi: int) -> str:
+        """Strings of lo..hi characters (hi > MAX_STRING) with O(CHUNK * levels + hi / size(L))
+        rules: a unit of level l is CHUNK units of level l - 1 (level 0: the chunk lexeme), so
+        size(l) = CHUNK ** (l + 1); the parser counts units of the top level L and then reads a
+        remainder ``R(l, a, b)``: a..b more characters, b <= size(l), as up to CHUNK - 1 units of
+        level l - 1 and a remainder of level l - 1 (right-recursive, so no reduction is due
+        before the unit/remainder choice is made, which greedy lexing makes at the last chunk:
+        chunk or tail). A unit is never followed by ``"`` directly (greedy lexing would have made
+        its last chunk a tail), so a remainder after one has at least 1 character. The grammar
+        stays LALR(1): every state predicts one remainder."""
+        name = f"sl{lo}_{hi}"
+        if name in self._chunks:
+            return name
+        self._chunks.add(name)
+        k, u = CHUNK, _group(JSON_UNIT)
+        top_level = 1
+        while hi // k ** (top_level + 1) > 64:  # at most 64 top-level units to count
+            top_level += 1
+        size = [k ** (lv + 1) for lv in range(top_level + 1)]
+        unit = [self._term("re", f"{u}{{{k}}}")] + [f"{name}_u{lv}" for lv in range(1, top_level + 1)]
+        rules = [(unit[lv], " ".join([unit[lv - 1]] * k)) for lv in range(1, top_level + 1)]
+        made: set = set()
+
+        def rem(lv: int, a: int, b: int) -> str:
+            r = f"{name}_r{lv}_{a}_{b}"
+            if r in made:
+                return r
+            made.add(r)
+            if lv == 0:
+                rules.append((r, self._term("re", f'{u}{_quant(a, b)}"')))
+                return r
+            s = size[lv - 1]
+            if a <= s:
+                rules.append((r, rem(lv - 1, a, min(b, s))))
+            if b - s >= 1:
+                rules.append((r, f"{unit[lv - 1]} {rem(lv, max(1, a - s), b - s)}"))
+            return r
+
+        big = size[top_level]
+        rules.append((f"{name}_c0", self._term("lit", '"')))
+        for c in range((hi - 1) // big + 1):
+            a, b = (lo, min(hi, big)) if c == 0 else (max(1, lo - c * big), min(big, hi - c * big))
+            if c:
+                rules.append((f"{name}_c{c}", f"{name}_c{c - 1} {unit[top_level]}"))
+            if a <= b:
+                rules.append((name, f"{name}_c{c} {rem(top_level, a, b)}"))
         self._extra_rules += rules
         return name
 
