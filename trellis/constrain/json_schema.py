@@ -32,7 +32,9 @@ an invalid instance is never accepted)
   escaped (``\\"``, ``\\n``, ``\\u001f`` ...); ``/`` may also be ``\\/``; ``\\uXXXX`` of other
   characters is rejected. Object keys of schemas with declared properties must be spelled as
   ``json.dumps`` does (one spelling: no ``\\/``). Lengths count code points; a bound above 16
-  compiles as rules over 16-character lexemes, one above 8192 is refused.
+  compiles as rules over 16-character lexemes (above 8192, counted in levels of 16, 256, 4096 ...
+  characters); a ``minLength`` above 8192, or a ``maxLength`` above 2048 with a pattern or format,
+  is refused.
 * **Numbers.** Unconstrained numbers accept all JSON numbers. Integers, and numbers with
   bounds, ``multipleOf``, ``enum`` or ``const``, are written in plain decimal notation
   (``1.0`` is an integer, ``1e2`` is rejected). Bounds are exact (decimal arithmetic).
@@ -62,16 +64,25 @@ fraction or exponent, so ``1.0`` is not one; from draft-06 on any number with a 
 ``minItems``, ``maxItems``, ``minLength``, ``maxLength``, ``pattern``, ``format``, ``minimum``,
 ``maximum``, ``exclusiveMinimum``/``exclusiveMaximum`` (number and draft-04 boolean forms),
 ``multipleOf`` (powers of ten; a/10^d with a dividing 1000; any value over a bounded range),
-``allOf`` (merged), ``anyOf``, ``oneOf`` (when its branches are provably disjoint), ``not`` of
-types or enumerated scalars, ``if`` with a constant condition, ``$ref`` with ``$defs``/
-``definitions``/``$id``/``$anchor``/JSON pointers (recursion included; draft <= 7 ignores
-``$ref`` siblings), ``nullable`` (OpenAPI). Annotations and unknown keywords are ignored, as the
-spec says. Refused: ``uniqueItems: true``, ``contains``, ``if`` on data, ``dependentRequired``,
-``dependentSchemas``, ``dependencies``, ``unevaluated*``, ``$dynamicRef``, ``$recursiveRef``,
-other ``multipleOf``/``not`` forms, unknown formats, draft-03 keywords, remote ``$ref``, custom
-``$schema`` dialects, regex features without an exact automaton (lookaround, backreferences,
-``\\b``, ``\\p{..}``), and unions that cannot be decided left to right (e.g. two alternatives
-with different objects at the same place).
+``allOf`` (merged), ``anyOf``, ``dependentRequired``, ``dependentSchemas``, ``dependencies``
+(key absent | key present and D), and negation where the complement is exact: ``not`` of types,
+enumerated scalars, string patterns/formats/lengths, double negation, and objects' conditions on
+named keys (required, forbidden, counts, values of declared keys, recursively: ``{"not":
+{"properties": {"type": {"const": "group"}}}}``); ``if``/``then``/``else`` as (if and then) | (not if
+and else), e.g. on a const-discriminated property; ``oneOf`` as the union of (A_i and not A_j) over
+the branches j that may overlap A_i (none where the branches are provably disjoint under their
+siblings; "exactly one of these keys"); ``$ref`` with ``$defs``/``definitions``/``$id``/``$anchor``/
+JSON pointers (recursion included; draft <= 7 ignores ``$ref`` siblings), ``nullable`` (OpenAPI).
+Patterns may have ``^``/``$`` anywhere (``^$|^a+$``, ``(,|$)`` in a group). Annotations and
+unknown keywords are ignored, as the spec says. Refused: ``uniqueItems: true``, ``contains``,
+``unevaluated*``, ``$dynamicRef``, ``$recursiveRef``, other ``multipleOf`` forms, negations
+(``not``, ``if`` conditions, overlapping ``oneOf`` branches) of bounded or ``multipleOf``
+numbers, of arrays with item conditions, or of conditions on keys not named (patternProperties,
+additionalProperties, propertyNames), and those making more than 64 object alternatives;
+defined formats trellis cannot assert (``regex``, ``duration``, ``iri`` ...), draft-03 keywords,
+remote ``$ref``, custom ``$schema`` dialects, regex features without an exact automaton
+(lookaround, backreferences, ``\\b``, ``\\p{..}``), and unions that cannot be decided left to
+right (e.g. two alternatives with different objects at the same place).
 
 Grammar shape
 -------------
