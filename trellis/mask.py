@@ -22,6 +22,12 @@ def allocate_bitmask(rows: int, vocab_size: int) -> Tensor:
 
 def bitmask_to_bool(bitmask: Tensor, vocab_size: int) -> Tensor:
     """[rows, W] int32 -> [rows, V] bool (True = allowed)."""
+    if bitmask.device.type == "cpu":
+        # numpy's unpackbits: 0.02 ms per 262,144-token row vs 0.16 ms for the [rows, W, 32]
+        # AND below (2-core AMD EPYC VM, 1 thread); the mask is applied at every decoding step.
+        m = np.ascontiguousarray(bitmask.to(torch.int32).numpy())
+        bits = np.unpackbits(m.view(np.uint8), axis=-1, bitorder="little")[:, :vocab_size]
+        return torch.from_numpy(bits.view(np.bool_))
     b = bitmask.to(torch.int32).unsqueeze(-1) & _BIT.to(bitmask.device)  # [rows, W, 32]
     return (b != 0).reshape(bitmask.shape[0], -1)[:, :vocab_size]
 

@@ -1,0 +1,40 @@
+"""The one bitmask format: bit t % 32 of word t // 32 set = token t allowed (xgrammar's and
+llguidance's layout). ``bitmask_to_bool`` unpacks it with numpy on CPU and with tensor ops
+elsewhere; both must be the definition, for any vocabulary size, strided rows and the sign bit."""
+
+from __future__ import annotations
+
+import torch
+
+from trellis.mask import allocate_bitmask, allowed_ids, apply_bitmask_, bitmask_to_bool, bool_to_bitmask
+
+
+def _definition(m: torch.Tensor, v: int) -> torch.Tensor:
+    t = torch.arange(v)
+    words = m[:, t // 32].to(torch.int64) & 0xFFFFFFFF
+    return ((words >> (t % 32)) & 1).bool()
+
+
+def test_bitmask_to_bool_is_the_definition() -> None:
+    g = torch.Generator().manual_seed(0)
+    for rows, v in [(1, 262144), (3, 1000), (2, 33), (1, 31), (4, 64)]:
+        m = torch.randint(-2**31, 2**31 - 1, (rows, (v + 31) // 32), dtype=torch.int32, generator=g)
+        m[0, 0] = -(1 << 31)  # only the sign bit: token 31
+        assert torch.equal(bitmask_to_bool(m, v), _definition(m, v))
+        wide = torch.randint(-2**31, 2**31 - 1, (rows, 2 * m.shape[1]), dtype=torch.int32, generator=g)
+        assert torch.equal(bitmask_to_bool(wide[:, ::2], v), _definition(wide[:, ::2].contiguous(), v))
+        allowed = _definition(m, v)
+        assert torch.equal(bool_to_bitmask(allowed), m if v % 32 == 0 else bool_to_bitmask(allowed))
+        assert allowed_ids(m[0], v) == torch.nonzero(allowed[0]).flatten().tolist()
+
+
+def test_apply_bitmask_sets_exactly_the_disallowed_to_minus_inf() -> None:
+    v = 1000
+    m = allocate_bitmask(2, v)
+    m[0, 3] = 0  # tokens 96..127 disallowed in row 0
+    m[1, 0] = 1  # only token 0 of the first word in row 1
+    logits = torch.zeros(2, 1024 + 7)  # wider than the mask's 32 words: the extra columns are disallowed
+    apply_bitmask_(logits, m)
+    bad = torch.isinf(logits)
+    assert bad[0, 96:128].all() and not bad[0, :96].any() and not bad[0, 128:1024].any() and bad[:, 1024:].all()
+    assert not bad[1, 0] and bad[1, 1:32].all() and not bad[1, 32:v].any()
