@@ -151,3 +151,12 @@ def test_many_ifs_on_one_discriminator_stay_small() -> None:
                         for i, k in enumerate(kinds)]}
     judge(schema, [{"type": "k3", "n": 3}, {"type": "k0", "n": 0}, {"type": "k11"}],
           [{"type": "k3", "n": 2}, {"type": "k11", "n": 10}, {"type": "k1", "n": "x"}, {"type": "z"}])
+
+
+def test_a_nested_refusal_names_its_keyword_once() -> None:
+    """The pointer ends in the keyword and the message starts with it; a reason raised further in
+    that already starts with the keyword is not prefixed again ("/not: not: not: ...")."""
+    with pytest.raises(SchemaError) as e:
+        JsonSchema({"not": {"type": "array", "items": {"type": "string"}, "minItems": 2}}).to_lark()
+    assert e.value.pointer == "/not" and str(e.value).startswith("/not: not: ") and "not: not: not" not in str(e.value)
+    assert not e.value.message.startswith("not: not:")

@@ -764,6 +764,8 @@ class _Builder:
     # -- errors
     def refuse(self, keyword: str, ptr: str, reason: str) -> None:
         """Raise SchemaError, or record the keyword as ignored in lenient mode."""
+        while reason.startswith(f"{keyword}: "):  # a nested refusal already named it: say it once
+            reason = reason[len(keyword) + 2:]
         if not self.lenient:
             raise SchemaError(f"{keyword}: {reason}", pointer=f"{ptr}/{_esc(keyword)}")
         self.ignored.append(IgnoredKeyword(keyword, f"{ptr}/{_esc(keyword)}", reason))
