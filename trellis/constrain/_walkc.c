@@ -1,9 +1,9 @@
 /* Vocabulary walks through one byte DFA, in C: the inner loops of rest_walk.walk and
  * trie_walk.walk_vocabulary.
  *
- * Why C: a fresh mask is mostly these walks (62-74% of the mask time of json.lark, python_call.lark
- * and composition_csv.lark on Gemma 3's vocabulary, /tmp-free profile in benchmarks/README.md,
- * bench_fresh section), and numpy can only step every rest one byte column at a time, paying a
+ * Why C: a fresh mask was mostly these walks (62-74% of the mask time of json.lark, python_call.lark
+ * and composition_csv.lark on Gemma 3's vocabulary, walks timed apart along one fresh document per
+ * grammar; commit 62bdf8c), and numpy can only step every rest one byte column at a time, paying a
  * gather, a compare and a compaction per column over all rests still running. Here each rest is
  * walked on its own to its end or its death, and a trie walk prunes a dead subtree in one jump.
  *
@@ -38,8 +38,8 @@ static int vec_push(vec *v, int64_t x) {
     return 0;
 }
 
-/* base -> offset * stride + column without a 64-bit division per rest (two of those were a third
- * of a walk over 137k single-byte rests): offset is small, so a float estimate and one correction. */
+/* base -> offset * stride + column without a 64-bit division per rest: offset is small (at most
+ * the longest token), so a float estimate and one correction are exact. */
 static inline const uint8_t *rest_bytes(const uint8_t *rows, int64_t width, int64_t stride, double inv, int64_t base) {
     if (base < stride) return rows + base * width;
     int64_t off = (int64_t)((double)base * inv);
