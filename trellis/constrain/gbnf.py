@@ -585,19 +585,26 @@ def _inline_regular(rules: dict[str, Alt]) -> dict[str, Alt]:
     """The rules reachable from ``root`` with every reference to a rule whose expansion is
     rule-free (after the same substitution: not recursive) and at most ``_INLINE_POSITIONS``
     positions replaced by that expansion."""
-    regular: dict[str, Node | None] = {}  # name -> its rule-free expansion, or None (stays a rule)
+    # name -> its body with references substituted, and whether that body is inlined where used
+    # (a reference to a rule on ``visiting`` is to a recursive rule, which is never inlined, so a
+    # body made during another rule's visit is the same as one made later)
+    bodies: dict[str, Node] = {}
+    inlined: dict[str, bool] = {}
     visiting: set[str] = set()
 
-    def expansion(name: str) -> Node | None:
-        if name not in regular:
+    def body_of(name: str) -> Node | None:
+        if name not in bodies:
             if name in visiting:  # recursive: stays a rule (the cycle's rules learn it on return)
                 return None
             visiting.add(name)
-            body = subst(rules[name])
+            b = bodies[name] = subst(rules[name])
             visiting.discard(name)
-            ok = _rule_free(body) and _positions(body) <= _INLINE_POSITIONS
-            regular[name] = body if ok else None
-        return regular[name]
+            inlined[name] = _rule_free(b) and _positions(b) <= _INLINE_POSITIONS
+        return bodies[name]
+
+    def expansion(name: str) -> Node | None:
+        b = body_of(name)
+        return b if b is not None and inlined[name] else None
 
     def subst(node: Node) -> Node:
         if isinstance(node, Ref):
@@ -617,7 +624,8 @@ def _inline_regular(rules: dict[str, Alt]) -> dict[str, Alt]:
         name = todo.pop()
         if name in out:
             continue
-        body = subst(rules[name])
+        body = body_of(name)
+        assert body is not None  # nothing is being visited here
         out[name] = body if isinstance(body, Alt) else Alt((Seq((body,)),))
         todo.extend(_refs(body))
     return {name: out[name] for name in rules if name in out}  # source order

@@ -96,7 +96,6 @@ class TokenTrie:
                           np.zeros(len(starts), dtype=np.int64))
         return cls(lex, byte, parent, tlo, thi, end_node, end_tok)
 
-
     def preorder(self) -> tuple[np.ndarray, ...]:
         """The nodes in depth-first preorder, for the C kernel: (byte uint8, depth int32, skip int32
         (the first node after the subtree), tlo, thi, end_lo, end_tok (int64; the tokens ending at
