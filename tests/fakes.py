@@ -4,12 +4,18 @@ and a pure-torch fake LM whose logits are a deterministic function of the prefix
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from trellis.tokens import TokenTree
+
+
+# TRELLIS_FAKES_DEVICE=cuda puts the tiny HF models on that device: the logic tests, run on a GPU
+# machine, then exercise the library's device handling (tests/test_cuda.py has the GPU's own tests).
+DEVICE = os.environ.get("TRELLIS_FAKES_DEVICE", "cpu")
 
 
 def tiny_llama(vocab_size: int = 97, seed: int = 0, layers: int = 2):
@@ -19,7 +25,7 @@ def tiny_llama(vocab_size: int = 97, seed: int = 0, layers: int = 2):
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                       bos_token_id=1, eos_token_id=2, pad_token_id=0, attn_implementation="sdpa")
-    return LlamaForCausalLM(cfg).eval()
+    return LlamaForCausalLM(cfg).eval().to(DEVICE)
 
 
 def tiny_gemma3(vocab_size: int = 101, seed: int = 0, sliding_window: int = 6, attn: str = "sdpa"):
@@ -31,7 +37,7 @@ def tiny_gemma3(vocab_size: int = 101, seed: int = 0, sliding_window: int = 6, a
                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                            sliding_window=sliding_window, max_position_embeddings=512,
                            bos_token_id=2, eos_token_id=1, pad_token_id=0, attn_implementation=attn)
-    return Gemma3ForCausalLM(cfg).eval()
+    return Gemma3ForCausalLM(cfg).eval().to(DEVICE)
 
 
 class HashLM:
@@ -113,6 +119,6 @@ def assert_greedy_equal_up_to_ties(model, prompt: Sequence[int], ours: Sequence[
     j = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), min(len(ours), len(ref)))
     assert j < min(len(ours), len(ref)), f"lengths differ without a differing token: {len(ours)} vs {len(ref)}"
     with torch.inference_mode():
-        logits = model(torch.tensor([list(prompt) + ref[:j]])).logits[0, -1].float()
+        logits = model(torch.tensor([list(prompt) + ref[:j]], device=model.device)).logits[0, -1].float()
     gap = abs(float(logits[ref[j]] - logits[ours[j]]))
     assert gap <= tol, f"greedy differs from transformers at new token {j} with a logit gap of {gap:.2e}"

@@ -55,7 +55,7 @@ def test_greedy_equals_transformers_generate(make):
     for prompt in ([5, 9, 13], [7] * 9, list(range(3, 40))):
         ours = Greedy()(dec, dec.start(prompt), max_new_tokens=40)[0].new_tokens
         with torch.inference_mode():
-            ref = model.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False,
+            ref = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=40, do_sample=False,
                                  eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
         assert_greedy_equal_up_to_ties(model, prompt, ours, ref)
 

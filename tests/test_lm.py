@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fakes import tiny_gemma3, tiny_llama
+from trellis.attention_guard import attention_context
 from trellis.lm import HFLanguageModel
 from trellis.tokens import TokenTree
 
@@ -20,8 +21,11 @@ GEMMA_TOL = 5e-4
 
 
 def reference(model, seq):
-    with torch.inference_mode():
-        return model(input_ids=torch.tensor([list(seq)]), logits_to_keep=1).logits[0, -1].float()
+    """A plain transformers forward; on CUDA with the attention kernel trellis routes around
+    (trellis.attention_guard), since the reference must be right too."""
+    p = next(model.parameters())
+    with torch.inference_mode(), attention_context(p.device, p.dtype):
+        return model(input_ids=torch.tensor([list(seq)], device=model.device), logits_to_keep=1).logits[0, -1].float()
 
 
 def random_tree(rng: random.Random, n: int, vocab: int) -> TokenTree:
@@ -209,11 +213,11 @@ def test_layer_skip_view_equals_a_truncated_model(make, keep):
     seq = torch.randint(3, 90, (14,), generator=g).tolist()
     for n in (5, 6, 9, 14):  # incremental: the view's cache is extended, never recomputed
         got = view.logits([seq[:n]])[0]
-        want = ref(torch.tensor([seq[:n]])).logits[0, -1].float()
+        want = ref(torch.tensor([seq[:n]], device=ref.device)).logits[0, -1].float()
         assert torch.allclose(got, want, atol=1e-5), (n, (got - want).abs().max())
     assert view.stats.tokens_reused > 0
     # The shared model is untouched: the full view still matches a plain forward.
-    assert torch.allclose(full.logits([seq])[0], model(torch.tensor([seq])).logits[0, -1].float(), atol=1e-5)
+    assert torch.allclose(full.logits([seq])[0], model(torch.tensor([seq], device=model.device)).logits[0, -1].float(), atol=1e-5)
     assert len(model.get_decoder().layers) == model.config.num_hidden_layers
 
 
@@ -223,7 +227,7 @@ def test_head_subset_computes_exactly_those_logits():
     view = HFLanguageModel(model, head=head)
     seq = [5, 9, 12, 40, 33, 7, 8]
     got = view.logits([seq])[0]
-    want = model(torch.tensor([seq])).logits[0, -1].float()
+    want = model(torch.tensor([seq], device=model.device)).logits[0, -1].float()
     assert torch.allclose(got[head], want[head], atol=1e-5)
     others = torch.ones(got.shape[0], dtype=torch.bool)
     others[head] = False
@@ -239,7 +243,7 @@ def test_head_subset_computes_exactly_those_logits():
         head = sorted(set(head) | set(extra))
         seq = seq + [extra[0]]
         got = view.logits([seq])[0]
-        want = model(torch.tensor([seq])).logits[0, -1].float()
+        want = model(torch.tensor([seq], device=model.device)).logits[0, -1].float()
         assert sorted(view.head.tolist()) == sorted(shallow.head.tolist()) == head
         assert torch.allclose(got[head], want[head], atol=1e-5)
         others = torch.ones(got.shape[0], dtype=torch.bool)

@@ -18,6 +18,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 from torch import Tensor
 
+from trellis.attention_guard import attention_context
 from trellis.kernels import TunedLinears
 from trellis.tokens import TokenTree
 
@@ -510,7 +511,7 @@ class HFLanguageModel:
         kwargs[self._cache_kw] = self._cache
         kernels = self._kernels.active() if self._kernels is not None and self._kernels.applies(b * q) \
             else contextlib.nullcontext()
-        with kernels:
+        with kernels, attention_context(self.device, self.dtype):  # no-op on CPU (trellis.attention_guard)
             if self._keep_layers is not None or self._head is not None:
                 logits = self._view_forward(kwargs, keep)
             else:

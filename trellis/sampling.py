@@ -64,10 +64,20 @@ def log_softmax(scores: Tensor) -> Tensor:
     return torch.nan_to_num(lp, nan=NEG_INF, neginf=NEG_INF)  # neginf: the default would make -inf finite
 
 
+def draw(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """``torch.multinomial(probs, 1)`` drawn on the generator's device, returned on ``probs``'s.
+
+    trellis' seeded generators are CPU generators (``generate(seed=...)``), and CUDA refuses a CPU
+    generator: the probabilities cross to the host instead (one [B, V] copy per draw), so a seed
+    gives the same draws from the same probabilities on any device."""
+    if generator is not None and generator.device != probs.device:
+        return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
+    return torch.multinomial(probs, 1, generator=generator)
+
+
 def sample(log_probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """One token per row from [B, V] log-probabilities -> [B] int64."""
-    probs = log_probs.float().exp()
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    """One token per row from [B, V] log-probabilities -> [B] int64 (on ``log_probs``'s device)."""
+    return draw(log_probs.float().exp(), generator).squeeze(-1)
 
 
 def entropy(log_probs: Tensor) -> Tensor:

@@ -58,8 +58,8 @@ def model():
 def run(model, prompts: list[list[int]], proc: GrammarLogitsProcessor, **kw) -> list[list[int]]:
     """Left-pad ``prompts``, generate with ``proc``; the generated part of every returned row."""
     width = max(len(p) for p in prompts)
-    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
     out = model.generate(ids, attention_mask=mask, logits_processor=LogitsProcessorList([proc]),
                          pad_token_id=PAD, eos_token_id=EOS, **kw)
     return out[:, width:].tolist()

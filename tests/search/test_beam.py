@@ -20,7 +20,7 @@ SCORE_TOL = 1e-4
 def hf_beam(model, prompt, *, width, n, max_new, eos, length_penalty, early_stopping):
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = model.generate(torch.tensor([prompt]), num_beams=width, do_sample=False, num_return_sequences=n,
+        out = model.generate(torch.tensor([prompt], device=model.device), num_beams=width, do_sample=False, num_return_sequences=n,
                              output_scores=True, return_dict_in_generate=True, max_new_tokens=max_new,
                              eos_token_id=list(eos), pad_token_id=0, length_penalty=length_penalty,
                              early_stopping=early_stopping)

@@ -100,9 +100,9 @@ class Beam(Searching):
         done = _Finished(nb, self.length_penalty, self.early_stopping, max_new_tokens)
         running, totals = [root], torch.zeros(1)  # totals: [R] float32 summed log-probs, as transformers keeps them
         for step in range(max_new_tokens):
-            lp = decoder.log_probs(running)  # [R, V]
+            lp = decoder.log_probs(running)  # [R, V], on the model's device
             rec.pruned(running)
-            flat = (lp + totals[:, None]).flatten()  # [R*V]
+            flat = (lp + totals.to(lp.device)[:, None]).flatten()  # [R*V]
             k = min(keep, int(torch.isfinite(flat).sum()))
             if k == 0:
                 break  # the constraint allows nothing anywhere
@@ -128,7 +128,7 @@ class Beam(Searching):
                         nxt.append(child)
                         nxt_totals.append(total)
                     rec.add(child, logprob=token_lp, kept=kept)
-            running, totals = nxt, torch.tensor(nxt_totals, dtype=torch.float32)
+            running, totals = nxt, torch.tensor(nxt_totals, dtype=torch.float32, device=lp.device)
             done.check(nxt_totals[0] if nxt_totals else None, step + 1)
             if done.done() or all_finish or not running:
                 break
@@ -185,14 +185,14 @@ class DiverseBeam(Searching):
             lp_all = decoder.log_probs(flat_beams)  # [sum R_g, V]
             rec.pruned(flat_beams)
             vsize = lp_all.shape[-1]
-            chosen = torch.zeros(vsize)  # [V] how often earlier groups picked each token at this step
+            chosen = torch.zeros(vsize, device=lp_all.device)  # [V] how often earlier groups picked each token at this step
             last = step + 1 == max_new_tokens
             row = 0
             for g in live:
                 beams = running[g]
                 lp = lp_all[row: row + len(beams)]  # [R_g, V]
                 row += len(beams)
-                aug = lp - self.diversity_penalty * chosen + torch.tensor(objective[g])[:, None]  # [R_g, V]
+                aug = lp - self.diversity_penalty * chosen + torch.tensor(objective[g], device=lp.device)[:, None]  # [R_g, V]
                 flat = aug.flatten()
                 k = min(keep, int(torch.isfinite(flat).sum()))
                 if k == 0:

@@ -173,11 +173,12 @@ class TokenRecycling:
         """Recycle the verification: the target's top-k after each node become that token's successors."""
         k = min(self.k, target.shape[-1])
         top = torch.topk(target, k, dim=-1)  # [N+1, k]; target holds log-probabilities
-        ids = top.indices.masked_fill(~torch.isfinite(top.values), -1)
+        values = top.values.cpu()  # the tables live on the host: the drafter reads them with .tolist()
+        ids = top.indices.cpu().masked_fill(~torch.isfinite(values), -1)
         rows = torch.tensor([hyp.tokens[-1]] + draft.tree.tokens.tolist(), dtype=torch.long)  # token at each row
         ok = rows < self.vocab_size
         self.matrix[rows[ok], :k] = ids[ok]
-        self.probs[rows[ok], :k] = top.values[ok].exp()
+        self.probs[rows[ok], :k] = values[ok].exp()
 
 
 @dataclass
@@ -247,7 +248,7 @@ class ModelDrafter:
         tree = TokenTree.chain(toks)
         if greedy:
             return Draft(tree, None, (self.name,) * len(toks))
-        rows = probs + [torch.zeros(self._lm.vocab_size)]  # the last node's children are not drafted
+        rows = probs + [torch.zeros(self._lm.vocab_size, device=probs[-1].device)]  # the last node's children are not drafted
         return Draft(tree, torch.stack(rows), (self.name,) * len(toks))  # probs [N+1, V_draft]
 
     def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:

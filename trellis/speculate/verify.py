@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from trellis.sampling import draw
 from trellis.speculate.base import Draft
 
 
@@ -61,7 +62,7 @@ def _uniform(generator: torch.Generator | None) -> float:
 
 
 def _sample(p: Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(p, 1, generator=generator))
+    return int(draw(p, generator)[0])
 
 
 def _normalise(p: Tensor) -> Tensor | None:
@@ -93,7 +94,7 @@ class ChainRejectionSampler:
             if qx > 0 and _uniform(generator) < min(1.0, float(p[x]) / qx):
                 path.append(i)
                 continue
-            residual = (p - q).clamp_min(0) if q is not None else p.clone().index_fill_(0, torch.tensor([x]), 0.0)
+            residual = (p - q).clamp_min(0) if q is not None else p.clone().index_fill_(0, torch.tensor([x], device=p.device), 0.0)
             r = _normalise(residual)
             return path, _sample(r if r is not None else p, generator)
         return path, _sample(p_all[len(toks)], generator)
