@@ -195,6 +195,9 @@ def test_stream_rejects_batches() -> None:
     (["generate", "--schema", '{"type": "strin"}', "hi"], "/type"),
     (["generate", "--top-p", "0", "hi"], "--top-p"),
     (["generate", "--strategy", "bream", "hi"], "invalid choice"),
+    (["generate", "--device", "gpu", "hi"], "--device"),
+    (["generate", "--device", "cuda:99", "hi"], "--device cuda:99"),
+    (["generate", "--dtype", "fp8", "hi"], "invalid choice"),
 ])
 def test_cli_checks_arguments_before_loading_the_model(monkeypatch, capsys, argv, message) -> None:
     import trellis.models

@@ -32,6 +32,7 @@ def _check_generate(args: argparse.Namespace) -> Any:
         (not (args.speculate and (args.strategy or args.tree_out)),
          "--speculate is its own strategy; it cannot be combined with --strategy/--tree-out"),
     ]
+    _check_device(args.device)
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
@@ -48,6 +49,33 @@ def _check_generate(args: argparse.Namespace) -> Any:
     return None
 
 
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _dtype(name: str):  # -> torch.dtype
+    import torch
+
+    return getattr(torch, name)
+
+
+def _check_device(device: str | None) -> None:
+    """A device that cannot run is an argument error before the model loads (~10 s)."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"--device: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this torch ({torch.__version__}) sees no CUDA device")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {device}: MPS is not available")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from trellis.generate import generate
     from trellis.models import load
@@ -56,7 +84,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     strategy = _search_strategy(args)
     _threads(args.threads)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
-    model = load(args.model)
+    model = load(args.model, device=args.device, dtype=_dtype(args.dtype))
     spec = None
     if args.speculate:
         import torch
@@ -169,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", help="stop string, backslash escapes allowed ('\\n'); repeatable")
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch threads (default: CPU cores)")
+    g.add_argument("--device", default=None, help="torch device for the model: cpu (default), cuda, cuda:1, mps ...")
+    g.add_argument("--dtype", choices=_DTYPES, default="float32",
+                   help="parameter dtype (bfloat16 halves memory; on a CPU float32 is the fast one)")
     g.add_argument("--speculate", default=None, metavar="DRAFTER",
                    help="speculative decoding, lossless: prompt-lookup, recycling, grammar-forced, auto, layer-skip, "
                         "draft:MODEL")
