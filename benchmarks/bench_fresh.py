@@ -73,6 +73,14 @@ Timed per input and engine (``time.perf_counter``; ``torch.set_num_threads(--thr
   xgrammar/llguidance ``reset()``): each ``fill_mask`` alone; median and p99 pooled over all
   positions of all inputs.
 
+Python's garbage collector: before each engine's timed (a) run the harness calls ``gc.collect()``
+(all engines alike), so a full (generation-2) collection inside the timed region is paid for the
+engine's own allocations, not for the harness's (peer wrappers, the Lark oracle, document
+generation: without it, about one 300-450 ms pause every ~25 inputs landed on whichever trellis
+mask was running, on sql_select.lark once per document). Collections are left ON inside the
+timed region: those trellis triggers itself count, and the tables say how many there were and how
+long they took (``gc2`` per engine).
+
 Engines run (a) one after another within an input (the order rotates from input to input), then
 (c) interleaved position by position, so machine noise hits all alike ((c) stops after 60 s, keeping
 the positions every engine finished, and says how long each engine's masks took). A trellis compile + walk
@@ -89,6 +97,7 @@ with SUMMARY.
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import importlib
 import json
@@ -674,6 +683,22 @@ def select_docs(inp: Input, ctx: dict, want: int, fresh: Fresh) -> dict:
     return {**res, "status": "ok", "docs": docs, "peers": keep, "peer_dropped": dropped}
 
 
+GC_PAUSES: list[float] = []  # seconds of each generation-2 collection since the last clear
+_gc_t0 = [0.0]
+
+
+def _gc_watch(phase: str, info: dict) -> None:
+    if info.get("generation") != 2:
+        return
+    if phase == "start":
+        _gc_t0[0] = time.perf_counter()
+    else:
+        GC_PAUSES.append(time.perf_counter() - _gc_t0[0])
+
+
+gc.callbacks.append(_gc_watch)
+
+
 def measure(inp: Input, ids: list[int], ctx: dict, peers: list[str], order_shift: int, fresh: Fresh) -> dict:
     """(a), (b), compile and (c) for one document; trellis past LIMIT_S raises Timeout."""
     row = ctx["row"]
@@ -688,6 +713,8 @@ def measure(inp: Input, ids: list[int], ctx: dict, peers: list[str], order_shift
         e = proto.new()  # untimed: xgrammar's new compiler without cache
         if e.name == "trellis":
             fresh.timed()
+        gc.collect()  # the harness's garbage is not the engine's (module docstring)
+        GC_PAUSES.clear()
 
         def run() -> dict:
             tc, _ = timed(e.compile)
@@ -703,7 +730,7 @@ def measure(inp: Input, ids: list[int], ctx: dict, peers: list[str], order_shift
                     if not ok:
                         raise RuntimeError(f"{e.name} rejected token {pos} on the timed walk")
             return {"compile": tc, "fresh": tc + sum(masks) + sum(adv), "ttfm": tc + masks[0],
-                    "fresh_masks": masks, "advances": adv}
+                    "fresh_masks": masks, "advances": adv, "gc2": list(GC_PAUSES)}
 
         if e.name == "trellis":
             with deadline(LIMIT_S):
@@ -778,6 +805,12 @@ def report(kind: str, rows: list[dict], timeouts: list[dict]) -> tuple[dict, lis
                     [t for r in both for t in r["engines"][peer]["steady"]])
         return [r["engines"]["trellis"][key] for r in both], [r["engines"][peer][key] for r in both]
 
+    for e in ENGINES:
+        pauses = [g for r in rows if e in r["engines"] for g in r["engines"][e].get("gc2", [])]
+        hit = sum(1 for r in rows if r["engines"].get(e, {}).get("gc2"))
+        if e in stats:
+            p(f"gc2 {e}: {len(pauses)} generation-2 collection(s) inside timed (a) regions, on {hit} input(s), "
+              f"{ms(sum(pauses))} ms in all" + (f", longest {ms(max(pauses))} ms" if pauses else ""))
     targets: dict[str, tuple[str, bool | None]] = {}
     ta, la = paired("llguidance", "fresh")
     tcs, xcs = paired("xgrammar", "steady")
