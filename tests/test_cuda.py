@@ -61,6 +61,19 @@ def ids(text: str) -> list[int]:
     return [1] + [PIECES.index(bytes([c])) for c in text.encode()]
 
 
+def assert_obeys(grammar, tokens, ends=None) -> None:
+    """``tokens`` is a prefix of the grammar's language, and where one of ``ends`` (default: the
+    grammar's EOS ids) appears the grammar accepts there."""
+    ends = grammar.vocab.eos if ends is None else ends
+    state = grammar.start()
+    for t in tokens:
+        if t in ends:
+            assert grammar.is_accepting(state)
+            return
+        state = grammar.advance(state, t)
+        assert state is not None
+
+
 def test_bitmask_to_bool_on_cuda_equals_the_cpu():
     g = torch.Generator().manual_seed(0)
     for v in (97, 262_144, 262_145):
@@ -84,13 +97,7 @@ def test_constrained_greedy_on_cuda_equals_the_cpu(make, json_grammar):
         want = generate(ModelHandle(cpu, None, VOCAB, "cpu"), ids(prompt), grammar=json_grammar, max_new_tokens=40)
         got = generate(ModelHandle(gpu, None, VOCAB, "gpu"), ids(prompt), grammar=json_grammar, max_new_tokens=40)
         assert_greedy_equal_up_to_ties(cpu, ids(prompt), got.tokens, want.tokens)
-        state = json_grammar.start()
-        for t in got.tokens:
-            if t in VOCAB.eos:
-                assert json_grammar.is_accepting(state)
-                break
-            state = json_grammar.advance(state, t)
-            assert state is not None
+        assert_obeys(json_grammar, got.tokens)
 
 
 def test_seeded_sampling_on_cuda_is_reproducible_and_obeys_the_grammar(json_grammar):
@@ -147,12 +154,7 @@ def test_logits_processor_on_cuda(json_grammar):
     out = model.generate(inp, attention_mask=att, logits_processor=LogitsProcessorList([proc]),
                          max_new_tokens=30, do_sample=False, pad_token_id=0, eos_token_id=2)
     for row in out[:, width:].tolist():
-        state = json_grammar.start()
-        for t in row:
-            if t in (0, 2):
-                break
-            state = json_grammar.advance(state, t)
-            assert state is not None
+        assert_obeys(json_grammar, row, ends={0, 2})  # EOS, then padding
 
 
 def test_a_262k_vocabulary_on_cuda(json_grammar):
@@ -168,13 +170,7 @@ def test_a_262k_vocabulary_on_cuda(json_grammar):
     model = tiny_gemma3(vocab_size=len(vocab.tokens), seed=1).to(DEV)
     prompt = [1] + [vocab.tokens.index(b"[")]
     res = generate(ModelHandle(model, None, vocab, "gpu"), prompt, grammar=grammar, max_new_tokens=24)
-    state = grammar.start()
-    for t in res.tokens:
-        if t in vocab.eos:
-            assert grammar.is_accepting(state)
-            break
-        state = grammar.advance(state, t)
-        assert state is not None
+    assert_obeys(grammar, res.tokens)
 
 
 @pytest.mark.parametrize("name", ["greedy", "sample", "beam", "diverse-beam", "lookahead", "mcts", "best-of-n",
@@ -184,13 +180,7 @@ def test_every_strategy_by_name_runs_on_cuda_and_obeys_the_grammar(name, json_gr
     a = generate(h, ids("["), grammar=json_grammar, strategy=name, temperature=1.0, seed=3, max_new_tokens=10)
     b = generate(h, ids("["), grammar=json_grammar, strategy=name, temperature=1.0, seed=3, max_new_tokens=10)
     assert a.tokens == b.tokens  # seeded: reproducible on the device too
-    state = json_grammar.start()
-    for t in a.tokens:
-        if t in VOCAB.eos:
-            assert json_grammar.is_accepting(state)
-            break
-        state = json_grammar.advance(state, t)
-        assert state is not None
+    assert_obeys(json_grammar, a.tokens)
 
 
 @pytest.mark.parametrize("tree", [False, True])
@@ -206,12 +196,7 @@ def test_speculative_sampling_on_cuda_follows_the_seed_and_the_grammar(tree, jso
                            budget=DraftBudget(arms=(6,)))  # fixed: the default budget follows the clock
         outs.append(spec(dec, dec.start(ids("[")), max_new_tokens=24)[0])
     assert outs[0].tokens == outs[1].tokens
-    state = json_grammar.start()
-    for t in outs[0].new_tokens:
-        if t in VOCAB.eos:
-            break
-        state = json_grammar.advance(state, t)
-        assert state is not None
+    assert_obeys(json_grammar, outs[0].new_tokens)
 
 
 @pytest.mark.parametrize("n", [64, 65, 129, 130])
