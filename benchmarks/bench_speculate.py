@@ -126,8 +126,9 @@ def main() -> None:
         hyp = strategy(dec, dec.start(ids), max_new_tokens=n)[0]
         sec = time.perf_counter() - t0
         acc = strategy.stats.mean_accepted if hasattr(strategy, "stats") else 0.0
-        if hasattr(strategy, "budget"):
-            favourites[strategy.budget.favourite] = favourites.get(strategy.budget.favourite, 0) + 1
+        if isinstance(strategy, Speculative):
+            fav = strategy.draft_budget.favourite
+            favourites[fav] = favourites.get(fav, 0) + 1
         return sec, list(hyp.new_tokens), acc
 
     favourites: dict[int, int] = {}  # the node budget each speculative run used most

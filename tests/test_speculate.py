@@ -266,6 +266,31 @@ GEMMA_PROMPTS = [
 ]
 
 
+def test_a_seed_fixes_the_node_budget_so_sampled_speculation_repeats():
+    """The default budget learns from the wall clock, and a round's node count decides how many
+    random draws it makes: with a generator (a seed) the budget is fixed, also when generate()
+    sets the generator by dataclasses.replace, and one seed gives one output."""
+    import dataclasses
+
+    from trellis import generate
+    from trellis.models import ModelHandle
+    from trellis.speculate.base import SEEDED_NODES
+
+    drafter = PromptLookup()
+    assert Speculative(drafter).draft_budget.arms == (0, 2, 6, 15)
+    assert Speculative(drafter, generator=torch.Generator()).draft_budget.arms == (SEEDED_NODES,)
+    seeded = dataclasses.replace(Speculative(drafter), generator=torch.Generator())
+    assert seeded.draft_budget.arms == (SEEDED_NODES,)
+    assert Speculative(drafter, max_nodes=3, generator=torch.Generator()).draft_budget.arms == (3,)
+
+    vocab = vocab_of(97)
+    h = ModelHandle(tiny_llama(vocab_size=97, seed=4), None, vocab, "tiny")
+    prompt = [5, 6, 7, 8, 5, 6, 7, 9, 5, 6]
+    outs = {tuple(generate(h, prompt, strategy=Speculative(TokenRecycling(97)), temperature=1.0, seed=11,
+                           max_new_tokens=30).tokens) for _ in range(3)}
+    assert len(outs) == 1
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("prompt", GEMMA_PROMPTS)
 def test_gemma_greedy_speculation_is_greedy(gemma, prompt):

@@ -122,15 +122,24 @@ class SpecStats:
                 self.accepted_by[draft.sources[i]] = self.accepted_by.get(draft.sources[i], 0) + 1
 
 
+# A seeded run's fixed node budget: the middle arm of DraftBudget's default arms (0, 2, 6, 15).
+SEEDED_NODES = 6
+
+
 @dataclass(frozen=True)
 class Speculative:
     """Draft with ``drafter``, verify the whole tree in one target forward, repeat.
 
     ``verifier=None`` picks ``GreedyVerifier`` when ``decoder.temperature == 0`` and
     ``TreeRejectionSampler`` otherwise: outputs equal greedy decoding token for token, and sampled
-    outputs follow the masked, warped target distribution exactly. ``max_nodes`` caps the tree;
-    ``budget`` picks each round's node count (and depth) from measured throughput; ``stats``
-    accumulates over calls (read it, or pass a fresh one).
+    outputs follow the masked, warped target distribution exactly. ``max_nodes`` caps the tree.
+
+    ``budget`` picks each round's node count (and depth). By default (``None``) that is
+    ``DraftBudget()``, which learns it from measured throughput, unless a ``generator`` is given:
+    then a fixed ``SEEDED_NODES`` per round. A round's node count decides how many random draws it
+    makes, so a budget that follows the wall clock would give one seed different outputs from run
+    to run (``generate(seed=...)``, ``trellis generate --speculate --seed``). ``draft_budget`` is
+    the one in use. ``stats`` accumulates over calls (read it, or pass a fresh one).
     """
 
     drafter: Drafter
@@ -140,8 +149,23 @@ class Speculative:
     # decides how much of it to use.
     max_nodes: int = 15
     generator: torch.Generator | None = field(default=None, compare=False)
-    budget: DraftBudget = field(default_factory=DraftBudget, compare=False)
+    budget: DraftBudget | None = field(default=None, compare=False)
     stats: SpecStats = field(default_factory=SpecStats, compare=False)
+    _budget: DraftBudget = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Resolved here, not in a default_factory: dataclasses.replace(spec, generator=g) (what
+        # generate(seed=...) does) passes budget=None again and so gets the seeded default.
+        b = self.budget
+        if b is None:
+            b = DraftBudget(arms=(min(SEEDED_NODES, self.max_nodes),)) if self.generator is not None \
+                else DraftBudget()
+        object.__setattr__(self, "_budget", b)
+
+    @property
+    def draft_budget(self) -> DraftBudget:
+        """The node budget in use (``budget``, or the default it resolved to)."""
+        return self._budget
 
     def _verifier(self, decoder: Decoder) -> Verifier:
         if self.verifier is not None:
@@ -156,7 +180,7 @@ class Speculative:
         hyp = root
         while not hyp.finished and hyp.num_new - root.num_new < max_new_tokens:
             remaining = max_new_tokens - (hyp.num_new - root.num_new)
-            nodes = self.budget.choose(min(self.max_nodes, remaining - 1))
+            nodes = self._budget.choose(min(self.max_nodes, remaining - 1))
             draft = self.drafter.draft(decoder, hyp, max_nodes=nodes, max_depth=nodes) if nodes > 0 \
                 else Draft.empty()
             draft = prune(decoder, hyp, draft)
@@ -180,7 +204,7 @@ class Speculative:
                 hyp = decoder.extend(hyp, tok, float(logp[row, tok]))
                 emitted += 1
             self.stats.record(draft, path, emitted)
-            self.budget.update(emitted)
+            self._budget.update(emitted)
             yield hyp
 
     def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
