@@ -1,0 +1,16 @@
+"""Bounds on what one JSON Schema may expand into (items, string lengths, automaton states,
+rules, object alternatives, numeric bound exponents), the default whitespace run and the string
+chunk size. Beyond a bound the schema is refused (``SchemaError``), never silently loosened."""
+
+MAX_WHITESPACE = 64
+# Bounds on what one schema may expand into; beyond them the schema is refused (SchemaError),
+# never silently loosened. The regex bounds (MAX_REPEAT, MAX_REGEX_CHARS, MAX_REGEX) are in regex_ir.py.
+MAX_ITEMS = 1024  # largest minItems/maxItems (one automaton state per count; Lark's LALR
+# construction is superlinear: 2048 items took 34 s)
+MAX_STRING = 8192  # longest string length bound (chunks of CHUNK characters; Lark's LALR
+# construction is superlinear: 40 000 took 110 s)
+MAX_AUTOMATON = 4096  # states of one object/array automaton
+MAX_RULES = 40_000
+MAX_DEP_BRANCHES = 64  # object alternatives that dependencies/dependentRequired/dependentSchemas may create
+MAX_BOUND_EXPONENT = 100  # numeric bounds up to 1e100 in magnitude (and down to 1e-100): compile < 1 s
+CHUNK = 16  # length-bounded strings longer than this are split into CHUNK-character lexemes
