@@ -153,6 +153,45 @@ def test_shipped_grammar_masks_equal_the_recogniser(name: str) -> None:
     check_masks_along_walks(c, lk, rng, walks=12, steps=30)
 
 
+@pytest.mark.parametrize("name", ["json.lark", "sql_select.lark"])
+def test_masks_are_unchanged_when_the_item_set_memos_are_dropped(name: str, monkeypatch) -> None:
+    """Memory bounds (earley.MAX_SETS, STEP_CACHE_SCANS, scannerless.MEMO_SCANS): with tiny limits
+    the memos are dropped every few steps, and every mask, advance and EOS verdict along random
+    walks equals an unbounded constraint's. States made before a drop stay usable after it."""
+    import trellis.constrain.earley as earley
+    import trellis.constrain.scannerless as scannerless
+
+    text, _ = load_grammar_text(name)
+    rng = random.Random(1)
+    alphabet = bytes(sorted(set(text.encode()) - {ord("/"), ord("%")} | set(b" \n0123456789abcxyz\"")))
+    vocab = random_vocab(alphabet, rng)
+    ref = compile(name, vocab, cache=False)
+    monkeypatch.setattr(earley, "MAX_SETS", 3)
+    monkeypatch.setattr(earley, "STEP_CACHE_SCANS", 20)
+    monkeypatch.setattr(scannerless, "MEMO_SCANS", 20)
+    from trellis.constrain.compile import clear_caches
+
+    clear_caches()  # a second constraint, not the memoised first one
+    forgets = []
+    real_forget = earley.Earley._forget
+    monkeypatch.setattr(earley.Earley, "_forget", lambda self: (forgets.append(1), real_forget(self)))
+    small = compile(name, vocab, cache=False)
+    assert small is not ref
+    for _ in range(8):
+        a, b = ref.start(), small.start()
+        for _ in range(25):
+            ma, mb = ref.mask_array(a), small.mask_array(b)
+            assert np.array_equal(ma, mb)
+            assert ref.is_accepting(a) == small.is_accepting(b)
+            allowed = [t for t in range(len(vocab.tokens)) if ma[t >> 5] >> (t & 31) & 1 and t not in vocab.eos]
+            if not allowed:
+                break
+            t = rng.choice(allowed)
+            a, b = ref.advance(a, t), small.advance(b, t)
+            assert (a is None) == (b is None) and a is not None
+    assert len(forgets) >= 5, len(forgets)  # the memos really were dropped along the way
+
+
 def corpus_lark() -> list[Path]:
     return sorted((CORPUS / "lark").glob("*.lark")) + sorted((CORPUS / "outlines").glob("*.lark"))
 

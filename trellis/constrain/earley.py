@@ -50,6 +50,14 @@ from trellis.constrain.regex import ByteDFA, difference, intersects, restrict_fi
 
 ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
 
+# Scans (~100 bytes each: a 3-tuple and its set slot) that the step memo may hold, keys and values
+# summed: ~400 MB at most, whatever the size of the states.
+STEP_CACHE_SCANS = 1 << 22
+# Item sets made before the memos that link them are dropped (``Earley._forget``): every set
+# memoises its successors (``ESet.after``), so all sets ever made stay reachable from the first
+# one. ~2-4 KB a set: a few hundred MB at most (lark.lark grew 0.45 GB per 250 fuzz decodes).
+MAX_SETS = 1 << 16
+
 
 class ESet:
     """The closed item set of one terminal boundary (see module docstring). ``waiting`` (by
@@ -105,8 +113,10 @@ class Earley:
         self._overlap: dict[tuple[int, int], bool] = {}
         self._sets: "weakref.WeakValueDictionary[frozenset, ESet]" = weakref.WeakValueDictionary()
         self._futures: "weakref.WeakValueDictionary[tuple, ESet]" = weakref.WeakValueDictionary()
+        self._made = 0  # item sets made since the last _forget (MAX_SETS)
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
         self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
+        self._steps_scans = 0  # scans summed over the states _steps holds (STEP_CACHE_SCANS)
 
     def _add_scan(self, dfa: ByteDFA, t: int, ignore: bool) -> int:
         """A new scan id; its flat tables are made when a boundary first starts it (``_load``):
@@ -157,6 +167,9 @@ class Earley:
         hit = self._sets.get(kernel)
         if hit is not None:
             return hit
+        self._made += 1
+        if self._made > MAX_SETS:
+            self._forget()
         e = ESet()
         nxt, lhs_of, predict, nullable = self.next_sym, self.lhs, self.predict, self.nullable
         items = set(kernel)
@@ -225,6 +238,20 @@ class Earley:
         self._sets[kernel] = e
         self._futures[future] = e
         return e
+
+    def _forget(self) -> None:
+        """Drop the memos that keep item sets alive: the interning tables, every set's successor
+        links, the step memo. Chart states made before stay valid (a set's items and scans never
+        change); their successors are made again, as new objects with the same items, so a state
+        from before and its equal from after compare unequal (a cache miss, never a wrong answer)."""
+        for e in list(self._sets.values()):
+            e.after = {}
+        self._sets.clear()
+        self._futures.clear()
+        self._guarded_starts.clear()
+        self._steps.clear()
+        self._steps_scans = 0
+        self._made = 0
 
     def after(self, e: ESet, t: int) -> ESet:
         """The boundary after terminal ``t`` (started at ``e``) completes."""
@@ -306,9 +333,14 @@ class Earley:
             out |= a.starts
             acc |= a.accepting
         res = (frozenset(out), acc) if out or acc else None
-        if len(self._steps) > 1 << 18:  # states are many in long runs; a step is cheap to redo
+        # States are many in long runs and a step is cheap to redo. Bounded by entries AND by the
+        # scans they hold: lark.lark's ambiguous %ignore makes states of hundreds of scans, and
+        # 2^18 of them took 11 GB in the 10,000-decode fuzz (fuzz_grammars --corpus).
+        if len(self._steps) > 1 << 18 or self._steps_scans > STEP_CACHE_SCANS:
             self._steps.clear()
+            self._steps_scans = 0
         self._steps[key] = res
+        self._steps_scans += len(state[0]) + (len(out) if res is not None else 0)
         return res
 
     def walk(self, state: ChartState, data: bytes) -> ChartState | None:

@@ -105,6 +105,7 @@ class EarleyConstraint:
         self._allowed_bytes = 0
         self._masks: OrderedDict[ChartState, np.ndarray] = OrderedDict()
         self._advance: dict[tuple[ChartState, int], ChartState | None] = {}
+        self._memo_scans = {"advance": 0, "group": 0, "live": 0}  # scans each state memo holds
         self._cache_size = cache_size
         self._eos = self.tm.eos_bits()
         self._group_memo: dict[ChartState, list] = {}
@@ -124,7 +125,7 @@ class EarleyConstraint:
         if not 0 <= token < self.tm.size or not self.tm.valid[token]:
             return None
         nxt = self.earley.walk(state, self._toks[token])  # type: ignore[arg-type]
-        if len(self._advance) > 1 << 18:
+        if len(self._advance) > 1 << 18 or self._over("advance", state, nxt):
             self._advance.clear()
         self._advance[key] = nxt
         return nxt
@@ -240,7 +241,7 @@ class EarleyConstraint:
             for t, q, e in state[0]:
                 groups.setdefault((t, q), []).append(e)
             hit = [(t, q, self._first_bits(t, q), es) for (t, q), es in groups.items()]
-            if len(self._group_memo) > 1 << 16:
+            if len(self._group_memo) > 1 << 16 or self._over("group", state):
                 self._group_memo.clear()
             self._group_memo[state] = hit
         return hit
@@ -300,10 +301,11 @@ class EarleyConstraint:
                 if len(sub):
                     ok[w.sources(sub)] = True
         res = np.flatnonzero(ok)
-        self._allowed_bytes += res.nbytes + 100
+        size = res.nbytes + 100 + 100 * len(state[0])  # the key's state is kept alive too
+        self._allowed_bytes += size
         if self._allowed_bytes > ALLOWED_CACHE_BYTES:
             self._allowed.clear()
-            self._allowed_bytes = res.nbytes + 100
+            self._allowed_bytes = size
         self._allowed[key] = res
         return res
 
@@ -343,11 +345,22 @@ class EarleyConstraint:
             groups = nxt_groups
         return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
 
+    def _over(self, memo: str, *states: ChartState | None) -> bool:
+        """Count ``states``' scans against ``memo``'s share of ``MEMO_SCANS``; True (and the count
+        restarts) when the memo should be cleared before it takes them. The memos are bounded
+        by entries too, but one state of an ambiguous grammar holds hundreds of scans."""
+        n = self._memo_scans[memo] + sum(len(s[0]) for s in states if s is not None)
+        if n > MEMO_SCANS:
+            self._memo_scans[memo] = sum(len(s[0]) for s in states if s is not None)
+            return True
+        self._memo_scans[memo] = n
+        return False
+
     def _live(self, state: ChartState) -> np.ndarray:
         """[256] bool: the bytes the chart takes from ``state`` (cached)."""
         hit = self._live_memo.get(state)
         if hit is None:
-            if len(self._live_memo) > 1 << 16:
+            if len(self._live_memo) > 1 << 16 or self._over("live", state):
                 self._live_memo.clear()
             hit = self._live_memo[state] = self.earley.live_bytes(state)
         return hit
@@ -398,6 +411,9 @@ _NOTHING = np.zeros(0, dtype=np.int32)  # the packed part of a shared walk over 
 # Bound on the per-constraint cache of answers for rest sets (indices): a random walk over Gemma's
 # vocabulary on a corpus grammar grew the earlier unbounded bool arrays to 20 GB.
 ALLOWED_CACHE_BYTES = 64 * 2**20
+# Scans (~100 bytes each) that each memo keyed by chart states (advance, groups, live bytes) may
+# hold: ~200 MB apiece whatever the size of the states (earley.STEP_CACHE_SCANS, same reason).
+MEMO_SCANS = 1 << 21
 # How many terminals a token may be split into by per-scan walks before its leftovers are stepped
 # through the chart (``_rests_allowed``). Per-scan splitting reuses context-free walks (sql_select
 # fresh masks: 1.8 s a document at depth unbounded vs 13 s all by chart steps), but on grammars
