@@ -593,7 +593,7 @@ def test_generate_and_compile_accept_schema_objects() -> None:
 # ----------------------------------------------------------------------------- JSON-Schema-Test-Suite
 
 
-# Valid instances outside the documented language (see the module docstring of json_schema.py).
+# Valid instances outside the documented language (see the docstring of json_schema/__init__.py).
 NARROWINGS = {
     ("date-time.json", "a valid date-time with a leap second, with minus offset"),
     ("time.json", "valid leap second, positive time-offset"),

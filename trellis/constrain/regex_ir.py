@@ -11,7 +11,7 @@ from trellis.constrain.charsets import (ANYCHAR, CONTROLS, SURROGATES, Ranges, a
                                         cs_inter, cs_neg, cs_size, cs_union)
 
 # Bounds on what one regex may expand into (the schema compiler refuses beyond them, never
-# silently loosens: see json_schema.py).
+# silently loosens: see json_schema/__init__.py).
 MAX_REPEAT = 2048  # longest bounded regex repetition, or range of enumerated multiples
 MAX_REGEX_CHARS = 20_000  # longest regex text of one terminal built from an automaton
 MAX_REGEX = 60_000  # IR nodes of one regex built from an automaton
@@ -236,7 +236,7 @@ def to_regex(x: tuple, leaf: Callable[[Ranges], str] = _set_regex) -> str:
     return _group(to_regex(y, leaf)) + _quant(lo, hi)
 
 
-# JSON string encoding of a set of decoded characters (see the module docstring of json_schema.py).
+# JSON string encoding of a set of decoded characters (see the docstring of json_schema/__init__.py).
 _SHORT = {8: "b", 9: "t", 10: "n", 12: "f", 13: "r"}
 _SPECIAL = cs(0x22, 0x5C, (0, 0x1F))
 
