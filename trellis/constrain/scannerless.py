@@ -349,12 +349,10 @@ class EarleyConstraint:
         """Count ``states``' scans against ``memo``'s share of ``MEMO_SCANS``; True (and the count
         restarts) when the memo should be cleared before it takes them. The memos are bounded
         by entries too, but one state of an ambiguous grammar holds hundreds of scans."""
-        n = self._memo_scans[memo] + sum(len(s[0]) for s in states if s is not None)
-        if n > MEMO_SCANS:
-            self._memo_scans[memo] = sum(len(s[0]) for s in states if s is not None)
-            return True
-        self._memo_scans[memo] = n
-        return False
+        k = sum(len(s[0]) for s in states if s is not None)
+        over = self._memo_scans[memo] + k > MEMO_SCANS
+        self._memo_scans[memo] = k if over else self._memo_scans[memo] + k
+        return over
 
     def _live(self, state: ChartState) -> np.ndarray:
         """[256] bool: the bytes the chart takes from ``state`` (cached)."""
