@@ -62,6 +62,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from trellis.constrain.cut_walk import Simulation, patch
 from trellis.constrain.earley import ChartState, Earley
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, bool_to_bits, follow_bytes
 from trellis.constrain.literal_walk import literal_at, walk_literal_rests, walk_literal_vocabulary
@@ -99,6 +100,8 @@ class EarleyConstraint:
         self._follow_of_term: dict[int, np.ndarray] = {}
         self._shapes: dict[tuple[int, int], Hashable] = {}
         self._inside: dict[Hashable, tuple[np.ndarray, Walk]] = {}  # shape -> packed, walk
+        self._sims: dict[int, Simulation | None] = {}  # cut scan -> how it sits in its terminal
+        self._cut_entries: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}
         self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
         self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
         self._allowed: dict[tuple[ChartState, int], np.ndarray] = {}
@@ -173,6 +176,11 @@ class EarleyConstraint:
 
     def _inside_of(self, d: int, q: int) -> tuple[np.ndarray, Walk]:
         """Packed tokens that stay inside DFA ``d`` from ``q``, and the vocabulary walk."""
+        t = self.earley.scan_term[d]
+        if self._dfa[d] is not self.ir.terminals[t].dfa:  # a cut of terminal t (cut_walk.py)
+            hit = self._cut_inside(d, q, t)
+            if hit is not None:
+                return hit
         key = self._shape(d, q)
         hit = self._inside.get(key)
         if hit is None:
@@ -205,6 +213,22 @@ class EarleyConstraint:
                 if shared and hit[1].cross.key is None:  # (the disk copy does not keep it)
                     hit[1].cross.key = key_digest(key)
                 self._keep.append(hit[1].cross)
+        return hit
+
+    def _cut_inside(self, d: int, q: int, t: int) -> tuple[np.ndarray, Walk] | None:
+        """``_inside_of`` for a scan whose DFA was cut from terminal ``t``'s, patched from the
+        terminal's own (shared) walk; None where ``cut_walk.patch`` declines."""
+        key = (d, q)
+        if key in self._cut_entries:
+            return self._cut_entries[key]
+        sim = self._sims.get(d, False)
+        if sim is False:
+            sim = self._sims[d] = Simulation.of(self._dfa[d], self.ir.terminals[t].dfa)
+        hit = None
+        if sim is not None:
+            # t is also the scan id of the uncut terminal (Earley numbers those first)
+            hit = patch(sim, q, self._inside_of(t, int(sim.origin[q])), self.tm, self._follow(d))
+        self._cut_entries[key] = hit
         return hit
 
     def _walk(self, d: int, q: int, rs: RestSet) -> Walk:

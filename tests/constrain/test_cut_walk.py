@@ -1,0 +1,119 @@
+"""``cut_walk.patch`` returns exactly the vocabulary walk of a cut DFA (the tokens that stay
+inside, as packed bits, and the crossings), or declines: from every state of cut DFAs made by
+``regex.difference`` (key tries, regex subtrahends) and ``regex.restrict_first_char``, with and
+without follow sets, on random vocabularies full of key-spelling tokens. And the engine takes the
+patch on a real schema, with masks equal to those of full walks."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from trellis.constrain.cut_walk import Simulation, patch
+from trellis.constrain.regex import difference, regex_to_byte_dfa, restrict_first_char
+from trellis.constrain.rest_walk import RestSet, walk
+from trellis.constrain.walks import TokenMatrix
+from trellis.tokens import Vocabulary
+
+from tests.constrain.test_trie_walk import _canon
+
+ALPHA = b'ab"\\:,}x\xc3\xa9'
+STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"'
+KEYS = [b'"a"', b'"ab"', b'"ba"', b'"a\\"b"', b'"\xc3\xa9"']
+
+
+def _vocab(seed: int) -> Vocabulary:
+    rng = random.Random(seed)
+    toks = {bytes(rng.choice(ALPHA) for _ in range(rng.randint(1, 6))) for _ in range(600)}
+    for k in KEYS:  # every piece of every key, and each key followed by more
+        toks |= {k[i:j] for i in range(len(k)) for j in range(i + 1, len(k) + 1)}
+        toks |= {k + bytes([c]) for c in b",:}"}
+    lst = sorted(toks)
+    rng.shuffle(lst)
+    return Vocabulary(tuple([b"</s>"] + lst), eos=frozenset({0}), special=frozenset({0}))
+
+
+def _cuts():
+    string = regex_to_byte_dfa(STRING)
+    word = regex_to_byte_dfa(r"[ab]+")
+    yield "string minus keys", string, difference(string, [_lit(k) for k in KEYS])
+    yield "string minus a regex", string, difference(string, [regex_to_byte_dfa(r'"a[ab]*"')])
+    yield "word minus words", word, difference(word, [_lit(b"ab"), _lit(b"ba"), _lit(b"a")])
+    yield "short word minus its long form", regex_to_byte_dfa(r"ab?"), difference(regex_to_byte_dfa(r"ab?"), [_lit(b"ab")])
+    yield "first character restricted", string, restrict_first_char(string, ((ord('"'), ord('"')),))
+    yield "first character restricted away", word, restrict_first_char(word, ((ord("b"), ord("b")),))
+
+
+def _lit(b: bytes):
+    return regex_to_byte_dfa("".join(f"\\x{c:02x}" for c in b))
+
+
+def _full(dfa, q, tm, follow):
+    rs = RestSet.vocabulary(tm)
+    w = walk(dfa.trans, dfa.final, q, rs, tm, follow)
+    return tm.pack_ids(rs.tid[w.inside]), w
+
+
+def _same(entry, full, tm) -> bool:
+    rs = RestSet.vocabulary(tm)
+    packed, w = entry
+    fpacked, fw = full
+    if not np.array_equal(packed, fpacked):
+        return False
+    fw.inside = np.zeros(len(rs), dtype=bool)  # compare crossings only (inside is in the bits)
+    w2 = type(w)(np.zeros(len(rs), dtype=bool), w.cross, w.src, w.inv)
+    return _canon(w2, rs)[1] == _canon(fw, rs)[1]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_patched_walks_equal_full_walks_of_the_cut_dfa(seed: int) -> None:
+    tm = TokenMatrix.of(_vocab(seed))
+    rng = np.random.default_rng(seed)
+    patched = declined = 0
+    for name, base, cut in _cuts():
+        assert cut is not None, name
+        sim = Simulation.of(cut, base)
+        assert sim is not None, name
+        for follow in (None, rng.random(256) < 0.5):
+            for q in range(cut.num_states):
+                if sim.origin[q] < 0:  # unreachable from the start: never scanned
+                    assert patch(sim, q, _full(base, 0, tm, follow), tm, follow) is None
+                    continue
+                got = patch(sim, q, _full(base, int(sim.origin[q]), tm, follow), tm, follow)
+                if got is None:
+                    declined += 1
+                    continue
+                patched += sim.tainted[q]
+                assert _same(got, _full(cut, q, tm, follow), tm), (name, q, follow is None)
+    assert patched > 20 and declined >= 1  # both branches taken: the test is not vacuous
+
+
+def test_a_dfa_that_does_not_simulate_is_refused() -> None:
+    a, b = regex_to_byte_dfa(r"ab"), regex_to_byte_dfa(r"ac")
+    assert Simulation.of(a, b) is None  # a transition the base lacks
+    assert Simulation.of(regex_to_byte_dfa(r"a"), regex_to_byte_dfa(r"a|b")) is not None
+
+
+@pytest.mark.model
+def test_the_engine_patches_open_objects_on_gemma_with_unchanged_masks() -> None:
+    from trellis.constrain import compile
+    from trellis.constrain.json_schema import JsonSchema
+    from trellis.constrain.scannerless import EarleyConstraint
+    from trellis.models import load
+
+    h = load()
+    schema = {"type": "object", "properties": {"hidden": {"type": "boolean"}, "extra": {"type": "string"},
+                                               "list": {"type": "array", "items": {"type": "integer"}}},
+              "additionalProperties": True}
+    doc = '{"hidden":true,"extra":"list","list":[1,2],"hid":"x","listing":{},"hidden2":null}'
+    a = compile(JsonSchema(schema), h.vocab)
+    b = EarleyConstraint(a.ir, h.vocab)  # (compile would return ``a`` itself, memoised)
+    b._cut_inside = lambda d, q, t: None  # full walks only
+    sa, sb = a.start(), b.start()
+    for tok in h.tokenizer(doc, add_special_tokens=False).input_ids:
+        assert np.array_equal(a.mask_array(sa), b.mask_array(sb))
+        sa, sb = a.advance(sa, tok), b.advance(sb, tok)
+        assert sa is not None and sb is not None
+    assert any(v is not None for v in a._cut_entries.values())

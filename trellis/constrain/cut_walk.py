@@ -1,0 +1,193 @@
+"""Vocabulary walks of a cut terminal, derived from the walk of the terminal it was cut from.
+
+A JSON Schema object that allows other keys has a key terminal "any string except the declared
+keys" (``regex.difference``: the string DFA times the keys' trie, ``GrammarIR.lexical_priority``),
+and a follow guard restricts a terminal's first character (``regex.restrict_first_char``). Such a
+*cut* DFA C simulates its terminal's DFA B: every state s of C has an origin o(s) in B, every
+transition of C is B's transition from o(s) (or is missing), and C's final states are B's minus
+some. Each object's key terminal is a different DFA, so its walks (2.6 ms over Gemma's
+vocabulary from the state after ``"``) were never shared, although they differ from the string's
+walk (shared by every schema, ``walk_cache.py``) only for the few tokens that spell a declared key.
+
+``CutWalks`` makes that exact. A state is *tainted* when a *special* place is reachable from it:
+a byte B takes from o(s) that C does not (a word removed), or a state whose finality differs.
+From an untainted state C's sub-automaton is B's from o(s), so the walks are equal. From a
+tainted state q, a token's walk differs from B's walk from o(q) only if it passes a special place;
+the byte strings that lead from q to one (``special_paths``, bounded) name those tokens (their
+prefixes, by bisection over the sorted vocabulary). Those tokens are walked in C alone, and B's
+walk is patched: their bits and crossings are replaced. Since C's language from q is a subset of
+B's from o(q), C's answers can only remove: a patch that would add a crossing the base walk does
+not list (a token that stays inside B, whose crossings ``drop_inside`` dropped, but dies in C)
+falls back to a full walk, as do states with too many special paths (a follow guard's start).
+
+Measured on maskbench (Gemma's vocabulary): the key walk of an open object took ~2.6 ms per
+object and trie node; the patch costs ~0.1-0.3 ms (``benchmarks/bench_fresh.py``, commit message).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import numpy as np
+
+from trellis.constrain.literal_walk import SortedVocab, _successor
+from trellis.constrain.regex import ByteDFA
+from trellis.constrain.rest_walk import RestSet, Walk, walk
+from trellis.constrain.walks import TokenMatrix
+
+# Bounds past which a tainted state is walked in full instead of patched: the special paths
+# enumerated, the states visited while enumerating them, and the tokens they select (a patch is
+# a Python bisection per path plus a walk of the selected tokens; a follow guard that removes
+# most first bytes selects most of the vocabulary and is cheaper walked whole).
+MAX_PATHS = 1024
+MAX_NODES = 8192
+MAX_AFFECTED = 1 << 14
+
+
+@dataclass(eq=False)
+class Simulation:
+    """How cut DFA ``cut`` sits inside its terminal's DFA ``base`` (module docstring)."""
+
+    cut: ByteDFA
+    base: ByteDFA
+    origin: np.ndarray  # [S_cut] base state of each cut state
+    special_final: np.ndarray  # [S_cut] finality differs from the origin's
+    removed: np.ndarray  # [S_cut, 256] base takes the byte from the origin, the cut does not
+    tainted: np.ndarray  # [S_cut] a special place is reachable (in >= 1 byte)
+
+    @classmethod
+    def of(cls, cut: ByteDFA, base: ByteDFA) -> "Simulation | None":
+        """The simulation of ``base`` by ``cut`` from start states 0, or None when ``cut`` does
+        not simulate ``base`` (a transition ``base`` lacks, or a state with two origins)."""
+        n = cut.num_states
+        origin = np.full(n, -1, dtype=np.int64)
+        origin[0] = 0
+        frontier = np.array([0], dtype=np.int64)
+        while len(frontier):
+            rows, brows = cut.trans[frontier], base.trans[origin[frontier]]
+            live = rows >= 0
+            if (brows[live] < 0).any():
+                return None
+            t, bt = rows[live].astype(np.int64), brows[live].astype(np.int64)
+            known = origin[t] >= 0
+            if (origin[t[known]] != bt[known]).any():
+                return None
+            new, first = np.unique(t[~known], return_index=True)
+            origin[new] = bt[~known][first]
+            if (origin[t[~known]] != bt[~known]).any():
+                return None
+            frontier = new
+        # States unreachable from the start (restrict_first_char keeps the base's start) have no
+        # origin; no scan is ever in them, and ``patch`` declines them.
+        reach = origin >= 0
+        o = np.where(reach, origin, 0)
+        removed = (base.trans[o] >= 0) & (cut.trans < 0) & reach[:, None]
+        special_final = (cut.final != base.final[o]) & reach
+        # tainted: can reach a special place in >= 1 byte (edges as unique (source, target) pairs)
+        src, byte = np.nonzero(cut.trans >= 0)
+        codes = np.unique(src.astype(np.int64) * n + cut.trans[src, byte])
+        ps, pt = codes // n, codes % n
+        tainted = removed.any(axis=1)
+        tainted[ps[special_final[pt]]] = True
+        while True:
+            more = tainted.copy()
+            more[ps[tainted[pt]]] = True
+            if (more == tainted).all():
+                break
+            tainted = more
+        return cls(cut, base, origin, special_final, removed, tainted)
+
+    def special_paths(self, q: int, max_len: int) -> list[bytes] | None:
+        """The byte strings (at most ``max_len`` long) that lead from ``q`` to a special place,
+        each cut at the first one; None past the bounds (``MAX_PATHS``, ``MAX_NODES``)."""
+        trans, sf, tainted = self.cut.trans, self.special_final, self.tainted
+        paths: list[bytes] = []
+        stack = [(q, b"")]
+        nodes = 0
+        while stack:
+            s, p = stack.pop()
+            nodes += 1
+            if nodes > MAX_NODES:
+                return None
+            paths.extend(p + bytes((b,)) for b in np.flatnonzero(self.removed[s]).tolist())
+            row = trans[s]
+            live = np.flatnonzero(row >= 0)
+            tgt = row[live]
+            hit = sf[tgt]
+            paths.extend(p + bytes((b,)) for b in live[hit].tolist())
+            if len(paths) > MAX_PATHS:
+                return None
+            if len(p) + 1 < max_len:
+                on = tainted[tgt] & ~hit
+                stack.extend((t, p + bytes((b,))) for b, t in zip(live[on].tolist(), tgt[on].tolist()))
+        return paths
+
+
+def affected_rests(paths: list[bytes], tm: TokenMatrix) -> np.ndarray:
+    """Sorted indices in ``RestSet.vocabulary(tm)`` of the tokens that start with some path."""
+    sv = SortedVocab.of(tm)
+    keys, n = sv.keys, len(sv.keys)
+    runs = []
+    for p in paths:
+        lo = bisect_left(keys, p)
+        if lo == n or not keys[lo].startswith(p):
+            continue
+        succ = _successor(p)
+        hi = n if succ is None else bisect_left(keys, succ, lo)
+        runs.append(sv.rest[lo:hi])
+    return np.unique(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)
+
+
+def _codes(src: np.ndarray, j: np.ndarray, width: int) -> np.ndarray:
+    return src * width + j
+
+
+def patch(sim: Simulation, q: int, base_entry: tuple[np.ndarray, Walk], tm: TokenMatrix,
+          follow: np.ndarray | None) -> tuple[np.ndarray, Walk] | None:
+    """The vocabulary walk of the cut DFA from ``q`` as (packed inside bits, walk without its
+    ``inside`` array), from ``base_entry`` (the same for the base DFA from ``origin[q]``), or
+    None when the patch is out of bounds or could not be exact (module docstring)."""
+    rs = RestSet.vocabulary(tm)
+    if sim.origin[q] < 0:
+        return None
+    if not sim.tainted[q]:
+        return base_entry
+    paths = sim.special_paths(q, tm.max_len)
+    if paths is None:
+        return None
+    aff = affected_rests(paths, tm)
+    if not len(aff):
+        return base_entry
+    if len(aff) > MAX_AFFECTED:
+        return None
+    packed, w = base_entry
+    stride = tm.mat_t.shape[1]
+    width = tm.max_len + 1
+    sub, pos = RestSet.of(tm, rs.tid[aff], rs.base[aff], rs.length[aff], distinct=True)
+    back = np.empty(len(sub), dtype=np.int64)
+    back[pos] = aff  # sub index -> vocabulary rest index
+    w2 = walk(sim.cut.trans, sim.cut.final, q, sub, tm, follow)
+    # the cut's crossings of the affected tokens, as (rest, split) codes
+    if w2.cross is not None:
+        j2 = (w2.cross.base[w2.inv] - sub.base[w2.src]) // stride
+        cut_codes = _codes(back[w2.src], j2, width)
+    else:
+        cut_codes = np.zeros(0, dtype=np.int64)
+    if w.cross is not None:
+        jb = (w.cross.base[w.inv] - rs.base[w.src]) // stride
+        base_codes = _codes(w.src, jb, width)
+    else:
+        base_codes = np.zeros(0, dtype=np.int64)
+    if not np.isin(cut_codes, base_codes).all():
+        return None  # a crossing the base walk dropped (or never had): walk in full
+    dead = back[~w2.inside]  # affected tokens that do not stay inside the cut DFA
+    if len(dead):
+        packed = packed & ~tm.pack_ids(rs.tid[dead])
+    if w.cross is None:
+        return packed, w
+    keep = ~np.isin(w.src, aff) | np.isin(base_codes, cut_codes)
+    if keep.all():
+        return packed, w
+    none = np.zeros(0, dtype=bool)
+    return packed, Walk(none, w.cross, w.src[keep], w.inv[keep])
