@@ -11,7 +11,10 @@ Objects
 ``ESet``: the Earley items of one terminal boundary, closed under prediction and completion,
   interned by kernel (so equal sets reached along different paths are one object). An item is
   ``(i, origin)``: LR(0) item ``i`` and the ``ESet`` it started in (``None`` in the kernel-less
-  initial set means "this set").
+  initial set means "this set"). The items a set predicts (origin "this set") depend only on
+  which nonterminals it predicts: they are closed once and shared by every such set
+  (``Predicted``, plain ints); a set holds its own items with origins (``waiting``/``expects``)
+  and its ``Predicted`` (``static``).
 A *chart state* is ``(scans, accepting)``: ``scans`` a frozenset of ``(t, q, E)``: terminal ``t``
   is being scanned, its DFA is in state ``q``, it started at boundary ``E`` (whose items wait for
   it). Ignored terminals have their own scan ids ``>= M`` (``Earley.ignore_scans``); completing one
@@ -57,16 +60,31 @@ STEP_CACHE_SCANS = 1 << 22
 # memoises its successors (``ESet.after``), so all sets ever made stay reachable from the first
 # one. ~2-4 KB a set: a few hundred MB at most (lark.lark grew 0.45 GB per 250 fuzz decodes).
 MAX_SETS = 1 << 16
+# Memoised prediction closures (``Earley._static``) before the memo is cleared: each is a few
+# tuples of ints, bounded by the grammar's combinations of predicted nonterminals.
+MAX_PREDICTED = 1 << 14
 
 
 class ESet:
     """The closed item set of one terminal boundary (see module docstring). ``waiting`` (by
     nonterminal) and ``expects`` (by terminal) list ``(item, origin)``; origin None is this set."""
 
-    __slots__ = ("kernel", "waiting", "expects", "accepting", "starts", "after", "__weakref__")
+    __slots__ = ("kernel", "waiting", "expects", "static", "accepting", "starts", "after", "__weakref__")
 
     def __init__(self) -> None:
         self.after: dict[int, ESet] = {}
+
+
+class Predicted:
+    """The items a boundary predicts (all with origin "this set"), closed: ``waiting`` and
+    ``expects`` list item numbers by symbol; ``content`` the items not yet complete. Plain ints
+    only, shared by every ``ESet`` that predicts the same (``Earley._static``)."""
+
+    __slots__ = ("waiting", "expects", "accepting", "content")
+
+    def __init__(self, waiting: dict[int, tuple[int, ...]], expects: dict[int, tuple[int, ...]],
+                 accepting: bool, content: frozenset) -> None:
+        self.waiting, self.expects, self.accepting, self.content = waiting, expects, accepting, content
 
 
 class Earley:
@@ -114,6 +132,8 @@ class Earley:
         self._sets: "weakref.WeakValueDictionary[frozenset, ESet]" = weakref.WeakValueDictionary()
         self._futures: "weakref.WeakValueDictionary[tuple, ESet]" = weakref.WeakValueDictionary()
         self._made = 0  # item sets made since the last _forget (MAX_SETS)
+        self._predicted: dict[tuple[frozenset, frozenset], Predicted] = {}
+        self._predicted_by_content: dict[tuple[frozenset, bool], Predicted] = {}
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
         self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
         self._steps_scans = 0  # scans summed over the states _steps holds (STEP_CACHE_SCANS)
@@ -163,6 +183,52 @@ class Earley:
         return hit
 
     # -- item sets
+    def _static(self, roots: frozenset, symbols: frozenset) -> "Predicted":
+        """The closure of the items predicted at a boundary (origin None: "this set"), from
+        kernel items ``roots`` and nonterminals ``symbols`` predicted by the other items; memoised
+        and interned by content, so boundaries predicting alike share one object."""
+        key = (roots, symbols)
+        hit = self._predicted.get(key)
+        if hit is not None:
+            return hit
+        nxt, predict, nullable = self.next_sym, self.predict, self.nullable
+        items = set(roots)
+        for sym in symbols:
+            items.update(predict[sym])
+        agenda = list(items)
+        done = set(symbols)
+        waiting: dict[int, list[int]] = {}
+        expects: dict[int, list[int]] = {}
+        accepting = False
+        while agenda:
+            i = agenda.pop()
+            sym = nxt[i]
+            if sym is None:
+                accepting |= i == self.accept_item  # (a nullable completion: done at prediction)
+            elif sym >= 0:
+                waiting.setdefault(sym, []).append(i)
+                new = [i + 1] if nullable[sym] else []
+                if sym not in done:
+                    done.add(sym)
+                    new += predict[sym]
+                for j in new:
+                    if j not in items:
+                        items.add(j)
+                        agenda.append(j)
+            else:
+                expects.setdefault(-1 - sym, []).append(i)
+        content = frozenset(i for i in items if nxt[i] is not None)
+        hit = self._predicted_by_content.get((content, accepting))
+        if hit is None:
+            hit = Predicted({k: tuple(v) for k, v in waiting.items()}, {k: tuple(v) for k, v in expects.items()},
+                            accepting, content)
+            self._predicted_by_content[(content, accepting)] = hit
+        if len(self._predicted) > MAX_PREDICTED:
+            self._predicted.clear()
+            self._predicted_by_content.clear()
+        self._predicted[key] = hit
+        return hit
+
     def _close(self, kernel: frozenset) -> ESet:
         hit = self._sets.get(kernel)
         if hit is not None:
@@ -171,9 +237,14 @@ class Earley:
         if self._made > MAX_SETS:
             self._forget()
         e = ESet()
-        nxt, lhs_of, predict, nullable = self.next_sym, self.lhs, self.predict, self.nullable
-        items = set(kernel)
-        agenda = list(kernel)
+        nxt, lhs_of, nullable = self.next_sym, self.lhs, self.nullable
+        # Items with an origin set are closed here; the items this boundary predicts (origin
+        # None) come from ``_static``, shared by every boundary that predicts the same: on
+        # sql_select.lark a boundary predicts ~100 items, and closing them per set was ~1/3 of
+        # its fresh masks (commit message).
+        roots = frozenset(i for i, o in kernel if o is None)
+        items = {it for it in kernel if it[1] is not None}
+        agenda = list(items)
         waiting: dict[int, list] = {}
         expects: dict[int, list] = {}
         predicted: set[int] = set()
@@ -184,22 +255,16 @@ class Earley:
             if s is None:
                 if i == self.accept_item:
                     accepting = True
-                if o is None:
-                    continue  # a nullable completion in this set: done at prediction (Aycock-Horspool)
-                for j, o2 in o.waiting.get(lhs_of[i], ()):
-                    it = (j + 1, o if o2 is None else o2)
+                lhs = lhs_of[i]
+                new = [(j + 1, o if o2 is None else o2) for j, o2 in o.waiting.get(lhs, ())]
+                new += [(j + 1, o) for j in o.static.waiting.get(lhs, ())]
+                for it in new:
                     if it not in items:
                         items.add(it)
                         agenda.append(it)
             elif s >= 0:
                 waiting.setdefault(s, []).append((i, o))
-                if s not in predicted:
-                    predicted.add(s)
-                    for p in predict[s]:
-                        it = (p, None)
-                        if it not in items:
-                            items.add(it)
-                            agenda.append(it)
+                predicted.add(s)
                 if nullable[s]:
                     it = (i + 1, o)
                     if it not in items:
@@ -207,28 +272,31 @@ class Earley:
                         agenda.append(it)
             else:
                 expects.setdefault(-1 - s, []).append((i, o))
+        static = self._static(roots, frozenset(predicted))
+        accepting |= static.accepting
         # Sets with the same future (the items still waiting for a symbol, with their origins)
         # are one set, whatever completed items led to them: after a word that can split into
         # words at every byte, each split's boundary is the same set (composition_csv.lark).
-        future = (frozenset(it for it in items if nxt[it[0]] is not None), accepting)
+        future = (frozenset(it for it in items if nxt[it[0]] is not None), static.content, accepting)
         same = self._futures.get(future)
         if same is not None:
             self._sets[kernel] = same
             return same
         e.kernel = kernel
-        # Origin None stands for this set itself (an item predicted here); readers resolve it.
-        # Resolving every entry here cost 0.45 s of 5.7 s of fresh masks over 39 schemas.
         e.waiting = waiting
         e.expects = expects
+        e.static = static
         e.accepting = accepting
+        terms = list(expects) + [t for t in static.expects if t not in expects]
         if self._prio is None:
-            scans = [(t, 0, e) for t in expects]
+            scans = [(t, 0, e) for t in terms]
         else:
             # Only a terminal below the top priority expected here can be cut (a schema object
             # expects dozens of equal-priority keys: testing each pair was O(k^2) per set).
             prio = self._prio
-            top = max(prio[t] for t in expects) if expects else 0
-            scans = [(t if prio[t] >= top else self._scan_of(t, expects), 0, e) for t in expects]
+            top = max(prio[t] for t in terms) if terms else 0
+            expected = set(terms)
+            scans = [(t if prio[t] >= top else self._scan_of(t, expected), 0, e) for t in terms]
             scans = [x for x in scans if x[0] is not None]
         trans = self.trans
         for d, _, _ in scans:
@@ -238,6 +306,15 @@ class Earley:
         self._sets[kernel] = e
         self._futures[future] = e
         return e
+
+    def _next_kernel(self, pairs: Iterable[tuple[int, "ESet"]]) -> frozenset:
+        """The kernel of the boundary after terminals ``t`` (each started at its ``e``) complete:
+        every item of ``e`` waiting for ``t``, advanced over it."""
+        out = []
+        for t, e in pairs:
+            out += [(i + 1, e if o is None else o) for i, o in e.expects.get(t, ())]
+            out += [(i + 1, e) for i in e.static.expects.get(t, ())]
+        return frozenset(out)
 
     def _forget(self) -> None:
         """Drop the memos that keep item sets alive: the interning tables, every set's successor
@@ -257,7 +334,7 @@ class Earley:
         """The boundary after terminal ``t`` (started at ``e``) completes."""
         hit = e.after.get(t)
         if hit is None:
-            hit = e.after[t] = self._close(frozenset((i + 1, e if o is None else o) for i, o in e.expects[t]))
+            hit = e.after[t] = self._close(self._next_kernel([(t, e)]))
         return hit
 
     def boundary(self, e: ESet, scan: int) -> ChartState:
@@ -329,7 +406,7 @@ class Earley:
         elif done:
             # Terminals completed at one byte make ONE Earley set (as in Earley's algorithm): its
             # predictions are shared instead of repeated per completing scan.
-            a = self._close(frozenset((i + 1, e if o is None else o) for t, e in done for i, o in e.expects[t]))
+            a = self._close(self._next_kernel(done))
             out |= a.starts
             acc |= a.accepting
         res = (frozenset(out), acc) if out or acc else None
