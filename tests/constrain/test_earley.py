@@ -472,7 +472,11 @@ def test_vocabulary_walks_are_shared_across_grammars_and_runs(tmp_path, monkeypa
     assert n > 0
     c2 = compile(g2, v)
     _masks_along(c2, b'[ "ab" , "')
-    assert any(c2._inside[k] is SHARED._mem[(v.fingerprint(), k)] for k in c2._inside)  # reused in memory
+    # reused in memory (S is followed by ":"/"}" in g1 and ","/"]" in g2: a string's walk ends at
+    # its closing quote, so it is keyed without its followers and filtered per grammar)
+    packed_in_memory = {id(e[0]) for e in SHARED._mem.values()}
+    assert any(id(hit[0]) in packed_in_memory for hit in c2._inside.values())
+    assert len(SHARED._mem) == n or any(k[1][1] == b"" for k in SHARED._mem)
     wait_for_cache_writes()
     assert list((tmp_path / "walks").glob("w-*.pkl"))
     clear_caches()
@@ -562,23 +566,30 @@ def test_gbnf_masks_equal_xgrammar(name: str) -> None:
     assert checked >= 20
 
 
-def test_walks_of_dfas_keyed_by_identity_are_never_shared(tmp_path, monkeypatch) -> None:
-    """A sub-automaton over ``CANON_MAX`` states is keyed by ``id(trans)``: once its grammar is
-    freed another DFA may get that id (here or in another process), so such walks must stay with
-    their constraint, out of the process LRU and the disk cache."""
+def test_walks_of_large_dfas_are_keyed_by_their_tables(tmp_path, monkeypatch) -> None:
+    """A sub-automaton over ``CANON_MAX`` states is keyed by a digest of its DFA's tables, never
+    by ``id(trans)`` (a freed DFA's id is reused by the next, here or in another process): two
+    grammars with the same terminal share its walks, a terminal one state longer never does, and
+    the masks equal builds that share nothing."""
     from trellis.constrain import walk_cache
-    from trellis.constrain.compile import clear_caches, wait_for_cache_writes
-    from trellis.constrain.scannerless import CANON_MAX
+    from trellis.constrain.compile import clear_caches
+    from trellis.constrain.scannerless import CANON_MAX, EarleyConstraint
     from trellis.constrain.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 0.0)
     clear_caches()
-    v = random_vocab(b"ab", random.Random(3), 40)
+    v = random_vocab(b"abx", random.Random(3), 40)
     n = CANON_MAX + 20  # (a|b){n}: a chain of n + 1 states that branches at every byte
-    c = compile(f"start: /[ab]{{{n}}}/\n", v)
-    c.mask_array(c.start())
-    wait_for_cache_writes()
-    assert c._inside and all(k[0][0] == "id" for k in c._inside)
-    assert not any(k[1][0][0] == "id" for k in SHARED._mem)
-    assert not list((tmp_path / "walks").glob("w-*.pkl"))
+    text = b"ab" * 40
+    masks = {}
+    for g in (f"start: /[ab]{{{n}}}/\n", f"start: x\nx: A\nA: /[ab]{{{n}}}/\n", f"start: /[ab]{{{n + 1}}}/\n"):
+        before = set(SHARED._mem)
+        c = compile(g, v)
+        masks[g] = _masks_along(c, text)
+        assert any(k[0][0] == "dfa" for k in c._inside)  # (the chain's last 256 states: canonical)
+        assert masks[g] == _masks_along(EarleyConstraint(c.ir, v, share=False), text)
+        masks[g, "new"] = set(SHARED._mem) - before
+    a, b, longer = (f"start: /[ab]{{{n}}}/\n", f"start: x\nx: A\nA: /[ab]{{{n}}}/\n", f"start: /[ab]{{{n + 1}}}/\n")
+    assert masks[a, "new"] and not any(k[1][0][0] == "dfa" for k in masks[b, "new"])  # b reused a's
+    assert any(k[1][0][0] == "dfa" for k in masks[longer, "new"])  # other tables: walked anew

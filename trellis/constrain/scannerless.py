@@ -45,7 +45,9 @@ How a mask is computed
 A chart state is a set of scans ``(t, q, E)``. A token is allowed iff for some scan either
 (a) terminal ``t``'s DFA survives the whole token from ``q`` (context-free: one vocabulary walk per
 DFA state, ``rest_walk.walk``, kept as a packed bitset and shared across grammars and runs by the
-shape of the sub-automaton, ``walk_cache.py``), or (b) ``t`` can end after ``j`` of its bytes with
+shape of the sub-automaton, ``walk_cache.py``, and by the bytes that may follow the terminal unless
+its accepting states are dead ends; a terminal cut by lexical priority patches its terminal's walk,
+``cut_walk.py``), or (b) ``t`` can end after ``j`` of its bytes with
 a byte that may follow it (FOLLOW sets) and the rest is allowed from the boundary after ``t``
 completes at ``E``: the same question one level down on the set of leftovers (a ``RestSet``),
 cached per (boundary state, rest set). Below ``SPLIT_DEPTH`` levels the leftovers are stepped
@@ -55,6 +57,7 @@ and which boundaries follow them, depend on the parse. Whole masks are kept in a
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from typing import Hashable
 
@@ -158,13 +161,32 @@ class EarleyConstraint:
         """What a walk from state ``q`` of scan ``d``'s DFA depends on: the sub-automaton reachable
         from ``q`` (canonically numbered, so equal shapes of different terminals share one walk:
         a schema's string fields are one string DFA under several terminal names) and the bytes
-        that may follow the terminal. Sub-automata over ``CANON_MAX`` states are keyed by identity
-        (``("id", id(trans), q)``): such walks stay with this constraint, never shared (below)."""
+        that may follow the terminal. Sub-automata over ``CANON_MAX`` states are keyed by the DFA's
+        content digest (``("dfa", digest, q)``): shared with DFAs of the very same tables."""
         key = (d, q)
         hit = self._shapes.get(key)
         if hit is None:
-            hit = self._shapes[key] = (_canonical(self._dfa[d], q), self._follow(d).tobytes())
+            canon = _canonical(self._dfa[d], q)
+            # A sub-automaton whose accepting states are dead ends (a JSON string ends at its
+            # closing quote) crosses at most once per token, so it is walked with no follow set,
+            # keyed without one, and filtered here (``_by_follow``): a string's walks are shared
+            # by every context it appears in (objects, arrays, each schema's set of followers).
+            free = isinstance(canon, bytes) and _ends_dead(canon)
+            hit = self._shapes[key] = (canon, b"" if free else self._follow(d).tobytes())
         return hit
+
+    def _by_follow(self, d: int, shape: Hashable, w: Walk) -> Walk:
+        """``w`` keeping the crossings whose leftover starts with a byte that may follow scan
+        ``d``'s terminal, where ``shape`` was walked with no follow set (``_shape``)."""
+        if shape[1] or w.cross is None:
+            return w
+        first = w.cross.__dict__.get("_first")
+        if first is None:
+            first = w.cross.__dict__["_first"] = self.tm.mat_t.reshape(-1)[w.cross.base]
+        keep = self._follow(d)[first[w.inv]]
+        if keep.all():
+            return w
+        return Walk(w.inside, w.cross if keep.any() else None, w.src[keep], w.inv[keep])
 
     def _follow(self, d: int) -> np.ndarray:
         """[256] bool: the bytes that can start what follows scan ``d``'s terminal."""
@@ -182,15 +204,17 @@ class EarleyConstraint:
             if hit is not None:
                 return hit
         key = self._shape(d, q)
-        hit = self._inside.get(key)
+        ekey = key if key[1] else (key[0], self._follow(d).tobytes())  # what the entry depends on
+        hit = self._inside.get(ekey)
         if hit is None:
             dfa = self._dfa[d]
+            follow = self._follow(d) if key[1] else None
 
             def build() -> tuple[np.ndarray, Walk]:
                 rs = self._vocab_rests
                 lit = literal_at(dfa, q)
                 if lit is not None:  # a keyword, key or punctuation: two bisects per prefix
-                    w = walk_literal_vocabulary(lit, rs, self.tm, self._follow(d))
+                    w = walk_literal_vocabulary(lit, rs, self.tm, follow)
                     packed = self.tm.pack_ids(rs.tid[w.inside])
                     w.inside = np.zeros(0, dtype=bool)
                     return packed, w
@@ -200,19 +224,18 @@ class EarleyConstraint:
                 # Gemma, benchmarks/bench_trie_walk.py), slower where
                 # few tokens start (a literal: 0.4 vs 3 ms).
                 go = walk_vocabulary if 5 * starting >= 3 * len(rs) else walk
-                w = go(dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))
+                w = go(dfa.trans, dfa.final, q, rs, self.tm, follow)
                 packed = self.tm.pack_ids(self._vocab_rests.tid[w.inside])
                 w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
                 return packed, w
 
-            # An identity key means nothing outside this constraint (another DFA may reuse the
-            # id once this one is freed, in this process or another): never share it.
-            shared = self.share and key[0][0] != "id"
-            hit = self._inside[key] = SHARED.get(self._vocab_fp, key, build) if shared else build()
+            shared = self.share
+            hit = SHARED.get(self._vocab_fp, key, build) if shared else build()
             if hit[1].cross is not None:
                 if shared and hit[1].cross.key is None:  # (the disk copy does not keep it)
                     hit[1].cross.key = key_digest(key)
                 self._keep.append(hit[1].cross)
+            hit = self._inside[ekey] = (hit[0], self._by_follow(d, key, hit[1]))
         return hit
 
     def _cut_inside(self, d: int, q: int, t: int) -> tuple[np.ndarray, Walk] | None:
@@ -237,24 +260,25 @@ class EarleyConstraint:
         by both shapes: the leftovers of ``%ignore WS`` followed by a NAME are the same in every
         grammar (~94k space-led Gemma tokens, 2-3 ms a walk)."""
         shape = self._shape(d, q)
-        key = (shape, id(rs))
+        key = (shape if shape[1] else (shape[0], self._follow(d).tobytes()), id(rs))
         w = self._walks.get(key)
         if w is None:
             dfa = self._dfa[d]
+            follow = self._follow(d) if shape[1] else None
             lit = literal_at(dfa, q)
-            w = walk_literal_rests(lit, rs, self.tm, self._follow(d)) if lit is not None else None
+            w = walk_literal_rests(lit, rs, self.tm, follow) if lit is not None else None
             if w is None:
-                if self.share and rs.key is not None and shape[0][0] != "id":
+                if self.share and rs.key is not None:
                     skey = ("x", rs.key, shape)
                     w = SHARED.get(self._vocab_fp, skey, lambda: (_NOTHING, walk(
-                        dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))))[1]
+                        dfa.trans, dfa.final, q, rs, self.tm, follow)))[1]
                     if w.cross is not None and w.cross.key is None:
                         w.cross.key = key_digest(skey)
                 else:
-                    w = walk(dfa.trans, dfa.final, q, rs, self.tm, self._follow(d))
-            self._walks[key] = w
+                    w = walk(dfa.trans, dfa.final, q, rs, self.tm, follow)
             if w.cross is not None:
                 self._keep.append(w.cross)
+            w = self._walks[key] = self._by_follow(d, shape, w)
         return w
 
     def _groups(self, state: ChartState) -> list[tuple[int, int, int, list]]:
@@ -446,11 +470,47 @@ SPLIT_DEPTH = 2
 
 def _canonical(dfa: ByteDFA, q: int) -> Hashable:
     """The sub-automaton of ``dfa`` reachable from ``q``, states numbered in breadth-first order
-    of first appearance (by byte), as bytes; ``("id", id(trans), q)`` when it has over ``CANON_MAX``
-    states (then the walk is shared only by scans of this very DFA)."""
+    of first appearance (by byte), as bytes; ``("dfa", content digest, q)`` when it has over
+    ``CANON_MAX`` states (then the walk is shared only by DFAs with the very same tables)."""
     lit = literal_at(dfa, q)
     if lit is not None:  # the sub-automaton is the chain itself (0.2 ms -> ~1 us)
         return ("lit", lit.text, lit.ends)
+    # Every schema builds its own DFA objects for the same terminals (a string, a number): the
+    # shape is memoised by DFA content, not identity (~45 us a state otherwise, ~12% of fresh
+    # masks over 20 maskbench schemas; /tmp profile in the commit message).
+    trans = dfa.trans
+    fp = _FINGERPRINTS.get(id(trans))
+    if fp is None or fp[0] is not trans:
+        if len(_FINGERPRINTS) >= 4096:
+            _FINGERPRINTS.clear()
+        digest = hashlib.blake2b(trans.tobytes(), digest_size=16)
+        digest.update(dfa.final.tobytes())
+        fp = _FINGERPRINTS[id(trans)] = (trans, digest.digest())
+    key = (fp[1], q)
+    hit = _SHAPES.get(key)
+    if hit is None:
+        if len(_SHAPES) >= 1 << 15:
+            _SHAPES.clear()
+        hit = _SHAPES[key] = _bfs_shape(dfa, q) or ("dfa", fp[1], q)
+    return hit
+
+
+# (trans array, content digest) by id(trans): the entry holds the array, so a recycled id is
+# detected (the _SCALED pattern in rest_walk.py); shapes by (digest, state).
+_FINGERPRINTS: dict[int, tuple[np.ndarray, bytes]] = {}
+_SHAPES: dict[tuple[bytes, int], Hashable] = {}
+
+
+def _ends_dead(canon: bytes) -> bool:
+    """Whether no accepting state of a ``_bfs_shape`` sub-automaton has a way on."""
+    n = len(canon) // 1025  # 256 int32 targets and one final flag per state
+    sub = np.frombuffer(canon, dtype=np.int32, count=n * 256).reshape(n, 256)
+    fin = np.frombuffer(canon, dtype=bool, offset=n * 1024)
+    return not bool((fin & (sub >= 0).any(axis=1)).any())
+
+
+def _bfs_shape(dfa: ByteDFA, q: int) -> bytes | None:
+    """``_canonical``'s breadth-first form, or None over ``CANON_MAX`` states."""
     trans = dfa.trans
     order = [q]
     index = {q: 0}
@@ -460,7 +520,7 @@ def _canonical(dfa: ByteDFA, q: int) -> Hashable:
         for t in dict.fromkeys(row[row >= 0].tolist()):
             if t not in index:
                 if len(order) >= CANON_MAX:
-                    return ("id", id(trans), q)
+                    return None
                 index[t] = len(order)
                 order.append(t)
         i += 1
