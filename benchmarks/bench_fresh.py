@@ -141,7 +141,7 @@ GRAMMAR_MEMOS = [("trellis.constrain.compile", "_COMPILED"), ("trellis.constrain
 SHARED_MEMOS = [("trellis.constrain.walk_cache", "SHARED"), ("trellis.constrain.regex_ir", "_FSM_CACHE"),
                 ("trellis.constrain.pattern", "_MATCHERS"), ("trellis.constrain.ranges", "_FRAC_MEMO"),
                 ("trellis.constrain.rest_walk", "_SCALED"), ("trellis.constrain.formats", "_FORMAT_IR"),
-                ("trellis.constrain.grammar_ir", "_IMPORTS")]
+                ("trellis.constrain.grammar_ir", "_IMPORTS"), ("trellis.constrain.scannerless", "_SHAPES")]
 SHARED_DISK = ("walks",)  # cache-dir entries that are not keyed by a grammar (walk_cache.py)
 
 

@@ -202,7 +202,7 @@ def clear_caches() -> None:
     """Forget every in-process memo of compiled grammars and shared tables (the disk cache stays:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
-    from trellis.constrain import rest_walk
+    from trellis.constrain import rest_walk, scannerless
     from trellis.constrain.grammar_ir import _IMPORTS
     from trellis.constrain.regex import _DFA_MEMO, _PARTS_MEMO
     from trellis.constrain.walk_cache import _LISTED, SHARED
@@ -215,6 +215,8 @@ def clear_caches() -> None:
     SHARED.clear()
     _IMPORTS.clear()
     rest_walk._SCALED.clear()
+    scannerless._SHAPES.clear()
+    scannerless._SHAPES_BYTES = 0
 
 
 def wait_for_cache_writes() -> None:

@@ -476,29 +476,32 @@ def _canonical(dfa: ByteDFA, q: int) -> Hashable:
     if lit is not None:  # the sub-automaton is the chain itself (0.2 ms -> ~1 us)
         return ("lit", lit.text, lit.ends)
     # Every schema builds its own DFA objects for the same terminals (a string, a number): the
-    # shape is memoised by DFA content, not identity (~45 us a state otherwise, ~12% of fresh
-    # masks over 20 maskbench schemas; /tmp profile in the commit message).
-    trans = dfa.trans
-    fp = _FINGERPRINTS.get(id(trans))
-    if fp is None or fp[0] is not trans:
-        if len(_FINGERPRINTS) >= 4096:
-            _FINGERPRINTS.clear()
-        digest = hashlib.blake2b(trans.tobytes(), digest_size=16)
-        digest.update(dfa.final.tobytes())
-        fp = _FINGERPRINTS[id(trans)] = (trans, digest.digest())
-    key = (fp[1], q)
+    # shape is memoised by DFA content, not identity (~45 us a state otherwise; fresh masks over
+    # 40 maskbench schemas 166 -> 152 ms, commit 79da505). The digest lives on the DFA object.
+    digest = dfa.__dict__.get("_digest")
+    if digest is None:
+        h = hashlib.blake2b(dfa.trans.tobytes(), digest_size=16)
+        h.update(dfa.final.tobytes())
+        digest = dfa.__dict__["_digest"] = h.digest()
+    key = (digest, q)
     hit = _SHAPES.get(key)
     if hit is None:
-        if len(_SHAPES) >= 1 << 15:
+        global _SHAPES_BYTES
+        hit = _bfs_shape(dfa, q) or ("dfa", digest, q)
+        size = len(hit) + 100 if isinstance(hit, bytes) else 200
+        if _SHAPES_BYTES + size > SHAPES_CACHE_BYTES:
             _SHAPES.clear()
-        hit = _SHAPES[key] = _bfs_shape(dfa, q) or ("dfa", fp[1], q)
+            _SHAPES_BYTES = 0
+        _SHAPES[key] = hit
+        _SHAPES_BYTES += size
     return hit
 
 
-# (trans array, content digest) by id(trans): the entry holds the array, so a recycled id is
-# detected (the _SCALED pattern in rest_walk.py); shapes by (digest, state).
-_FINGERPRINTS: dict[int, tuple[np.ndarray, bytes]] = {}
+# Shapes by (DFA content digest, state), bounded in bytes: a shape is ~1 KB per state of its
+# sub-automaton (a 210-state chunked-string DFA makes ~200 shapes of up to 210 KB each).
+SHAPES_CACHE_BYTES = 64 * 2**20
 _SHAPES: dict[tuple[bytes, int], Hashable] = {}
+_SHAPES_BYTES = 0
 
 
 def _ends_dead(canon: bytes) -> bool:
