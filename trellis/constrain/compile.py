@@ -215,8 +215,7 @@ def clear_caches() -> None:
     SHARED.clear()
     _IMPORTS.clear()
     rest_walk._SCALED.clear()
-    scannerless._SHAPES.clear()
-    scannerless._SHAPES_BYTES = 0
+    scannerless.clear_shapes()
 
 
 def wait_for_cache_writes() -> None:

@@ -9,7 +9,7 @@ some. Each object's key terminal is a different DFA, so its walks (2.6 ms over G
 vocabulary from the state after ``"``) were never shared, although they differ from the string's
 walk (shared by every schema, ``walk_cache.py``) only for the few tokens that spell a declared key.
 
-``CutWalks`` makes that exact. A state is *tainted* when a *special* place is reachable from it:
+``patch`` makes that exact. A state is *tainted* when a *special* place is reachable from it:
 a byte B takes from o(s) that C does not (a word removed), or a state whose finality differs.
 From an untainted state C's sub-automaton is B's from o(s), so the walks are equal. From a
 tainted state q, a token's walk differs from B's walk from o(q) only if it passes a special place;
@@ -21,7 +21,8 @@ not list (a token that stays inside B, whose crossings ``drop_inside`` dropped, 
 falls back to a full walk, as do states with too many special paths (a follow guard's start).
 
 Measured on maskbench (Gemma's vocabulary): the key walk of an open object took ~2.6 ms per
-object and trie node; the patch costs ~0.1-0.3 ms (``benchmarks/bench_fresh.py``, commit message).
+object and key prefix; Github_hard o12291's fresh masks 249 -> 144 ms with the patch (commit
+c951e9b), 281 -> 156 ms for its whole request in ``benchmarks/bench_fresh.py``.
 """
 
 from __future__ import annotations
@@ -148,7 +149,6 @@ def patch(sim: Simulation, q: int, base_entry: tuple[np.ndarray, Walk], tm: Toke
     """The vocabulary walk of the cut DFA from ``q`` as (packed inside bits, walk without its
     ``inside`` array), from ``base_entry`` (the same for the base DFA from ``origin[q]``), or
     None when the patch is out of bounds or could not be exact (module docstring)."""
-    rs = RestSet.vocabulary(tm)
     if sim.origin[q] < 0:
         return None
     if not sim.tainted[q]:
@@ -162,6 +162,7 @@ def patch(sim: Simulation, q: int, base_entry: tuple[np.ndarray, Walk], tm: Toke
     if len(aff) > MAX_AFFECTED:
         return None
     packed, w = base_entry
+    rs = RestSet.vocabulary(tm)
     stride = tm.mat_t.shape[1]
     width = tm.max_len + 1
     sub, pos = RestSet.of(tm, rs.tid[aff], rs.base[aff], rs.length[aff], distinct=True)

@@ -116,7 +116,6 @@ class EarleyConstraint:
         self._eos = self.tm.eos_bits()
         self._group_memo: dict[ChartState, list] = {}
         self._live_memo: dict[ChartState, np.ndarray] = {}
-        self._firsts: dict[tuple[int, int], int] = {}
         self._byte_classes: np.ndarray | None = None
 
     # -- protocol
@@ -166,12 +165,11 @@ class EarleyConstraint:
         key = (d, q)
         hit = self._shapes.get(key)
         if hit is None:
-            canon = _canonical(self._dfa[d], q)
             # A sub-automaton whose accepting states are dead ends (a JSON string ends at its
             # closing quote) crosses at most once per token, so it is walked with no follow set,
             # keyed without one, and filtered here (``_by_follow``): a string's walks are shared
             # by every context it appears in (objects, arrays, each schema's set of followers).
-            free = isinstance(canon, bytes) and _ends_dead(canon)
+            canon, free = _canonical(self._dfa[d], q)
             hit = self._shapes[key] = (canon, b"" if free else self._follow(d).tobytes())
         return hit
 
@@ -187,6 +185,11 @@ class EarleyConstraint:
         if keep.all():
             return w
         return Walk(w.inside, w.cross if keep.any() else None, w.src[keep], w.inv[keep])
+
+    def _entry_key(self, d: int, shape: Hashable) -> Hashable:
+        """What scan ``d``'s walk entry depends on: its shape, with its followers where the walk
+        itself was keyed without them (``_by_follow`` filters by them)."""
+        return shape if shape[1] else (shape[0], self._follow(d).tobytes())
 
     def _follow(self, d: int) -> np.ndarray:
         """[256] bool: the bytes that can start what follows scan ``d``'s terminal."""
@@ -204,7 +207,7 @@ class EarleyConstraint:
             if hit is not None:
                 return hit
         key = self._shape(d, q)
-        ekey = key if key[1] else (key[0], self._follow(d).tobytes())  # what the entry depends on
+        ekey = self._entry_key(d, key)
         hit = self._inside.get(ekey)
         if hit is None:
             dfa = self._dfa[d]
@@ -260,7 +263,7 @@ class EarleyConstraint:
         by both shapes: the leftovers of ``%ignore WS`` followed by a NAME are the same in every
         grammar (~94k space-led Gemma tokens, 2-3 ms a walk)."""
         shape = self._shape(d, q)
-        key = (shape if shape[1] else (shape[0], self._follow(d).tobytes()), id(rs))
+        key = (self._entry_key(d, shape), id(rs))
         w = self._walks.get(key)
         if w is None:
             dfa = self._dfa[d]
@@ -288,20 +291,11 @@ class EarleyConstraint:
             groups: dict[tuple[int, int], list] = {}
             for t, q, e in state[0]:
                 groups.setdefault((t, q), []).append(e)
-            hit = [(t, q, self._first_bits(t, q), es) for (t, q), es in groups.items()]
+            hit = [(t, q, self.earley.live_bits(t, q), es) for (t, q), es in groups.items()]
             if len(self._group_memo) > 1 << 16 or self._over("group", state):
                 self._group_memo.clear()
             self._group_memo[state] = hit
         return hit
-
-    def _first_bits(self, d: int, q: int) -> int:
-        """The bytes DFA ``d`` takes from state ``q``, as a 256-bit int (skips walks that cannot
-        start: on sql_select.lark most of ~50 keyword scans meet no rest they could begin)."""
-        key = (d, q)
-        b = self._firsts.get(key)
-        if b is None:
-            b = self._firsts[key] = bool_to_bits(self._dfa[d].trans[q] >= 0)
-        return b
 
     def _token_mask(self, state: ChartState) -> np.ndarray:
         m = np.zeros(self.tm.words, dtype=np.int32)
@@ -468,13 +462,14 @@ MEMO_SCANS = 1 << 21
 SPLIT_DEPTH = 2
 
 
-def _canonical(dfa: ByteDFA, q: int) -> Hashable:
+def _canonical(dfa: ByteDFA, q: int) -> tuple[Hashable, bool]:
     """The sub-automaton of ``dfa`` reachable from ``q``, states numbered in breadth-first order
     of first appearance (by byte), as bytes; ``("dfa", content digest, q)`` when it has over
-    ``CANON_MAX`` states (then the walk is shared only by DFAs with the very same tables)."""
+    ``CANON_MAX`` states (then the walk is shared only by DFAs with the very same tables). With
+    it, whether its accepting states are all dead ends (known only for the bytes form)."""
     lit = literal_at(dfa, q)
     if lit is not None:  # the sub-automaton is the chain itself (0.2 ms -> ~1 us)
-        return ("lit", lit.text, lit.ends)
+        return ("lit", lit.text, lit.ends), False
     # Every schema builds its own DFA objects for the same terminals (a string, a number): the
     # shape is memoised by DFA content, not identity (~45 us a state otherwise; fresh masks over
     # 40 maskbench schemas 166 -> 152 ms, commit 79da505). The digest lives on the DFA object.
@@ -487,8 +482,9 @@ def _canonical(dfa: ByteDFA, q: int) -> Hashable:
     hit = _SHAPES.get(key)
     if hit is None:
         global _SHAPES_BYTES
-        hit = _bfs_shape(dfa, q) or ("dfa", digest, q)
-        size = len(hit) + 100 if isinstance(hit, bytes) else 200
+        canon = _bfs_shape(dfa, q)
+        hit = (canon, _ends_dead(canon)) if canon is not None else (("dfa", digest, q), False)
+        size = len(canon) + 100 if canon is not None else 200
         if _SHAPES_BYTES + size > SHAPES_CACHE_BYTES:
             _SHAPES.clear()
             _SHAPES_BYTES = 0
@@ -500,8 +496,15 @@ def _canonical(dfa: ByteDFA, q: int) -> Hashable:
 # Shapes by (DFA content digest, state), bounded in bytes: a shape is ~1 KB per state of its
 # sub-automaton (a 210-state chunked-string DFA makes ~200 shapes of up to 210 KB each).
 SHAPES_CACHE_BYTES = 64 * 2**20
-_SHAPES: dict[tuple[bytes, int], Hashable] = {}
+_SHAPES: dict[tuple[bytes, int], tuple[Hashable, bool]] = {}
 _SHAPES_BYTES = 0
+
+
+def clear_shapes() -> None:
+    """Forget the shape memo (``compile.clear_caches``)."""
+    global _SHAPES_BYTES
+    _SHAPES.clear()
+    _SHAPES_BYTES = 0
 
 
 def _ends_dead(canon: bytes) -> bool:
