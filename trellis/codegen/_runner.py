@@ -1,33 +1,84 @@
-"""The child side of ``trellis.codegen.sandbox``: run as ``python -I -c <this file's text>``.
+"""The child side of ``trellis.codegen.sandbox``: run as ``python -I -c <_seccomp.py + this text>``.
 
-Stdlib only and never imported by trellis itself. It reads one JSON job from stdin and forks a
-worker that locks itself down *before* touching the untrusted program (resource limits, Landlock,
-privilege drop, a socket shim), then runs the program, the test preamble and every test case,
-writing one line per event to the result pipe: ``<nonce> <json>``; the first process reports how
-the worker ended. The nonce only keeps stray writes to the pipe from counting;
-the program runs in this same process, so a program that sets out to forge results can (see
-sandbox.py on what this sandbox is for).
+Stdlib only and never imported by trellis. Three processes, so that the verdict is never decided
+where the untrusted program runs:
+
+- *main* (the supervisor, unrestricted) reads frame 1 from stdin (the program, the limits, the
+  work dir) and forks the **worker**; only then reads frame 2 (the test code) and forks the
+  **judge**. It reports how the worker ended (signal, exit status, CPU time), enforces the run-wide
+  memory and process limits over the worker's whole process tree (it is a child subreaper, so
+  daemons that ``setsid`` and double-fork stay its descendants), and kills that tree when the
+  judge is done, when the worker exits, or when the parent closes stdin (its stop signal).
+- the **worker** locks itself down (rlimits, Landlock, seccomp, a per-run uid, a socket shim),
+  runs the program and then answers the judge's requests: call this function with these values,
+  read this attribute. It returns *data*: values of exact builtin types (``None``, ``bool``,
+  ``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set``,
+  ``frozenset``) encoded as JSON; anything else becomes an opaque handle. It was forked before the
+  test code was read, so the tests and their expected values were never in its memory, and it has
+  no descriptor of the result pipe.
+- the **judge** runs the test code (trusted) with the program's names bound to proxies. Decoded
+  values are rebuilt as plain builtins by the judge's own code, so an ``__eq__`` that is always
+  true, a patched ``abs`` or a rewritten assert inside the program cannot reach the comparison.
+  Handles cannot be compared, hashed or truth-tested (that would ask the program). It writes one
+  event per case to the result pipe.
+
+What the program can still do: answer with the right value when it can compute or guess it from
+what it sees (the arguments of each call), and fake a test whose expected value is computed by a
+function of the program itself (HumanEval/32 checks ``poly(xs, candidate(xs))`` with the
+program's ``poly``). The program's stdout is discarded; its stderr is kept for the report.
 """
 
+import base64
 import builtins
 import ctypes
 import json
+import math
 import os
 import resource
+import secrets
+import select
 import signal
 import sys
 import time
 
-_write, _dumps, _clock = os.write, json.dumps, time.monotonic  # bound before the program can patch them
+_write, _dumps, _loads, _clock = os.write, json.dumps, json.loads, time.monotonic
 _exec, _compile, _BaseException = exec, compile, BaseException
 
+_MAX_LINE = 16 << 20  # one reply from the worker (a returned value), bytes
+_MAX_DEPTH = 100  # nesting of a returned value
+_MAX_ITEMS = 1 << 20  # elements materialised from one iterator handle
 
-def _emit(fd, nonce, event):
-    data = (nonce + " " + _dumps(event) + "\n").encode("utf-8", "replace")
+
+# ------------------------------------------------------------------------------------------- framing
+def _read_exact(fd, n):
+    out = bytearray()
+    while len(out) < n:
+        chunk = os.read(fd, min(n - len(out), 1 << 16))
+        if not chunk:
+            raise EOFError("stdin closed before a whole frame")
+        out += chunk
+    return bytes(out)
+
+
+def _read_frame(fd):
+    """One ``<size>\\n<json>`` frame, read byte-exactly: nothing past it enters this process (the
+    test frame must not be in memory when the worker is forked)."""
+    head = b""
+    while not head.endswith(b"\n"):
+        c = os.read(fd, 1)
+        if not c or len(head) > 20:
+            raise EOFError("bad frame header")
+        head += c
+    return _loads(_read_exact(fd, int(head)).decode("utf-8"))
+
+
+def _emit(fd, event):
+    data = (_dumps(event) + "\n").encode("utf-8", "replace")
     while data:
         data = data[_write(fd, data):]
 
 
+# ------------------------------------------------------------------------------------------- lockdown
 def _count_processes(uid):
     """Processes whose real uid is ``uid`` (RLIMIT_NPROC counts them all, not just ours)."""
     n = 0
@@ -44,15 +95,15 @@ def _count_processes(uid):
     return n
 
 
-def _limits(job, enforced):
-    lim = job["limits"]
+def _limits(lim, enforced, uid=None, memory_bytes=None):
     pairs = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, lim["cpu_seconds"]),
              (resource.RLIMIT_FSIZE, lim["file_bytes"]), (resource.RLIMIT_NOFILE, lim["open_files"])]
-    if lim["memory_bytes"]:
-        pairs.append((resource.RLIMIT_AS, lim["memory_bytes"]))
-    if hasattr(resource, "RLIMIT_NPROC"):
-        uid = job["drop_uid"] if job["drop_uid"] is not None else os.getuid()
-        base = _count_processes(uid) if os.path.isdir("/proc") else 0
+    memory_bytes = lim["memory_bytes"] if memory_bytes is None else memory_bytes
+    if memory_bytes:
+        pairs.append((resource.RLIMIT_AS, memory_bytes))
+    if uid is not None and hasattr(resource, "RLIMIT_NPROC"):
+        # A per-run uid (run as root) owns no process yet: the limit is exactly the run's count.
+        base = 0 if lim.get("fresh_uid") else (_count_processes(uid) if os.path.isdir("/proc") else 0)
         pairs.append((resource.RLIMIT_NPROC, base + lim["processes"]))
     for what, value in pairs:
         soft, hard = resource.getrlimit(what)
@@ -83,9 +134,9 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
 
 
-def _landlock(job, enforced):
-    """Reads only beneath the interpreter's directories, everything beneath the work dir, nothing
-    else: no writes elsewhere, no execve, no TCP, no signals to processes outside the sandbox."""
+def _landlock(workdir, enforced):
+    """Reads only beneath the interpreter's directories, everything beneath ``workdir`` (None: no
+    writes anywhere), nothing else: no execve, no TCP, no signals to processes outside."""
     libc = ctypes.CDLL(None, use_errno=True)
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
@@ -99,7 +150,7 @@ def _landlock(job, enforced):
     if ruleset < 0:
         return
     read = _FS_READ_FILE | _FS_READ_DIR
-    roots = [(job["workdir"], fs & ~_FS_EXECUTE)]
+    roots = [(workdir, fs & ~_FS_EXECUTE)] if workdir else []
     seen = set()
     for path in [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path, "/usr/lib", "/lib", "/lib64",
                  "/etc/ld.so.cache", "/usr/share/zoneinfo"]:
@@ -130,24 +181,32 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _drop_root(uid, enforced):
-    """Become ``uid`` (nobody) so the kernel's per-user limits (RLIMIT_NPROC) and file permissions
-    apply, keeping only CAP_DAC_READ_SEARCH: the interpreter may live under a 0700 directory such
-    as /root (Landlock still confines reads to the interpreter's directories)."""
+def _set_caps(libc, keep):
+    caps = (_CapData * 2)()
+    caps[0].effective = caps[0].permitted = keep
+    return libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), caps)  # _LINUX_CAPABILITY_VERSION_3
+
+
+def _drop_root(uid, keep_read_search, enforced):
+    """Become ``uid`` (a uid of this run alone) so the kernel's per-user limits (RLIMIT_NPROC) and
+    file permissions apply. ``keep_read_search`` (only where Landlock confines reads): keep
+    CAP_DAC_READ_SEARCH, since the interpreter may live under a 0700 directory such as /root;
+    without Landlock no capability survives (the parent refuses to start when the interpreter
+    would then be unreadable)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(8, 1, 0, 0, 0)  # PR_SET_KEEPCAPS: keep the permitted set across setuid
+    libc.prctl(8, 1 if keep_read_search else 0, 0, 0, 0)  # PR_SET_KEEPCAPS across setuid
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
-    caps = (_CapData * 2)()
-    caps[0].effective = caps[0].permitted = 1 << 2  # CAP_DAC_READ_SEARCH
-    libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), caps)  # _LINUX_CAPABILITY_VERSION_3
-    enforced.append(f"uid{uid}")
+    if keep_read_search:
+        _set_caps(libc, 1 << 2)  # CAP_DAC_READ_SEARCH
+    enforced.append("uid-per-run" if uid >= 1 << 24 else f"uid{uid}")
+    if not keep_read_search:
+        enforced.append("no-capabilities")
 
 
 def _no_network(enforced):
-    """Refuse socket creation in Python: a fallback where no network namespace could be made (code
-    calling libc through ctypes gets past it; the namespace and Landlock do not let it)."""
+    """Refuse socket creation in Python (seccomp and the network namespace stop ctypes too)."""
     import socket
 
     def refuse(*args, **kwargs):
@@ -159,17 +218,233 @@ def _no_network(enforced):
 
     socket.socket = NoSocket
     socket.create_connection = refuse
-    socket.socketpair = refuse
     import _socket
     _socket.socket = NoSocket
     enforced.append("socket-shim")
 
 
+# ------------------------------------------------------------------------------------------- values
+# Wire form of a value (one JSON document): None, bool, str and float (finite) as themselves; ints
+# within 2**53 as themselves, larger as {"I": hex} (hex parses without the int-digits limit);
+# {"f": "nan"|"inf"|"-inf"}, {"C": [re, im]}, {"B": base64}, {"L": [...]}, {"T": [...]},
+# {"S": [...]}, {"F": [...]}, {"D": [[k, v], ...]}, and {"H": id, "t": type name} for a handle.
+_SMALL = 1 << 53
+
+
+class _Handles:
+    """Objects of the program that are not data, by id (worker side)."""
+
+    def __init__(self):
+        self.objs = {}
+
+    def add(self, obj):
+        hid = len(self.objs) + 1
+        self.objs[hid] = obj
+        return hid
+
+
+class _NotData(Exception):
+    pass
+
+
+def _enc(v, handles, depth=0):
+    """Worker side: a value of the program -> wire form (lenient: subclasses as their builtin).
+    ``handles`` None: data only (``_NotData`` otherwise)."""
+    if depth > _MAX_DEPTH:
+        raise ValueError("value nested too deeply to return")
+    if v is None or v is True or v is False:
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = int.__index__(v)
+        return v if -_SMALL < v < _SMALL else {"I": hex(v)}
+    if isinstance(v, float):
+        v = float.__float__(v)
+        return v if math.isfinite(v) else {"f": repr(v)}
+    if isinstance(v, str):
+        return str.__str__(v)
+    if isinstance(v, complex):
+        return {"C": [_enc(v.real, handles), _enc(v.imag, handles)]}
+    if isinstance(v, (bytes, bytearray)):
+        return {"B": base64.b64encode(bytes(v)).decode("ascii")}
+    for t, tag in ((list, "L"), (tuple, "T"), (set, "S"), (frozenset, "F")):
+        if isinstance(v, t):
+            return {tag: [_enc(x, handles, depth + 1) for x in t.__iter__(v)]}
+    if isinstance(v, dict):
+        return {"D": [[_enc(k, handles, depth + 1), _enc(x, handles, depth + 1)] for k, x in dict.items(v)]}
+    if handles is None:
+        raise _NotData(type(v).__name__)
+    return {"H": handles.add(v), "t": type(v).__name__[:100]}
+
+
+class _Remote:
+    """Judge side: an object of the program that is not data. Calls and attribute reads go to the
+    worker; equality, hashing and truth would ask the program, so they raise."""
+
+    __slots__ = ("_rpc", "_ref", "_type")
+
+    def __init__(self, rpc, ref, type_name):
+        object.__setattr__(self, "_rpc", rpc)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_type", type_name)
+
+    def __call__(self, *args, **kwargs):
+        return self._rpc.call(self, args, kwargs)
+
+    def __getattr__(self, name):
+        return self._rpc.request({"op": "attr", "ref": self._ref, "name": name})
+
+    def __iter__(self):
+        return iter(self._rpc.request({"op": "iter", "ref": self._ref}))
+
+    def __len__(self):
+        return self._rpc.request({"op": "len", "ref": self._ref})
+
+    def __getitem__(self, key):
+        return self._rpc.request({"op": "item", "ref": self._ref, "key": self._rpc.enc(key)})
+
+    def _untrusted(self, *args):
+        raise TypeError(f"an object of type {self._type!r} returned by the program cannot be compared, hashed "
+                        "or truth-tested by the tests (only data values are: numbers, strings, containers)")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __contains__ = _untrusted
+
+    def __repr__(self):
+        return f"<{self._type} object of the program>"
+
+    __str__ = __repr__
+
+
+class _ProgramError(Exception):
+    """The program raised an exception that is not one of Python's built-in ones."""
+
+
+class _ProtocolError(Exception):
+    """The worker's reply broke the protocol (malformed, too large, out of order)."""
+
+
+class _WorkerLost(Exception):
+    """The worker died or stopped answering: no later case can run."""
+
+
+# Modules the program imported that the tests may use by the program's name for them (MBPP's asserts
+# call ``math.isclose`` after the program's ``import math``): the judge imports its own copy, and only
+# of these pure, side-effect-free ones (the program chooses the names: ``antigravity`` would open a
+# browser).
+_TEST_MODULES = frozenset((
+    "abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "collections", "collections.abc",
+    "copy", "dataclasses", "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib", "heapq",
+    "itertools", "json", "keyword", "math", "numbers", "operator", "pprint", "random", "re", "statistics",
+    "string", "struct", "sys", "textwrap", "time", "types", "typing", "unicodedata", "zlib"))
+
+_EXC = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception)}
+
+
+def _dec(x, rpc, depth=0):
+    """Judge side, strict: wire form -> a value built from builtins only (or a ``_Remote``)."""
+    if depth > _MAX_DEPTH:
+        raise _ProtocolError("value nested too deeply")
+    t = type(x)
+    if x is None or t is bool or t is str or t is float:
+        return x
+    if t is int:
+        if not -_SMALL < x < _SMALL:
+            raise _ProtocolError("large int not in hex form")
+        return x
+    if t is not dict or len(x) not in (1, 2):
+        raise _ProtocolError(f"unexpected {t.__name__} in a value")
+    (tag, body), = list(x.items())[:1]
+    if tag == "H" and len(x) == 2 and type(body) is int and type(x.get("t")) is str:
+        return _Remote(rpc, body, x["t"][:100])
+    if len(x) != 1:
+        raise _ProtocolError("malformed value")
+    if tag == "I" and type(body) is str and len(body) < 1 << 22:
+        return int(body, 16)
+    if tag == "f" and body in ("nan", "inf", "-inf"):
+        return float(body)
+    if tag == "B" and type(body) is str:
+        return base64.b64decode(body.encode("ascii"), validate=True)
+    if type(body) is not list:
+        raise _ProtocolError("malformed value")
+    if tag == "C" and len(body) == 2:
+        re_, im = (_dec(b, rpc, depth + 1) for b in body)
+        if type(re_) is not float and type(re_) is not int or type(im) is not float and type(im) is not int:
+            raise _ProtocolError("malformed complex")
+        return complex(re_, im)
+    items = [_dec(b, rpc, depth + 1) for b in body] if tag != "D" else None
+    try:
+        if tag == "L":
+            return items
+        if tag == "T":
+            return tuple(items)
+        if tag == "S":
+            return set(items)
+        if tag == "F":
+            return frozenset(items)
+        if tag == "D":
+            out = {}
+            for pair in body:
+                if type(pair) is not list or len(pair) != 2:
+                    raise _ProtocolError("malformed dict item")
+                out[_dec(pair[0], rpc, depth + 1)] = _dec(pair[1], rpc, depth + 1)
+            return out
+    except TypeError as e:  # an unhashable key or element, e.g. a handle
+        raise _ProtocolError(f"malformed value: {e}") from None
+    raise _ProtocolError(f"unknown value tag {tag!r}")
+
+
+def _enc_arg(v, depth=0):
+    """Judge side: an argument the tests pass -> wire form (exact builtin types and handles only)."""
+    if depth > _MAX_DEPTH:
+        raise ValueError("argument nested too deeply")
+    t = type(v)
+    if isinstance(v, _Remote):
+        return {"H": object.__getattribute__(v, "_ref"), "t": ""}
+    if v is None or t is bool or t is str:
+        return v
+    if t is int:
+        return v if -_SMALL < v < _SMALL else {"I": hex(v)}
+    if t is float:
+        return v if math.isfinite(v) else {"f": repr(v)}
+    if t is complex:
+        return {"C": [_enc_arg(v.real), _enc_arg(v.imag)]}
+    if t is bytes or t is bytearray:
+        return {"B": base64.b64encode(bytes(v)).decode("ascii")}
+    for typ, tag in ((list, "L"), (tuple, "T"), (set, "S"), (frozenset, "F")):
+        if t is typ:
+            return {tag: [_enc_arg(x, depth + 1) for x in v]}
+    if t is dict:
+        return {"D": [[_enc_arg(k, depth + 1), _enc_arg(x, depth + 1)] for k, x in v.items()]}
+    raise TypeError(f"the tests passed a {t.__name__} to the program: only data values and the program's "
+                    "own objects can cross into the sandbox")
+
+
+def _dec_arg(x, handles, depth=0):
+    """Worker side: wire form -> value (the judge is trusted; handles name the worker's objects)."""
+    if type(x) is not dict:
+        return x
+    (tag, body), = list(x.items())[:1]
+    if tag == "H":
+        return handles.objs[body]
+    if tag == "I":
+        return int(body, 16)
+    if tag == "f":
+        return float(body)
+    if tag == "B":
+        return base64.b64decode(body)
+    if tag == "C":
+        return complex(*body)
+    if tag == "D":
+        return {_dec_arg(k, handles, depth + 1): _dec_arg(v, handles, depth + 1) for k, v in body}
+    items = [_dec_arg(b, handles, depth + 1) for b in body]
+    return {"L": list, "T": tuple, "S": set, "F": frozenset}[tag](items)
+
+
+# ------------------------------------------------------------------------------------------- worker
 class _CaseTimeout(BaseException):
     """Raised by SIGALRM when one case overruns ``case_timeout`` (BaseException: harder to swallow)."""
 
 
-def _describe(exc, source):
+def _describe(exc, source=""):
     name = type(exc).__name__
     msg = str(exc)
     if isinstance(exc, AssertionError) and not msg:
@@ -188,107 +463,475 @@ def _kind(exc):
     return "error"
 
 
-def _worker(job):
-    """Lock down, then run the program and the test cases (in the forked child of ``main``)."""
-    fd, nonce = job["fd"], job["nonce"]
-    enforced = []
-    _limits(job, enforced)
+def _lock_down_worker(job, enforced):
+    _limits(job["limits"], enforced, uid=job["run_uid"] if job["run_uid"] is not None else os.getuid())
     if job["landlock"] and sys.platform.startswith("linux"):
         try:
-            _landlock(job, enforced)
+            _landlock(job["workdir"], enforced)
         except (OSError, AttributeError):
             pass
-    if job["drop_uid"] is not None:
-        _drop_root(job["drop_uid"], enforced)
+    landlocked = any(e.startswith("landlock") for e in enforced)
+    if job["seccomp"]:
+        # IPC objects and sockets are denied outright where no IPC / network namespace holds them.
+        layer = install_seccomp(sockets="inet" if job["netns"] else "none", ipc=not job["ipcns"],  # noqa: F821
+                                keyring=True, trace=True, namespaces=True, fallocate=True,
+                                sessions=not job["pidns"])
+        if layer:
+            enforced.append(layer)
+    if job["run_uid"] is not None:
+        _drop_root(job["run_uid"], landlocked, enforced)
     _no_network(enforced)
-    _emit(fd, nonce, {"ev": "start", "enforced": enforced})
+
+
+def _worker(job, rfd, wfd):
+    """Lock down, run the program, then serve the judge: one request line in, one reply line out."""
+    enforced = []
+    _lock_down_worker(job, enforced)
+    rf = os.fdopen(rfd, "rb", buffering=1 << 16)
+    handles = _Handles()
+
+    def reply(obj):
+        _emit(wfd, obj)
 
     def on_alarm(signum, frame):
-        raise _CaseTimeout(f"the test case ran longer than {job['case_timeout']} s")
+        raise _CaseTimeout("the test case ran longer than its case_timeout")
 
-    if job["case_timeout"]:
-        signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGALRM, on_alarm)
     g = {"__name__": "__sandbox__", "__builtins__": builtins}
     try:
         _exec(_compile(job["program"], "<program>", "exec"), g)
-        if job["entry_point"]:
-            if job["entry_point"] not in g:
-                raise NameError(f"the program does not define the entry point {job['entry_point']!r}")
-            g["candidate"] = g[job["entry_point"]]
-        if job["preamble"]:
-            _exec(_compile(job["preamble"], "<tests>", "exec"), g)
     except _BaseException as exc:  # noqa: B902 - SystemExit, KeyboardInterrupt: the program's doing
-        _emit(fd, nonce, {"ev": "load", "error": _describe(exc, ""), "kind": _kind(exc)})
+        reply({"load": _describe(exc), "kind": _kind(exc), "enforced": enforced})
         os._exit(0)
-    _emit(fd, nonce, {"ev": "load", "error": None})
-    for i, case in enumerate(job["cases"]):
+    names = {}
+    for name, v in list(g.items()):
+        if name.startswith("__"):
+            continue
+        if type(v).__name__ == "module":
+            names[name] = {"mod": getattr(v, "__name__", "")[:200]}
+            continue
+        try:
+            data = _enc(v, None)  # plain data (a constant, a table) is sent as a value
+            if len(_dumps(data)) < 1 << 16:
+                names[name] = {"v": data}
+                continue
+        except _BaseException:  # noqa: B902 - not data, or the program's own code raised
+            pass
+        names[name] = {"H": handles.add(v), "t": type(v).__name__[:100]}
+    reply({"load": None, "names": names, "enforced": enforced})
+    while True:
+        line = rf.readline()
+        if not line:
+            os._exit(0)
+        req = _loads(line)
+        out = {"id": req["id"]}
+        budget = req.get("budget")
+        try:
+            if budget:
+                signal.setitimer(signal.ITIMER_REAL, budget)
+            try:
+                op, obj = req["op"], handles.objs[req["ref"]]
+                if op == "call":
+                    args = [_dec_arg(a, handles) for a in req["args"]]
+                    kwargs = {k: _dec_arg(a, handles) for k, a in req["kw"]}
+                    value = obj(*args, **kwargs)
+                    out["mut"] = [[i, _enc(a, handles)] for i, a in enumerate(args)
+                                  if type(a) in (list, dict, set, bytearray)]
+                elif op == "attr":
+                    value = getattr(obj, req["name"])
+                elif op == "iter":
+                    value = []
+                    for x in obj:
+                        value.append(x)
+                        if len(value) > _MAX_ITEMS:
+                            raise MemoryError(f"more than {_MAX_ITEMS} items from one iterator")
+                elif op == "len":
+                    value = len(obj)
+                elif op == "item":
+                    value = obj[_dec_arg(req["key"], handles)]
+                else:
+                    raise ValueError(f"unknown request {op!r}")
+                out["v"] = _enc(value, handles)
+            finally:
+                if budget:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+        except _BaseException as exc:  # noqa: B902
+            out = {"id": req["id"], "raise": type(exc).__name__[:100], "msg": _describe(exc), "kind": _kind(exc)}
+        try:
+            reply(out)
+        except (ValueError, TypeError, RecursionError) as exc:  # an unencodable reply: say so
+            reply({"id": req["id"], "raise": "ValueError", "msg": f"unencodable return value: {exc}"[:1000],
+                   "kind": "error"})
+
+
+# ------------------------------------------------------------------------------------------- judge
+class _Rpc:
+    """The judge's end of the worker's pipes: one request, one reply, matched by a random id."""
+
+    def __init__(self, wfd, rfd):
+        self.wfd, self.rfd = wfd, rfd
+        self.buf = b""
+        self.lost = None  # why the worker can no longer be asked
+        self.deadline = None  # the current case's end (case_timeout), monotonic
+        self.budget = None
+
+    def _line(self):
+        while b"\n" not in self.buf:
+            timeout = None if self.deadline is None else max(0.0, self.deadline + 1.0 - _clock())
+            ready, _, _ = select.select([self.rfd], [], [], timeout)
+            if not ready:
+                self.lost = "the program stopped answering after its case_timeout"
+                raise _WorkerLost(self.lost)
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk:
+                self.lost = "the program's process ended"
+                raise _WorkerLost(self.lost)
+            self.buf += chunk
+            if len(self.buf) > _MAX_LINE:
+                self.lost = f"the program sent a value over {_MAX_LINE >> 20} MB"
+                raise _WorkerLost(self.lost)
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def first(self):
+        try:
+            return _loads(self._line())
+        except ValueError:
+            self.lost = "the program's process sent a malformed message"
+            raise _WorkerLost(self.lost) from None
+
+    def request(self, req, mutable=()):
+        if self.lost:
+            raise _WorkerLost(self.lost)
+        rid = secrets.randbits(62)
+        req["id"] = rid
+        if self.deadline is not None:
+            req["budget"] = max(0.001, self.deadline - _clock())
+        _emit(self.wfd, req)
+        try:
+            rep = _loads(self._line())
+            if type(rep) is not dict or rep.get("id") != rid:
+                raise _ProtocolError("a reply that does not answer the request")
+            if "raise" in rep:
+                name, msg, kind = rep.get("raise"), rep.get("msg"), rep.get("kind")
+                if type(name) is not str or type(msg) is not str:
+                    raise _ProtocolError("malformed exception")
+                value, raised = None, (name, msg[:1000], kind)
+            else:
+                value, raised = _dec(rep.get("v"), self), None
+                for i, new in rep.get("mut") or ():
+                    # A list/dict/set argument the program changed in place: mirror it, by value.
+                    if type(i) is int and 0 <= i < len(mutable) and type(mutable[i]) in (list, dict, set, bytearray):
+                        _mirror(mutable[i], _dec(new, self))
+        except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError) as exc:
+            self.lost = f"the program's process broke the protocol ({type(exc).__name__}: {exc})"[:500]
+            raise _WorkerLost(self.lost) from None
+        if raised is None:
+            return value
+        name, msg, kind = raised
+        if kind == "timeout":
+            raise _CaseTimeout(msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg)
+        cls = _EXC.get(name)
+        if cls is None:
+            raise _ProgramError(msg)
+        raise cls(msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg)
+
+    def enc(self, v):
+        return _enc_arg(v)
+
+    def call(self, remote, args, kwargs):
+        enc = [_enc_arg(a) for a in args]
+        kw = [[k, _enc_arg(v)] for k, v in kwargs.items()]
+        return self.request({"op": "call", "ref": object.__getattribute__(remote, "_ref"), "args": enc, "kw": kw},
+                            mutable=args)
+
+
+def _mirror(old, new):
+    if type(new) is not type(old) and not (type(old) is bytearray and type(new) is bytes):
+        raise _ProtocolError("an argument changed type")
+    if type(old) in (dict, set):
+        old.clear()
+        old.update(new)
+    else:
+        old[:] = new
+
+
+def _lock_down_judge(job, enforced):
+    """The judge runs trusted test code on untrusted data: rlimits, Landlock without any write,
+    not dumpable (no ptrace or /proc/<pid>/mem by the worker's uid), and, run as root, no
+    capability left (uid 0 stays, so the worker's uid cannot signal it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    lim = job["limits"]
+    _limits(lim, enforced, memory_bytes=max(lim["memory_bytes"], 1 << 30) + (256 << 20) if lim["memory_bytes"] else 0)
+    if job["landlock"] and sys.platform.startswith("linux"):
+        try:
+            _landlock(None, enforced)
+        except (OSError, AttributeError):
+            pass
+    if os.geteuid() == 0:
+        _set_caps(libc, 0)
+
+
+def _judge(job, tests, rpc_w, rpc_r, out):
+    """Run every case in this (trusted) process; the program's names are proxies into the worker."""
+    enforced = []
+    _lock_down_judge(job, enforced)
+    rpc = _Rpc(rpc_w, rpc_r)
+    try:
+        hello = rpc.first()
+    except _WorkerLost as exc:
+        _emit(out, {"ev": "lost", "at": 0, "why": str(exc)})
+        os._exit(0)
+    worker_layers = [e for e in hello.get("enforced", ()) if type(e) is str and len(e) < 40] \
+        if type(hello) is dict else []
+    _emit(out, {"ev": "start", "enforced": worker_layers})
+    if type(hello) is not dict or "load" not in hello or hello["load"] is not None:
+        msg = hello.get("load") if type(hello) is dict and type(hello.get("load")) is str else "malformed"
+        kind = hello.get("kind") if type(hello) is dict and hello.get("kind") in ("memory", "error") else "error"
+        _emit(out, {"ev": "load", "error": msg[:1000], "kind": kind})
+        os._exit(0)
+    g = {"__name__": "__tests__", "__builtins__": builtins}
+    names = hello.get("names")
+    if type(names) is not dict:
+        names = {}
+    import importlib
+
+    for name, d in list(names.items())[:10000]:
+        if type(name) is not str or not name.isidentifier() or type(d) is not dict:
+            continue
+        try:
+            if "mod" in d:
+                mod = d["mod"]
+                if type(mod) is str and mod in _TEST_MODULES:
+                    g[name] = importlib.import_module(mod)
+            elif "v" in d:
+                g[name] = _dec(d["v"], rpc)
+            elif type(d.get("H")) is int:
+                g[name] = _Remote(rpc, d["H"], str(d.get("t", ""))[:100])
+        except (ImportError, _ProtocolError, ValueError, TypeError, RecursionError):
+            continue
+    entry = tests["entry_point"]
+    load_error = None
+    try:
+        if entry:
+            if entry not in g:
+                raise NameError(f"the program does not define the entry point {entry!r}")
+            g["candidate"] = g[entry]
+        if tests["preamble"]:
+            _exec(_compile(tests["preamble"], "<tests>", "exec"), g)
+    except _BaseException as exc:  # noqa: B902
+        load_error = _describe(exc)
+    if load_error is not None:
+        _emit(out, {"ev": "load", "error": load_error, "kind": "error"})
+        os._exit(0)
+    _emit(out, {"ev": "load", "error": None})
+    case_timeout = tests["case_timeout"]
+
+    def on_alarm(signum, frame):
+        raise _CaseTimeout(f"the test case ran longer than {case_timeout} s")
+
+    if case_timeout:
+        signal.signal(signal.SIGALRM, on_alarm)
+    for i, case in enumerate(tests["cases"]):
+        if rpc.lost:
+            _emit(out, {"ev": "lost", "at": i, "why": rpc.lost})
+            os._exit(0)
         ns = dict(g)
         t = _clock()
         error = kind = None
         try:
             try:
-                if job["case_timeout"]:
-                    signal.setitimer(signal.ITIMER_REAL, job["case_timeout"])
+                if case_timeout:
+                    rpc.deadline = t + case_timeout
+                    signal.setitimer(signal.ITIMER_REAL, case_timeout + 0.5)  # the judge's own code
                 if case["setup"]:
                     _exec(_compile(case["setup"], "<tests>", "exec"), ns)
                 _exec(_compile(case["source"], "<tests>", "exec"), ns)
-            finally:  # an alarm landing here is caught below like one inside the case
-                if job["case_timeout"]:
+            finally:
+                rpc.deadline = None
+                if case_timeout:
                     signal.setitimer(signal.ITIMER_REAL, 0)
+        except _WorkerLost as exc:
+            error, kind = f"not run to the end: {exc}", "lost"
         except _BaseException as exc:  # noqa: B902
             error, kind = _describe(exc, case["source"]), _kind(exc)
-        _emit(fd, nonce, {"ev": "case", "i": i, "ok": error is None, "error": error, "kind": kind,
-                          "t": _clock() - t})
-    _emit(fd, nonce, {"ev": "done"})
-    os._exit(0)  # skip atexit handlers and finalizers the program may have registered
+        if rpc.lost and kind != "lost":
+            error, kind = f"not run to the end: {rpc.lost}", "lost"
+        _emit(out, {"ev": "case", "i": i, "ok": error is None, "error": error, "kind": kind, "t": _clock() - t})
+    _emit(out, {"ev": "done"})
+    os._exit(0)
 
 
-def _supervise(job, pid, ctl):
-    """Wait for the worker or for EOF on the control pipe (the parent's "stop": kill the worker)."""
-    import select
-
+# ------------------------------------------------------------------------------------------- main
+def _children(pid):
+    """Direct children of ``pid`` (all its threads'), from /proc; [] where unreadable."""
+    out = []
     try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None  # Linux < 5.3 or not Linux: poll
-    while True:
-        ready, _, _ = select.select([ctl] + ([pidfd] if pidfd is not None else []), [], [],
-                                    None if pidfd is not None else 0.05)
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            _emit(job["fd"], job["nonce"], {
-                "ev": "exit", "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-                "cpu": usage.ru_utime + usage.ru_stime})
-            return
-        if ctl in ready and not os.read(ctl, 64):
-            os.kill(pid, signal.SIGKILL)
-            return
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _tree(roots):
+    """Every process below ``roots`` (roots included) that is still alive."""
+    seen, stack = set(), list(roots)
+    while stack and len(seen) < 100000:
+        p = stack.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        stack.extend(_children(p))
+    return seen
+
+
+def _memory_bytes(pid):
+    """Proportional set size (shared pages split among their users, so forked copies of one
+    interpreter are not counted N times); resident size where smaps_rollup is missing."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _disk_usage(root, max_entries):
+    """(bytes allocated, entries) under ``root``, never following symlinks, without recursion;
+    stops counting entries past ``max_entries``."""
+    total = n = 0
+    stack = [root]
+    while stack and n <= max_entries:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    n += 1
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        except OSError:
+            continue
+    return total, n
+
+
+def _mount_tmpfs(job):
+    """A size- and inode-capped tmpfs on the work dir, in this run's mount namespace: the run's
+    files live there, count against one disk limit, and vanish with the namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid = job["run_uid"] if job["run_uid"] is not None else 0
+    opts = (f"size={job['limits']['disk_bytes']},nr_inodes={job['limits']['inodes']},mode=0700,"
+            f"uid={uid},gid={uid}").encode()
+    flags = 2 | 4 | 8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
+    rc = libc.mount(b"tmpfs", job["workdir"].encode(), b"tmpfs", ctypes.c_ulong(flags), opts)
+    return rc == 0
+
+
+def _kill_all(pids, keep=()):
+    for p in pids:
+        if p not in keep and p != os.getpid():
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def main():
-    """Supervise one worker: it runs the untrusted code; this process stays unlimited, reports how
-    the worker ended (signal, exit status, CPU seconds), which a killed process cannot do itself,
-    and kills it when the parent closes our stdin. Under ``unshare --pid`` this process is the
-    namespace's init: when it exits the kernel kills every process the program left behind, and
-    ``unshare`` returns only after they are gone; init also ignores signals from inside."""
-    size = int(sys.stdin.buffer.readline())
-    job = json.loads(sys.stdin.buffer.read(size).decode("utf-8"))
-    ctl = os.dup(0)  # stays open: EOF on it is the parent's stop signal
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the program's input() sees EOF
-    pid = os.fork()
-    if pid == 0:
+    """Supervise one run (module docstring)."""
+    job = _read_frame(0)
+    out = job["fd"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of the program stay our descendants
+    layers = []
+    if job["mountns"] and _mount_tmpfs(job):
+        layers.append("tmpfs")
+        os.chdir(job["workdir"])  # the old cwd is the directory under the mount
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    worker = os.fork()
+    if worker == 0:
         try:
-            os.close(ctl)
-            _worker(job)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the program's input() sees EOF; the tests,
+            # still unread in the stdin pipe, are out of its reach
+            for fd in (out, req_w, rep_r):
+                os.close(fd)
+            _worker(job, req_r, rep_w)
         except _BaseException:  # noqa: B902 - a harness bug: show it on stderr
             import traceback
 
             traceback.print_exc()
         os._exit(70)
-    _supervise(job, pid, ctl)
-    if not job["pidns"]:  # no namespace to tear down: take the program's process group with us
-        os.killpg(0, signal.SIGKILL)
+    os.close(req_r)
+    os.close(rep_w)
+    tests = _read_frame(0)  # only now: the worker was forked without the tests in memory
+    judge = os.fork()
+    if judge == 0:
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            _judge(job, tests, req_w, rep_r, out)
+        except _BaseException:  # noqa: B902
+            import traceback
+
+            traceback.print_exc()
+        os._exit(70)
+    os.close(req_w)
+    os.close(rep_r)
+    del tests
+    _emit(out, {"ev": "main", "layers": layers})
+    lim = job["limits"]
+    worker_alive = judge_alive = True
+    over = None
+    tick = 0
+    while judge_alive:
+        tick += 1
+        ready, _, _ = select.select([0], [], [], 0.02)
+        if ready and not os.read(0, 64):  # the parent's stop
+            break
+        if worker_alive:
+            done, status, usage = os.wait4(worker, os.WNOHANG)
+            if done:
+                worker_alive = False
+                _emit(out, {"ev": "exit", "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                            "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                            "cpu": usage.ru_utime + usage.ru_stime, "over": over})
+        done, _ = os.waitpid(judge, os.WNOHANG)
+        if done:
+            judge_alive = False
+        # Reap orphans re-parented to us; then account for the worker's whole tree.
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        tree = _tree([c for c in _children(os.getpid()) if c != judge])
+        if not worker_alive and tree:
+            _kill_all(tree)  # the program is over: its leftovers go (and release the reply pipe)
+            continue
+        if over is None and lim["memory_bytes"] and sum(_memory_bytes(p) for p in tree) > lim["memory_bytes"]:
+            over = "memory"
+        elif over is None and len(tree) > lim["processes"] + 1:
+            over = "processes"
+        elif over is None and "tmpfs" not in layers and tick % 5 == 0:
+            # No tmpfs of its own (no mount namespace): the run's files are counted every 0.1 s.
+            used, entries = _disk_usage(job["workdir"], lim["inodes"])
+            if used > lim["disk_bytes"] or entries > lim["inodes"]:
+                over = "disk"
+        if over is not None:
+            _kill_all(tree)
+    _kill_all(_tree([c for c in _children(os.getpid())]))
     os._exit(0)
 
 
