@@ -192,7 +192,30 @@ FORGERIES = {
                     continue
             return None
         """),
+    # Found by a red-team pass: names the program defines must not stand in for the tests' own.
+    "shadowed-builtins": "def abs(x):\n    return 0\ndef sorted(x, **k):\n    return []\n"
+                         "def range(*a):\n    return []\ndef len(x):\n    return 0\ndef f(x):\n    return None\n",
+    "shadowed-module": "class _M:\n    def isclose(self, *a, **k):\n        return True\n"
+                       "    def __getattr__(self, n):\n        return lambda *a, **k: True\n"
+                       "math = _M()\ndef f(x):\n    return 0\n",
 }
+SHADOW_TESTS = [f"assert sorted(f(7)) == sorted({TOKEN!r})", f"for i in range(3):\n    assert f(i) == {TOKEN!r}",
+                f"assert len(f(7)) == len({TOKEN!r})", "assert abs(f(7) - 0.123456) < 1e-6",
+                "import math\nassert math.isclose(f(7), 0.987654)"]
+
+
+@pytest.mark.parametrize("attack", ["shadowed-builtins", "shadowed-module"])
+def test_names_of_the_program_do_not_shadow_the_tests(attack, mode):
+    _no_pass(run_tests(FORGERIES[attack], SHADOW_TESTS + ["assert math.isclose(f(7), 0.5)"], timeout=10))
+    # a HumanEval-style check through ``candidate``, with the program's abs
+    rep = run_tests("def abs(x):\n    return 0\ndef trunc(x):\n    return 0.0\n",
+                    "def check(candidate):\n    assert abs(candidate(1.33) - 0.4242) < 1e-6\n", entry_point="trunc")
+    _no_pass(rep)
+    # while an honest program that defines a function named like a builtin, as its entry point, passes
+    rep = run_tests("def sum(xs):\n    return 0 + __builtins__['sum'](xs) if isinstance(__builtins__, dict) "
+                    "else __import__('builtins').sum(xs)\n",
+                    "def check(candidate):\n    assert candidate([1, 2]) == 3\n", entry_point="sum")
+    assert rep.all_passed, rep
 
 
 @pytest.mark.parametrize("attack", sorted(FORGERIES))
@@ -486,6 +509,115 @@ def test_unix_sockets_outside_are_unreachable(tmp_path, mode):
 
 
 # ------------------------------------------------------------------------------------ limits per run
+HIDDEN_MEMORY = {
+    # memory no process maps: invisible to per-process counts (red-team finding; 3.5 GB held)
+    "memfd": "import os\ndef f(x):\n    fd = os.memfd_create('x')\n    os.write(fd, b'1' * (64 << 20))\n    return fd\n",
+    "socketpair": "import _socket\ndef f(x):\n    a, b = _socket.socketpair()\n    a.setblocking(False)\n"
+                  "    return a.send(b'1' * 65536)\n",
+    "sysv-shm": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n"
+                "    return libc.shmget(0, 100 << 20, 0o1000 | 0o600)\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HIDDEN_MEMORY))
+def test_memory_no_process_maps_cannot_be_allocated(kind, mode):
+    _needs("seccomp")
+    rep = run_tests(HIDDEN_MEMORY[kind], ["r = f(0)\nassert r == 'unreachable', r"], timeout=10)
+    assert rep.status == "ok" and rep.passed == 0, rep
+    assert rep.cases[0].error.startswith(("PermissionError", "AssertionError: -1")), rep  # refused, not ran
+
+
+def test_unlinked_open_files_count_against_the_disk_limit(mode):
+    code = textwrap.dedent("""\
+        import os, time
+        def f(x):
+            fds = []
+            for i in range(40):
+                fd = os.open(f'u{i}', os.O_CREAT | os.O_RDWR, 0o600)
+                os.unlink(f'u{i}')
+                try:
+                    for j in range(16):
+                        os.pwrite(fd, b'1' * (1 << 20), j << 20)
+                except OSError:
+                    return 'full'
+                fds.append(fd)
+            time.sleep(5)
+            return len(fds)
+        """)
+    rep = run_tests(code, ["assert f(0) == 40"], disk_mb=64, file_mb=16, timeout=15)
+    _no_pass(rep)  # ENOSPC on the tmpfs, or the supervisor stops the run past 64 MB
+    assert rep.status == "ok" or "disk limit" in rep.reason, rep
+
+
+def test_cleanup_survives_a_blocking_name_in_the_work_dir(mode):
+    """Red-team finding: a file named like cleanup's flattening target, listed after a deep
+    directory, made the whole removal give up and left the work dir behind."""
+    code = textwrap.dedent("""\
+        import os
+        for k in range(1, 4):
+            open(f'.trellis-flat-{k}', 'w').write('blocker')
+        for i in range(200):
+            name = f'c{i}'
+            os.mkdir(name)
+            order = os.listdir('.')
+            if order.index(name) < min(order.index(f'.trellis-flat-{k}') for k in range(1, 4)):
+                break
+            os.rmdir(name)
+        p = name
+        for j in range(24):
+            p = os.path.join(p, 'd')
+            os.mkdir(p)
+        os.makedirs('b/c')
+        os.symlink('/etc', 'b/c/etc')
+        raise RuntimeError('cwd=' + os.getcwd())
+        """)
+    rep = run_tests(code, TESTS, timeout=10)
+    cwd = rep.reason.split("cwd=")[1].split()[0]
+    assert not Path(cwd).exists() and Path("/etc/passwd").exists()
+
+
+def test_host_files_keep_their_attributes_and_times(tmp_path, mode):
+    victim = tmp_path / "open.txt"
+    victim.write_text("x")
+    victim.chmod(0o666)
+    os.chmod(tmp_path, 0o777)
+    os.utime(victim, (1_000_000_000, 1_000_000_000))
+    code = textwrap.dedent(f"""\
+        import os
+        def f(x):
+            out = []
+            for op in (lambda: os.utime({str(victim)!r}), lambda: os.setxattr({str(victim)!r}, 'user.pwned', b'1')):
+                try:
+                    op()
+                    out.append('done')
+                except OSError as e:
+                    out.append(type(e).__name__)
+            return out
+        """)
+    rep = run_tests(code, ["r = f(0)\nassert r == ['done', 'done'], r"])
+    _no_pass(rep)
+    assert victim.stat().st_mtime == 1_000_000_000
+    assert b"user.pwned" not in [x.encode() for x in os.listxattr(victim)]
+
+
+def test_a_greeting_nested_too_deep_is_a_clear_failure(mode):
+    code = textwrap.dedent("""\
+        import os, stat
+        payload = b'[' * 200000 + b'\\n'
+        for fd in range(3, 64):
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, payload)
+            except OSError:
+                pass
+        def f(x):
+            return x
+        """)
+    rep = run_tests(code, TESTS, timeout=10)
+    _no_pass(rep)
+    assert rep.status in ("crashed", "error", "timeout"), rep
+
+
 def test_memory_limit_holds_for_the_run_not_per_process(mode):
     code = textwrap.dedent("""\
         import os, time
@@ -640,6 +772,34 @@ def test_capabilities_seen_from_the_host(mode):
     if "seccomp" in layers:
         assert worker["Seccomp"] == "2"
     assert int(seen["judge"]["CapPrm"], 16) == 0
+
+
+def test_every_process_of_a_run_is_in_its_own_cgroup(mode):
+    """Where cgroup v2 is writable: the run's processes (forked children too) are in a cgroup of
+    the run's own, which is killed and removed before ``run_tests`` returns."""
+    if sb._cgroup_base() is None:
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    import threading
+
+    code = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\ndef f(x):\n    time.sleep(2)\n    return x\n"
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(run_tests(code, ["assert f(1) == 1"], timeout=10)))
+    before = set(os.listdir(sb._cgroup_base()))
+    t.start()
+    procs: list[str] = []
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline and len(procs) < 4:
+        for name in set(os.listdir(sb._cgroup_base())) - before:
+            if name.startswith("trellis-sandbox-"):
+                try:
+                    procs = Path(sb._cgroup_base(), name, "cgroup.procs").read_text().split()
+                except OSError:
+                    pass
+        time.sleep(0.05)
+    t.join()
+    assert box[0].all_passed and "cgroup" in box[0].enforced, box
+    assert len(procs) >= 4  # supervisor, worker, judge, the forked child
+    assert {n for n in os.listdir(sb._cgroup_base()) if n.startswith("trellis-sandbox-")} <= before
 
 
 def test_internal_errors_become_reports(monkeypatch):

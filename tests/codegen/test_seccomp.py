@@ -44,6 +44,10 @@ EXPECTED_NUMBERS = {
         "chroot": 161, "clone": 56, "clone3": 435, "fallocate": 285, "setsid": 112, "setpgid": 109,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+        "memfd_create": 319, "memfd_secret": 447, "socketpair": 53, "setxattr": 188, "lsetxattr": 189,
+        "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463,
+        "removexattrat": 466, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
+        "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
     },
     "aarch64": {
         "socket": 198, "shmget": 194, "shmat": 196, "shmctl": 195, "semget": 190, "semop": 193, "semctl": 191,
@@ -54,6 +58,9 @@ EXPECTED_NUMBERS = {
         "chroot": 51, "clone": 220, "clone3": 435, "fallocate": 47, "setsid": 157, "setpgid": 154,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+        "memfd_create": 279, "memfd_secret": 447, "socketpair": 199, "setxattr": 5, "lsetxattr": 6,
+        "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16, "setxattrat": 463,
+        "removexattrat": 466, "utimensat": 88, "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
     },
 }
 
@@ -202,6 +209,12 @@ _PROBES = {
     "posix_fallocate": _posix_fallocate,
     "setsid": lambda: _in_child(lambda: _py(_os.setsid)),
     "setpgid": lambda: _in_child(lambda: _py(lambda: _os.setpgid(0, 0))),
+    "memfd_create": lambda: _py(lambda: _os.close(_os.memfd_create("trellis-probe"))),
+    "memfd_secret": lambda: _sys("memfd_secret", 0),
+    "utimensat": lambda: _py(lambda: _os.utime(".")),
+    "setxattr": lambda: _py(lambda: _os.setxattr(".", "user.trellis-probe", b"1")),
+    "removexattr": lambda: _py(lambda: _os.removexattr(".", "user.trellis-probe-absent")),
+    "inotify_init1": lambda: _sys("inotify_init1", 0),
     "fork": _fork,
     "thread": _thread,
     "subprocess": lambda: _subprocess.run(["/bin/true"]).returncode,
@@ -231,8 +244,10 @@ GROUPS = {
                    "open_tree"],
     "fallocate": ["fallocate", "posix_fallocate"],
     "sessions": ["setsid", "setpgid"],
+    "hidden_memory": ["socketpair", "memfd_create", "memfd_secret"],
+    "host_files": ["utimensat", "setxattr", "removexattr", "inotify_init1"],
 }
-ALWAYS_ALLOWED = ["socketpair", "fork", "thread", "subprocess"]
+ALWAYS_ALLOWED = ["fork", "thread", "subprocess"]
 INET = ["socket_inet", "socket_inet6", "socket_inet_raw_call"]
 
 
@@ -268,9 +283,10 @@ def test_defaults_deny_each_group_and_keep_the_rest(tmp_path):
     for name in ["socket_unix", "socket_inet", "socket_inet_high_word", "socketpair", "shmget", "msgget", "semget",
                  "unshare", "unshare_raw", "fallocate", "posix_fallocate", "setsid", "fork", "thread", "subprocess"]:
         assert result["before"][name] != errno.EPERM, name
-    for name in ["socketpair", "socket_inet", "socket_inet_raw_call", "setsid", "setpgid", "fork", "thread",
-                 "subprocess"]:
+    for name in ["socket_inet", "socket_inet_raw_call", "setsid", "setpgid", "fork", "thread", "subprocess"]:
         assert result["after"][name] == 0, name
+    for name in ["socketpair", "memfd_create", "utimensat", "inotify_init1"]:
+        assert result["before"][name] == 0, name
     assert result["before"]["shmget"] == errno.ENOENT and result["before"]["msgget"] == errno.ENOENT
     # clone3 answers ENOSYS (glibc then falls back to clone); clone with any CLONE_NEW* flag is EPERM.
     assert result["before"]["clone3"] != errno.ENOSYS and result["after"]["clone3"] == errno.ENOSYS
@@ -285,15 +301,15 @@ def test_sessions_option_denies_setsid_and_setpgid(tmp_path):
 
 def test_sockets_none_denies_inet_too(tmp_path):
     result = _report(tmp_path, sockets="none")
-    _check(result, [*GROUPS["sockets"], *INET], ["socketpair"])
+    _check(result, [*GROUPS["sockets"], *INET], ALWAYS_ALLOWED)
 
 
 def test_sockets_all_leaves_socket_alone(tmp_path):
     result = _report(tmp_path, sockets="all")
-    _check(result, GROUPS["ipc"], [*GROUPS["sockets"], *INET, "socketpair"])
+    _check(result, GROUPS["ipc"], [*GROUPS["sockets"], *INET])
 
 
-@pytest.mark.parametrize("group", ["ipc", "keyring", "trace", "namespaces", "fallocate"])
+@pytest.mark.parametrize("group", ["ipc", "keyring", "trace", "namespaces", "fallocate", "hidden_memory", "host_files"])
 def test_each_option_off_leaves_its_calls_alone(tmp_path, group):
     result = _report(tmp_path, **{group: False})
     others = [name for g, names in GROUPS.items() if g not in (group, "sessions") for name in names]
@@ -305,7 +321,7 @@ def test_each_option_off_leaves_its_calls_alone(tmp_path, group):
 
 def test_everything_off_denies_nothing(tmp_path):
     result = _report(tmp_path, sockets="all", ipc=False, keyring=False, trace=False, namespaces=False,
-                     fallocate=False, sessions=False)
+                     fallocate=False, sessions=False, hidden_memory=False, host_files=False)
     _check(result, [], [name for names in GROUPS.values() for name in names] + ALWAYS_ALLOWED + INET + ["clone3"])
 
 
@@ -380,7 +396,7 @@ def test_syscall_numbers_match_the_kernel_tables():
     assert seccomp_module.SECCOMP_ARCHES["x86_64"][0] == 0xC000003E
     assert seccomp_module.SECCOMP_ARCHES["aarch64"][0] == 0xC00000B7
     groups = {name for names in seccomp_module.SECCOMP_GROUPS.values() for name in names}
-    assert groups <= set(EXPECTED_NUMBERS["x86_64"]) and "socketpair" not in groups
+    assert groups <= set(EXPECTED_NUMBERS["x86_64"]) and "socketpair" in seccomp_module.SECCOMP_GROUPS["hidden_memory"]
 
 
 def test_filter_programs_assemble_for_both_architectures():

@@ -34,6 +34,7 @@ import ctypes
 import json
 import math
 import os
+import re
 import resource
 import secrets
 import select
@@ -44,9 +45,10 @@ import time
 _write, _dumps, _loads, _clock = os.write, json.dumps, json.loads, time.monotonic
 _exec, _compile, _BaseException = exec, compile, BaseException
 
-_MAX_LINE = 16 << 20  # one reply from the worker (a returned value), bytes
+_MAX_LINE = 8 << 20  # one reply from the worker (a returned value), bytes
 _MAX_DEPTH = 100  # nesting of a returned value
 _MAX_ITEMS = 1 << 20  # elements materialised from one iterator handle
+_JUDGE_BASE = 64 << 20  # the judge's own interpreter and test code, not charged to the program
 
 
 # ------------------------------------------------------------------------------------------- framing
@@ -336,6 +338,8 @@ _TEST_MODULES = frozenset((
     "itertools", "json", "keyword", "math", "numbers", "operator", "pprint", "random", "re", "statistics",
     "string", "struct", "sys", "textwrap", "time", "types", "typing", "unicodedata", "zlib"))
 
+_BUILTIN_NAMES = frozenset(vars(builtins))
+_LAYER = re.compile(r"rlimit|landlock-abi\d{1,2}|seccomp|uid-per-run|uid\d{1,10}|no-capabilities|socket-shim")
 _EXC = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception)}
 
 
@@ -472,10 +476,11 @@ def _lock_down_worker(job, enforced):
             pass
     landlocked = any(e.startswith("landlock") for e in enforced)
     if job["seccomp"]:
-        # IPC objects and sockets are denied outright where no IPC / network namespace holds them.
-        layer = install_seccomp(sockets="inet" if job["netns"] else "none", ipc=not job["ipcns"],  # noqa: F821
+        # IPC is denied even inside an IPC namespace: segments no process maps escape the run's memory
+        # count (as do memfds and socket buffers: hidden_memory).
+        layer = install_seccomp(sockets="inet" if job["netns"] else "none", ipc=True,  # noqa: F821
                                 keyring=True, trace=True, namespaces=True, fallocate=True,
-                                sessions=not job["pidns"])
+                                sessions=not job["pidns"], hidden_memory=True, host_files=True)
         if layer:
             enforced.append(layer)
     if job["run_uid"] is not None:
@@ -596,7 +601,7 @@ class _Rpc:
     def first(self):
         try:
             return _loads(self._line())
-        except ValueError:
+        except (ValueError, RecursionError, MemoryError):
             self.lost = "the program's process sent a malformed message"
             raise _WorkerLost(self.lost) from None
 
@@ -683,8 +688,10 @@ def _judge(job, tests, rpc_w, rpc_r, out):
     except _WorkerLost as exc:
         _emit(out, {"ev": "lost", "at": 0, "why": str(exc)})
         os._exit(0)
-    worker_layers = [e for e in hello.get("enforced", ()) if type(e) is str and len(e) < 40] \
-        if type(hello) is dict else []
+    # The worker says which of its layers took (only it can tell for Landlock): names it could
+    # claim are limited to the layers that exist.
+    worker_layers = [e for e in hello.get("enforced", ()) if type(e) is str and _LAYER.fullmatch(e)] \
+        if type(hello) is dict and type(hello.get("enforced")) is list else []
     _emit(out, {"ev": "start", "enforced": worker_layers})
     if type(hello) is not dict or "load" not in hello or hello["load"] is not None:
         msg = hello.get("load") if type(hello) is dict and type(hello.get("load")) is str else "malformed"
@@ -697,8 +704,17 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         names = {}
     import importlib
 
+    entry = tests["entry_point"]
     for name, d in list(names.items())[:10000]:
-        if type(name) is not str or not name.isidentifier() or type(d) is not dict:
+        if type(name) is not str or not name.isidentifier() or name.startswith("__") or type(d) is not dict:
+            continue
+        # The program's names must not stand in for the tests' own: a program ``abs`` or ``range``
+        # (or a ``math`` whose ``isclose`` is always true) would decide the comparison. Builtins'
+        # names are skipped (but for the entry point), and a standard module's name is bound only
+        # to the judge's own copy of that very module.
+        if name in _BUILTIN_NAMES and name != entry:
+            continue
+        if name in sys.stdlib_module_names and d.get("mod") != name:
             continue
         try:
             if "mod" in d:
@@ -711,7 +727,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
                 g[name] = _Remote(rpc, d["H"], str(d.get("t", ""))[:100])
         except (ImportError, _ProtocolError, ValueError, TypeError, RecursionError):
             continue
-    entry = tests["entry_point"]
+    del hello, names  # the worker's greeting may be large: only what was bound above is kept
     load_error = None
     try:
         if entry:
@@ -805,10 +821,25 @@ def _memory_bytes(pid):
         return 0
 
 
-def _disk_usage(root, max_entries):
-    """(bytes allocated, entries) under ``root``, never following symlinks, without recursion;
-    stops counting entries past ``max_entries``."""
+def _disk_usage(root, max_entries, pids=()):
+    """(bytes allocated, entries) under ``root``, never following symlinks, without recursion
+    (stops counting entries past ``max_entries``), plus the regular files that processes ``pids``
+    hold open after unlinking them (they take disk no directory shows)."""
     total = n = 0
+    seen = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if st.st_nlink == 0 and (st.st_mode & 0o170000) == 0o100000 and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
     stack = [root]
     while stack and n <= max_entries:
         d = stack.pop()
@@ -840,22 +871,50 @@ def _mount_tmpfs(job):
     return rc == 0
 
 
-def _kill_all(pids, keep=()):
+def _parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill_all(pids):
+    """SIGKILL ``pids`` (read from /proc a moment ago) through pidfds, each after checking that the
+    process behind the pidfd is still a child of the tree (or of us): a pid the program freed could
+    have been reused by a process outside the run in between."""
+    me = os.getpid()
+    tree = set(pids) | {me}
     for p in pids:
-        if p not in keep and p != os.getpid():
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
+        if p == me:
+            continue
+        try:
+            fd = os.pidfd_open(p)
+        except (OSError, AttributeError):
+            continue
+        try:
+            if _parent_of(p) in tree:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def main():
     """Supervise one run (module docstring)."""
     job = _read_frame(0)
     out = job["fd"]
+    layers = []
+    if job.get("cgroup"):
+        try:  # before any fork: every process of the run is born in the run's cgroup
+            with open(os.path.join(job["cgroup"], "cgroup.procs"), "w") as f:
+                f.write("0")
+            layers.extend(job["cgroup_layers"])
+        except OSError:
+            pass
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of the program stay our descendants
-    layers = []
     if job["mountns"] and _mount_tmpfs(job):
         layers.append("tmpfs")
         os.chdir(job["workdir"])  # the old cwd is the directory under the mount
@@ -890,6 +949,15 @@ def main():
     os.close(req_w)
     os.close(rep_r)
     del tests
+    # The process tree is read from /proc: only where /proc is this PID namespace's (or the host's,
+    # without a namespace). Under ``unshare --pid`` without ``--mount-proc`` /proc is the host's,
+    # where our pid names another process: no accounting then (the namespace still kills all).
+    try:
+        tree_ok = os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        tree_ok = False
+    if tree_ok:
+        layers.append("run-limits")
     _emit(out, {"ev": "main", "layers": layers})
     lim = job["limits"]
     worker_alive = judge_alive = True
@@ -910,29 +978,54 @@ def main():
         done, _ = os.waitpid(judge, os.WNOHANG)
         if done:
             judge_alive = False
-        # Reap orphans re-parented to us; then account for the worker's whole tree.
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
-        except ChildProcessError:
-            pass
+        _reap()
+        if not tree_ok:
+            continue
         tree = _tree([c for c in _children(os.getpid()) if c != judge])
         if not worker_alive and tree:
             _kill_all(tree)  # the program is over: its leftovers go (and release the reply pipe)
             continue
-        if over is None and lim["memory_bytes"] and sum(_memory_bytes(p) for p in tree) > lim["memory_bytes"]:
+        # The judge counts too: what it holds is mostly what the program sent it.
+        if over is None and lim["memory_bytes"] and \
+                sum(_memory_bytes(p) for p in tree) + _memory_bytes(judge) > lim["memory_bytes"] + _JUDGE_BASE:
             over = "memory"
         elif over is None and len(tree) > lim["processes"] + 1:
             over = "processes"
         elif over is None and "tmpfs" not in layers and tick % 5 == 0:
             # No tmpfs of its own (no mount namespace): the run's files are counted every 0.1 s.
-            used, entries = _disk_usage(job["workdir"], lim["inodes"])
+            used, entries = _disk_usage(job["workdir"], lim["inodes"], tree)
             if used > lim["disk_bytes"] or entries > lim["inodes"]:
                 over = "disk"
         if over is not None:
             _kill_all(tree)
-    _kill_all(_tree([c for c in _children(os.getpid())]))
+    # Kill and reap every descendant (orphans come to us: we are their subreaper), so that none is
+    # left as a zombie in the parent's process group when we exit.
+    deadline = _clock() + 2.0
+    while _clock() < deadline:
+        if tree_ok:
+            _kill_all(_tree(_children(os.getpid())))
+        else:
+            for p in (worker, judge):  # our own children, not reaped yet: their pids cannot be reused
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        if not _reap(block=True):
+            break
     os._exit(0)
+
+
+def _reap(block=False):
+    """Collect exited children; True while any child remains."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+        if block:
+            return True
 
 
 if __name__ == "__main__":  # python -c <this text>; never run on import

@@ -14,8 +14,9 @@ program, ``fork``, threads and ``subprocess`` keep working). By option, it denie
   every family (``"none"``); ``"all"`` leaves ``socket()`` alone. Unless ``"all"``, io_uring is
   denied too, since IORING_OP_SOCKET creates sockets without the ``socket()`` system call.
 - ``ipc``: creating, attaching and controlling SysV shared memory, message queues and semaphores
-  and POSIX message queues (they are shared by the whole host unless the sandbox made an IPC
-  namespace, which it does not; POSIX shared memory is files under /dev/shm, Landlock's concern).
+  and POSIX message queues (shared by the whole host without an IPC namespace; inside one, memory
+  no process maps, which the run's memory count would miss; POSIX shared memory is files under
+  /dev/shm, Landlock's concern).
 - ``keyring``: the kernel key-retention calls (keyrings are per user, not per namespace).
 - ``trace``: reading or controlling other processes (ptrace, process_vm_*, pidfd_getfd, kcmp).
 - ``namespaces``: making or entering namespaces and changing mounts or the root (``unshare``,
@@ -24,6 +25,10 @@ program, ``fork``, threads and ``subprocess`` keep working). By option, it denie
 - ``fallocate``: it reserves disk beyond RLIMIT_FSIZE (FALLOC_FL_KEEP_SIZE leaves the size alone).
 - ``sessions`` (off by default): ``setsid``/``setpgid``, keeping every process in the run's process
   group so that one group kill reaches them all.
+- ``hidden_memory``: ``memfd_create``, ``memfd_secret``, ``socketpair``: memory that no process maps
+  (memfd files, socket buffers) escapes the sandbox's run-wide memory count.
+- ``host_files``: extended attributes, timestamps and inotify/fanotify watches: Landlock does not
+  govern them, and a world-writable host file could be marked or a host directory watched.
 
 Denied calls fail with EPERM (the program sees a ``PermissionError``), except ``clone3`` (ENOSYS,
 see below). A system call made through another ABI than the process's own (32-bit ``int 0x80``
@@ -93,6 +98,11 @@ SECCOMP_ARCHES = {
         "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
         "fallocate": 285,
         "setpgid": 109, "setsid": 112,
+        "memfd_create": 319, "memfd_secret": 447, "socketpair": 53,
+        "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198,
+        "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466, "utime": 132, "utimes": 235,
+        "futimesat": 261, "utimensat": 280, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+        "fanotify_init": 300,
     }),
     "aarch64": (0xC00000B7, {  # EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
         "socket": 198, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -106,6 +116,10 @@ SECCOMP_ARCHES = {
         "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
         "fallocate": 47,
         "setpgid": 154, "setsid": 157,
+        "memfd_create": 279, "memfd_secret": 447, "socketpair": 199,
+        "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
+        "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466, "utimensat": 88,
+        "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
     }),
 }
 
@@ -122,6 +136,16 @@ SECCOMP_GROUPS = {
                    "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr"),
     "fallocate": ("fallocate",),
     "sessions": ("setsid", "setpgid"),
+    # Memory no process maps, so no per-process or proportional count sees it: memfd files written
+    # and never mapped, and socket buffers (an AF_UNIX pair holds SO_SNDBUF per end, and passes
+    # descriptors). Found by a red-team pass: 3.5 GB of memfd under memory_mb=128.
+    "hidden_memory": ("memfd_create", "memfd_secret", "socketpair"),
+    # What Landlock does not govern on files the program may write: extended attributes and
+    # timestamps of world-writable host files, and watching host directories for new names.
+    # (utime/utimes/futimesat/inotify_init exist on x86_64 only.)
+    "host_files": ("setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+                   "setxattrat", "removexattrat", "utime", "utimes", "futimesat", "utimensat", "inotify_init",
+                   "inotify_init1", "inotify_add_watch", "fanotify_init"),
 }
 
 
@@ -135,7 +159,8 @@ def _seccomp_machine():
     return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(machine)
 
 
-def _seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, sessions):
+def _seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, sessions, hidden_memory=True,
+                     host_files=True):
     """The filter as a list of (code, jt, jf, k); jt/jf may name a label, resolved at the end."""
     audit_arch, nrs = SECCOMP_ARCHES[arch]
     code = []
@@ -160,9 +185,10 @@ def _seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, 
         ins(SECCOMP_BPF_JSET, SECCOMP_X32_BIT, jt="kill", jf=0)
     denied = []
     for group, enabled in (("io_uring", sockets != "all"), ("ipc", ipc), ("keyring", keyring), ("trace", trace),
-                           ("namespaces", namespaces), ("fallocate", fallocate), ("sessions", sessions)):
+                           ("namespaces", namespaces), ("fallocate", fallocate), ("sessions", sessions),
+                           ("hidden_memory", hidden_memory), ("host_files", host_files)):
         if enabled:
-            denied.extend(SECCOMP_GROUPS[group])
+            denied.extend(n for n in SECCOMP_GROUPS[group] if n in nrs)
     for name in denied:
         ins(SECCOMP_BPF_JEQ, nrs[name], jt="eperm", jf=0)
     if namespaces:
@@ -227,7 +253,7 @@ def _seccomp_assemble(code):
 
 
 def install_seccomp(*, sockets="inet", ipc=True, keyring=True, trace=True, namespaces=True, fallocate=True,
-                    sessions=False):
+                    sessions=False, hidden_memory=True, host_files=True):
     """Install the filter on this process (inherited by every child; cannot be removed).
     Returns a layer name such as "seccomp" when installed, None when unsupported
     (not Linux, unknown architecture, kernel without seccomp filters).
@@ -241,7 +267,8 @@ def install_seccomp(*, sockets="inet", ipc=True, keyring=True, trace=True, names
     arch = _seccomp_machine()
     if arch is None:
         return None
-    filt = b"".join(_seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, sessions))
+    filt = b"".join(_seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, sessions,
+                                     hidden_memory, host_files))
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
     prctl.restype = ctypes.c_int

@@ -30,8 +30,16 @@ What is enforced (each layer is reported in ``TestReport.enforced``; ``trellis i
   abstract sockets outside its domain. Judge: the same with no write anywhere.
 - seccomp (x86_64, aarch64; ``_seccomp.py``): ``socket()`` only for AF_INET/AF_INET6 (none without
   a network namespace), no keyrings (not covered by the IPC namespace), no ptrace or
-  ``process_vm_*``, no new namespaces or mounts, no ``fallocate``; without an IPC namespace no
-  SysV/POSIX IPC either; without a PID namespace no ``setsid``/``setpgid``.
+  ``process_vm_*``, no new namespaces or mounts, no ``fallocate``; no SysV/POSIX IPC, memfds or
+  socket pairs (memory no process maps escapes the run's memory count); no extended attributes,
+  timestamps or inotify on files (Landlock does not govern them); without a PID namespace no
+  ``setsid``/``setpgid``.
+- cgroup v2, where this process may create children in its own cgroup: every process of the run
+  is born in a cgroup of the run's own, killed at once (``cgroup.kill``) and removed before
+  ``run_tests`` returns; where the memory and pids controllers are enabled there, ``memory.max``
+  and ``pids.max`` hold the run's limits in the kernel.
+- the judge binds the program's names for the tests, except names of builtins (unless the entry
+  point) and of standard modules (unless that very module, imported by the judge itself).
 - run as root: the worker runs as a uid of its own (fresh per run: RLIMIT_NPROC counts exactly
   its processes, and whatever it leaves is its own), keeping only CAP_DAC_READ_SEARCH where
   Landlock confines reads (the interpreter may live under /root) and no capability otherwise;
@@ -50,8 +58,11 @@ program's own function (HumanEval/32's ``poly``) can be faked. Results the progr
 data (its own class instances, generators) reach the tests as handles that can be called, iterated
 and read, but not compared. Without namespaces (``unshare`` missing), the limits are the
 supervisor's accounting, sampled every 20-100 ms, so a fast allocation can overshoot briefly; as
-a non-root user without Landlock the program can write wherever the user can. cgroup v2 is not
-used (the machines here have a read-only v1 hierarchy); the supervisor's accounting stands in.
+a non-root user without Landlock the program can write wherever the user can, and read its
+ancestors' memory where Yama's ptrace_scope is 0 (seccomp stops ptrace and ``process_vm_readv``,
+not ``/proc/<pid>/mem``). Tests ran here as root with Landlock (ABI 7), a writable cgroup v2
+hierarchy without memory/pids controllers, and util-linux unshare; the non-root fallback without
+Landlock could not be exercised on these machines (the interpreter lives under /root).
 Not for Windows; RLIMIT_AS is not enforced on macOS.
 """
 
@@ -79,6 +90,7 @@ __all__ = ["CaseResult", "SandboxError", "Status", "TestReport", "layers", "run_
 Status = Literal["ok", "syntax_error", "error", "timeout", "memory", "crashed"]
 _LANDLOCK = True  # tests switch it off to check the layers that remain without it
 _SECCOMP = True  # likewise for the seccomp layer
+_CGROUP = True  # and for the per-run cgroup
 _STARTUP_SECONDS = 15.0  # interpreter start-up is not charged to ``timeout`` (0.3 s here, under load)
 _INODES = 4096  # files and directories of one run together (its tmpfs)
 _MAX_EVENT = 64 << 10  # one result event, bytes (a case's error text is cut at 1,000 characters)
@@ -173,6 +185,72 @@ def _landlock_abi() -> int:
         return max(0, int(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))))
     except (OSError, AttributeError):
         return 0
+
+
+@functools.cache
+def _cgroup_base() -> str | None:
+    """This process's own cgroup v2 directory when it may create children there (a writable
+    unified hierarchy); None otherwise. Runs go into children of it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        mount = next(line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+                     if line.split()[2] == "cgroup2")
+        own = next(line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::"))
+    except (OSError, StopIteration, IndexError):
+        return None
+    base = os.path.join(mount, own.strip().lstrip("/"))
+    probe = os.path.join(base, f"trellis-probe-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError:
+        return None
+    return base
+
+
+def _cgroup_create(memory_mb: int, max_processes: int) -> tuple[str | None, tuple[str, ...]]:
+    """A cgroup v2 child for one run: the supervisor joins it before forking, so every process of
+    the run is in it and ``cgroup.kill`` ends them all at once. Where the parent enables the
+    memory and pids controllers for its children, ``memory.max`` / ``pids.max`` hold the run-wide
+    limits in the kernel too (the supervisor's accounting stays as the portable fallback)."""
+    base = _cgroup_base()
+    if base is None:
+        return None, ()
+    path = os.path.join(base, f"trellis-sandbox-{os.getpid()}-{secrets.token_hex(6)}")
+    try:
+        os.mkdir(path)
+    except OSError:
+        return None, ()
+    names = ["cgroup"]  # reported by the supervisor once it has joined
+    for name, value in (("memory.max", int(memory_mb) << 20 if memory_mb else None),
+                        ("memory.swap.max", 0 if memory_mb else None), ("pids.max", int(max_processes) + 2)):
+        if value is None or not os.path.exists(os.path.join(path, name)):
+            continue
+        try:
+            Path(path, name).write_text(str(value))
+            names.append(f"cgroup-{name.split('.')[0]}")
+        except OSError:
+            pass
+    return path, tuple(dict.fromkeys(names))
+
+
+def _cgroup_remove(path: str) -> None:
+    """Kill whatever is left in the run's cgroup and remove it (empty cgroups only go)."""
+    kill = os.path.join(path, "cgroup.kill")
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            if os.path.exists(kill):
+                Path(kill).write_text("1")
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
 
 
 def _run_uid() -> int | None:
@@ -283,12 +361,13 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
          uid: int | None, timeout: float, case_timeout: float | None, memory_mb: int, cpu_seconds: int | None,
          file_mb: int, disk_mb: int, max_processes: int, python: str | None) -> TestReport:
     workdir = tempfile.mkdtemp(prefix="trellis-sandbox-")
+    cgroup, cg_layers = _cgroup_create(memory_mb, max_processes) if _CGROUP else (None, ())
     read_fd, write_fd = os.pipe()
     errfile = tempfile.TemporaryFile()
     job = {
         "fd": write_fd, "workdir": workdir, "program": code, "landlock": landlock, "run_uid": uid,
         "seccomp": _SECCOMP, "netns": "netns" in layers, "pidns": "pidns" in layers, "ipcns": "ipcns" in layers,
-        "mountns": "mountns" in layers,
+        "mountns": "mountns" in layers, "cgroup": cgroup, "cgroup_layers": list(cg_layers),
         "limits": {"cpu_seconds": int(cpu_seconds if cpu_seconds is not None else max(1, -(-timeout // 1)) + 1),
                    "memory_bytes": int(memory_mb) << 20, "file_bytes": int(file_mb) << 20,
                    "disk_bytes": int(disk_mb) << 20, "inodes": _INODES, "open_files": 256,
@@ -327,6 +406,8 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
             _kill(proc, pidns="pidns" in layers)
         os.close(read_fd)
         errfile.close()
+        if cgroup is not None:
+            _cgroup_remove(cgroup)
         _remove_tree(workdir)
         if uid is not None and not landlock:
             _sweep(uid)
@@ -449,17 +530,16 @@ _FLATTEN_DEPTH = 16  # deeper directories are moved up to the top before descend
 def _remove_tree(path: str) -> None:
     """Remove ``path`` and everything in it, never following a symlink, never touching anything
     outside it, without recursion and with at most ``_FLATTEN_DEPTH`` descriptors open: a deeper
-    directory is renamed to the top level first, so a 1,500-level tree costs no stack and no
-    descriptor per level. Read-only directories of the run are made writable (they are inside)."""
+    directory is moved to the top level (under a random name) first, so a 1,500-level tree costs
+    no stack and no descriptor per level. Read-only directories of the run are made writable
+    (they are inside). An entry that cannot be removed is skipped, not fatal."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
         top = os.open(path, flags)
-    except FileNotFoundError:
-        return
     except OSError:
         return
-    moved = 0
-    stack: list[tuple[int, str]] = [(top, "")]  # (dir fd, its name in the parent below it on the stack)
+    stack: list[tuple[int, str]] = [(top, "")]  # (dir fd, its name in the directory below it)
+    stuck: set[tuple[int, int]] = set()  # (dev, inode) of entries that resisted: not retried
     try:
         while stack:
             fd = stack[-1][0]
@@ -468,29 +548,46 @@ def _remove_tree(path: str) -> None:
             except OSError:
                 pass
             descend = None
-            with os.scandir(fd) as it:
-                for e in it:
-                    try:
+            try:
+                with os.scandir(fd) as it:
+                    for e in it:
+                        try:
+                            st = e.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if (st.st_dev, st.st_ino) in stuck:
+                            continue
                         if e.is_dir(follow_symlinks=False):
                             descend = e.name
                             break
-                        os.unlink(e.name, dir_fd=fd)
-                    except FileNotFoundError:
-                        continue
+                        try:
+                            os.unlink(e.name, dir_fd=fd)
+                        except FileNotFoundError:
+                            continue
+                        except OSError:
+                            stuck.add((st.st_dev, st.st_ino))
+            except OSError:
+                pass
             if descend is None:
                 _, name = stack.pop()
                 os.close(fd)
                 if stack:
-                    os.rmdir(name, dir_fd=stack[-1][0])
+                    try:
+                        os.rmdir(name, dir_fd=stack[-1][0])
+                    except OSError:
+                        pass
                 continue
-            if len(stack) >= _FLATTEN_DEPTH:
-                moved += 1
-                new = f".trellis-flat-{moved}"
-                os.rename(descend, new, src_dir_fd=fd, dst_dir_fd=top)
-                continue
-            stack.append((os.open(descend, flags, dir_fd=fd), descend))
-    except OSError:
-        pass
+            try:
+                if len(stack) >= _FLATTEN_DEPTH:
+                    os.rename(descend, f".trellis-flat-{secrets.token_hex(8)}", src_dir_fd=fd, dst_dir_fd=top)
+                else:
+                    stack.append((os.open(descend, flags, dir_fd=fd), descend))
+            except OSError:
+                try:
+                    st = os.stat(descend, dir_fd=fd, follow_symlinks=False)
+                    stuck.add((st.st_dev, st.st_ino))
+                except OSError:
+                    pass
     finally:
         for fd, _ in stack:
             os.close(fd)
