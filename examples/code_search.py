@@ -50,6 +50,11 @@ for name, program in (("right", good), ("case-blind", bad)):
     marks = "".join("." if c.passed else "F" for c in rep.cases)
     print(f"{name:>10}: {rep.passed}/{rep.total} [{marks}] {rep.status}; first failure: {rep.first_failure}")
 print("sandbox layers here:", ", ".join(rep.enforced))
+# A program written to fool the tests: its result claims to equal anything. The assertions run in a
+# separate judge process on data only, so it earns nothing (trellis/codegen/sandbox.py).
+cheat = PROMPT + "    class Yes:\n        def __eq__(self, other):\n            return True\n    return Yes()\n"
+rep = run_tests(cheat, suite)
+print(f"{'always-eq':>10}: {rep.passed}/{rep.total}; first failure: {rep.first_failure}")
 visible, held_out = split_tests(suite, visible_fraction=0.5, seed=0)
 print(f"visible asserts: {len(visible)}, held-out: {len(held_out)}\n")
 
