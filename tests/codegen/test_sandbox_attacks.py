@@ -516,6 +516,11 @@ HIDDEN_MEMORY = {
                   "    return a.send(b'1' * 65536)\n",
     "sysv-shm": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n"
                 "    return libc.shmget(0, 100 << 20, 0o1000 | 0o600)\n",
+    # a pipe slot pins the whole (huge) page it was spliced from, after munmap (second red-team pass)
+    "vmsplice": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n"
+                "    r, w = os.pipe()\n    buf = ctypes.create_string_buffer(4096)\n"
+                "    iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 4096)\n"
+                "    return libc.vmsplice(w, iov, 1, 0)\n",
 }
 
 
@@ -525,6 +530,77 @@ def test_memory_no_process_maps_cannot_be_allocated(kind, mode):
     rep = run_tests(HIDDEN_MEMORY[kind], ["r = f(0)\nassert r == 'unreachable', r"], timeout=10)
     assert rep.status == "ok" and rep.passed == 0, rep
     assert rep.cases[0].error.startswith(("PermissionError", "AssertionError: -1")), rep  # refused, not ran
+
+
+def test_page_tables_count_against_the_memory_limit(mode):
+    """Second red-team pass: one page mapped 60,000 times, 1 GB apart, costs ~8 KB of page tables
+    per mapping that no resident-set count shows (1.9 GB held under memory_mb=512)."""
+    code = textwrap.dedent("""\
+        import ctypes, os, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        def f(x):
+            fd = os.open('page', os.O_CREAT | os.O_RDWR, 0o600)
+            os.write(fd, b'1' * 4096)
+            base = 1 << 45
+            for i in range(40000):
+                p = libc.mmap(base + (i << 30), 4096, 1, 0x1 | 0x100000, fd, 0)  # MAP_SHARED|FIXED_NOREPLACE
+                if p in (None, ctypes.c_void_p(-1).value):
+                    return ('mmap failed', i, ctypes.get_errno())
+                ctypes.string_at(p, 1)
+            time.sleep(10)
+            return 'held'
+        """)
+    t = time.monotonic()
+    rep = run_tests(code, ["assert f(0) == 'held'"], memory_mb=128, timeout=20)
+    assert rep.status == "memory" and rep.passed == 0, rep  # the supervisor's kill, reported as such
+    assert time.monotonic() - t < 15
+
+
+def test_files_kept_only_by_a_mapping_count_against_the_disk_limit(mode):
+    code = textwrap.dedent("""\
+        import ctypes, os, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        def f(x):
+            for i in range(12):
+                fd = os.open('.', os.O_TMPFILE | os.O_RDWR, 0o600)
+                try:
+                    for j in range(15):
+                        os.write(fd, b'1' * (1 << 20))
+                except OSError:
+                    return 'full'
+                libc.mmap(None, 4096, 1, 0x1, fd, 0)
+                os.close(fd)
+            time.sleep(5)
+            return 12
+        """)
+    rep = run_tests(code, ["assert f(0) == 12"], disk_mb=64, file_mb=16, timeout=15)
+    _no_pass(rep)
+    assert rep.status == "ok" or "disk limit" in rep.reason, rep
+
+
+def test_stop_iteration_cannot_end_a_tests_loop(mode):
+    """Second red-team pass: a StopIteration rebuilt in the judge ended ``map``'s loop quietly, so
+    ``for r in map(f, xs): assert ...`` ran no assert and passed."""
+    code = "def f(x):\n    raise StopIteration\n"
+    tests = [f"assert all(map(lambda x: f(x) == {TOKEN!r}, [7]))",
+             f"for r in map(f, [7, 8]):\n    assert r == {TOKEN!r}",
+             f"for got, exp in zip(map(f, [7]), [{TOKEN!r}]):\n    assert got == exp"]
+    _no_pass(run_tests(code, tests))
+
+
+def test_host_extended_attributes_are_not_readable(tmp_path, mode):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("x")
+    os.setxattr(secret, "user.note", TOKEN.encode())
+    os.chmod(tmp_path, 0o755)
+    code = f"import os\ndef f(x):\n    return os.getxattr({str(secret)!r}, 'user.note').decode()\n"
+    rep = run_tests(code, TESTS[:1])
+    _no_pass(rep)
+    assert "Permission" in rep.first_failure or "Operation not permitted" in rep.first_failure, rep
 
 
 def test_unlinked_open_files_count_against_the_disk_limit(mode):
@@ -666,9 +742,13 @@ def test_daemons_do_not_outlive_the_run(mode, tmp_path):
     code = textwrap.dedent("""\
         import os, time
         if os.fork() == 0:
-            os.setsid()
+            try:
+                os.setsid()  # denied without a PID namespace (seccomp): the daemon stays in the group
+            except OSError:
+                pass
             if os.fork() == 0:
                 time.sleep(120)
+                os._exit(0)
             os._exit(0)
         try:
             os.setsid()

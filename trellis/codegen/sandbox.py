@@ -30,10 +30,11 @@ What is enforced (each layer is reported in ``TestReport.enforced``; ``trellis i
   abstract sockets outside its domain. Judge: the same with no write anywhere.
 - seccomp (x86_64, aarch64; ``_seccomp.py``): ``socket()`` only for AF_INET/AF_INET6 (none without
   a network namespace), no keyrings (not covered by the IPC namespace), no ptrace or
-  ``process_vm_*``, no new namespaces or mounts, no ``fallocate``; no SysV/POSIX IPC, memfds or
-  socket pairs (memory no process maps escapes the run's memory count); no extended attributes,
-  timestamps or inotify on files (Landlock does not govern them); without a PID namespace no
-  ``setsid``/``setpgid``.
+  ``process_vm_*``, no new namespaces or mounts, no ``fallocate``; no SysV/POSIX IPC, memfds,
+  socket pairs or ``vmsplice`` (memory no process maps escapes the run's memory count); no
+  extended attributes, timestamps or inotify on files (Landlock does not govern them); without a
+  PID namespace no ``setsid``/``setpgid``. The memory count is proportional set size plus page
+  tables; transparent huge pages are off for the run; at most 1,024 pending signals (timers).
 - cgroup v2, where this process may create children in its own cgroup: every process of the run
   is born in a cgroup of the run's own, killed at once (``cgroup.kill``) and removed before
   ``run_tests`` returns; where the memory and pids controllers are enabled there, ``memory.max``
@@ -60,7 +61,10 @@ and read, but not compared. Without namespaces (``unshare`` missing), the limits
 supervisor's accounting, sampled every 20-100 ms, so a fast allocation can overshoot briefly; as
 a non-root user without Landlock the program can write wherever the user can, and read its
 ancestors' memory where Yama's ptrace_scope is 0 (seccomp stops ptrace and ``process_vm_readv``,
-not ``/proc/<pid>/mem``). Tests ran here as root with Landlock (ABI 7), a writable cgroup v2
+not ``/proc/<pid>/mem``). Always: the program can learn which host files exist (``stat``,
+``readlink`` cannot be filtered by path), not read them; pipes can hold the kernel's per-user pipe
+allowance (64 MB by default) outside the memory count; the work dir's tmpfs is RAM, so a run can
+hold ``memory_mb`` + ``disk_mb``. Tests ran here as root with Landlock (ABI 7), a writable cgroup v2
 hierarchy without memory/pids controllers, and util-linux unshare; the non-root fallback without
 Landlock could not be exercised on these machines (the interpreter lives under /root).
 Not for Windows; RLIMIT_AS is not enforced on macOS.
@@ -424,6 +428,7 @@ def _collect(proc: subprocess.Popen, fd: int, timeout: float, n_cases: int) -> t
     t0 = time.monotonic()
     deadline = t0 + _STARTUP_SECONDS + timeout  # never later than this, whatever arrives
     started = False
+    done_at: float | None = None
     total = 0
     exited_at: float | None = None
     with selectors.DefaultSelector() as sel:
@@ -431,7 +436,7 @@ def _collect(proc: subprocess.Popen, fd: int, timeout: float, n_cases: int) -> t
         while True:
             now = time.monotonic()
             if now >= deadline:
-                return events, "timeout"
+                return events, None if done_at is not None else "timeout"
             if exited_at is None and proc.poll() is not None:
                 exited_at = now  # a stray holder of the pipe: give the rest 0.2 s to arrive
             if exited_at is not None and now - exited_at > 0.2:
@@ -459,8 +464,13 @@ def _collect(proc: subprocess.Popen, fd: int, timeout: float, n_cases: int) -> t
                 if ev["ev"] == "main" and not started:
                     started = True
                     deadline = min(deadline, time.monotonic() + timeout)
-                if ev["ev"] == "done":
-                    return events, None
+                if ev["ev"] == "done" and done_at is None:
+                    # The supervisor's word on the worker (a limit it killed for) may still be on
+                    # its way: read on until EOF, briefly.
+                    done_at = time.monotonic()
+                    deadline = min(deadline, done_at + 0.25)
+            if done_at is not None and time.monotonic() >= deadline:
+                return events, None
 
 
 def _is(x: object, *types: type) -> bool:
