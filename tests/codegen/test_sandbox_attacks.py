@@ -255,6 +255,93 @@ def test_honest_programs_still_pass_through_the_proxies(mode):
     assert rep.all_passed, rep
 
 
+def test_honest_results_of_library_types_reach_the_tests_as_values(mode):
+    """Third red-team pass: honest programs that passed before the judge/worker split and failed
+    after (false negatives cost test-guided search): numpy scalars, namedtuples, Counter and
+    defaultdict, dict views, Fraction/Decimal/deque/range, an exception subclass caught by its
+    builtin base with its arguments, ``str()`` and ``isinstance`` of the program's objects,
+    nested lists changed in place, builtin functions as arguments."""
+    code = textwrap.dedent("""\
+        from collections import Counter, defaultdict, deque, namedtuple
+        from decimal import Decimal
+        from fractions import Fraction
+        P = namedtuple('P', 'x y')
+        class MyErr(ValueError):
+            pass
+        class Box:
+            def __str__(self):
+                return 'Box!'
+        def nums():
+            try:
+                import numpy as np
+            except ImportError:
+                return [3, 0.5, True]
+            return [np.int64(3), np.float64(0.5), np.bool_(True)]
+        def point():
+            return P(1, 2)
+        def counts():
+            return Counter('aab')
+        def groups():
+            d = defaultdict(list)
+            d['a'].append(1)
+            return d
+        def keys():
+            return {'a': 1, 'b': 2}.keys()
+        def exact():
+            return [Fraction(1, 3), Decimal('1.5'), deque([1, 2]), range(3)]
+        def fail(x):
+            raise MyErr('neg', x)
+        def box():
+            return Box()
+        def poke(grid):
+            grid[0][0] = 9
+        def apply(fn, xs):
+            return [fn(x) for x in xs]
+        """)
+    tests = ["assert nums() == [3, 0.5, True]",
+             "assert point() == (1, 2) and point().y == 2",
+             "c = counts()\nassert c == {'a': 2, 'b': 1} and c['z'] == 0 and c.most_common(1) == [('a', 2)]",
+             "g = groups()\nassert g['a'] == [1] and g['zz'] == []",
+             "assert keys() == {'a', 'b'} and list(keys()) == ['a', 'b']",
+             "from collections import deque\nfrom decimal import Decimal\nfrom fractions import Fraction\n"
+             "assert exact() == [Fraction(1, 3), Decimal('1.5'), deque([1, 2]), range(3)]",
+             "try:\n    fail(-1)\n    assert False\nexcept ValueError as e:\n    assert e.args == ('neg', -1)",
+             "assert str(box()) == 'Box!' and isinstance(box(), Box)",
+             "grid = [[0]]\nrow = grid[0]\npoke(grid)\nassert row == [9]",
+             "assert apply(abs, [-1, 2]) == [1, 2]"]
+    rep = run_tests(code, tests, timeout=20)
+    assert rep.all_passed, rep
+
+
+def test_protocol_lookups_are_not_answered_by_the_program(mode):
+    """Third red-team pass: the judge's libraries look protocol names up on the instance; a
+    program answering ``__array_interface__`` pointed numpy at the judge's raw memory, and
+    ``__deepcopy__`` received the tests' values."""
+    code = textwrap.dedent("""\
+        class Evil:
+            def __getattr__(self, name):
+                return {'shape': (8,), 'typestr': '|u1', 'data': (16, True), 'version': 3}
+            def __deepcopy__(self, memo):
+                return 1
+        def f(x):
+            return Evil()
+        """)
+    tests = ["o = f(1)\nassert not hasattr(o, '__array_interface__') and not hasattr(o, '__deepcopy__')",
+             f"import copy\nassert copy.deepcopy([{TOKEN!r}, f(1)])[1] == 1"]
+    rep = run_tests(code, tests)
+    assert rep.cases[0].passed and not rep.cases[1].passed, rep
+
+
+def test_a_case_timeout_inside_c_code_fails_only_that_case(mode):
+    """Third red-team pass: a call blocking in C past case_timeout left its late reply to answer
+    the next case's request, and every later case was lost."""
+    code = "def f(n):\n    return sum(range(n))\ndef g(x):\n    return x + 1\n"
+    tests = ["assert f(80_000_000) == 80_000_000 * 79_999_999 // 2"] + [f"assert g({i}) == {i + 1}" for i in range(4)]
+    rep = run_tests(code, tests, case_timeout=0.3, timeout=30)
+    assert [c.passed for c in rep.cases] == [False, True, True, True, True], rep
+    assert rep.status == "timeout", rep
+
+
 def test_objects_of_the_program_cannot_be_compared(mode):
     code = "class P:\n    pass\ndef f(x):\n    return P()\n"
     rep = run_tests(code, ["assert f(1) == f(1)", "assert f(1)", "assert f(1) != 3"])

@@ -33,6 +33,8 @@ import builtins
 import ctypes
 import json
 import math
+import numbers
+import operator
 import os
 import re
 import resource
@@ -48,6 +50,8 @@ _exec, _compile, _BaseException = exec, compile, BaseException
 _MAX_LINE = 8 << 20  # one reply from the worker (a returned value), bytes
 _MAX_DEPTH = 100  # nesting of a returned value
 _MAX_ITEMS = 1 << 20  # elements materialised from one iterator handle
+_GLOBAL_ITEMS = 10000  # a program's data global larger than this reaches the tests as a handle
+_FACTORIES = (int, float, str, list, dict, set, tuple)  # defaultdict factories the judge rebuilds
 _JUDGE_LOST = 3  # the judge's exit status when the worker died or broke the protocol
 _JUDGE_BASE = 64 << 20  # the judge's own interpreter and test code, not charged to the program
 
@@ -271,14 +275,64 @@ def _enc(v, handles, depth=0):
         return {"C": [_enc(v.real, handles), _enc(v.imag, handles)]}
     if isinstance(v, (bytes, bytearray)):
         return {"B": base64.b64encode(bytes(v)).decode("ascii")}
+    if isinstance(v, tuple) and isinstance(getattr(type(v), "_fields", None), tuple):  # a namedtuple
+        return {"NT": [type(v).__name__[:100], [str(f) for f in type(v)._fields],
+                       [_enc(x, handles, depth + 1) for x in tuple.__iter__(v)]]}
     for t, tag in ((list, "L"), (tuple, "T"), (set, "S"), (frozenset, "F")):
         if isinstance(v, t):
             return {tag: [_enc(x, handles, depth + 1) for x in t.__iter__(v)]}
     if isinstance(v, dict):
-        return {"D": [[_enc(k, handles, depth + 1), _enc(x, handles, depth + 1)] for k, x in dict.items(v)]}
+        pairs = [[_enc(k, handles, depth + 1), _enc(x, handles, depth + 1)] for k, x in dict.items(v)]
+        kind = type(v).__module__ + "." + type(v).__qualname__
+        if kind == "collections.Counter":
+            return {"Ct": pairs}
+        if kind == "collections.OrderedDict":
+            return {"OD": pairs}
+        factory = getattr(v, "default_factory", None)
+        if kind == "collections.defaultdict" and factory in _FACTORIES:
+            return {"dd": [factory.__name__, pairs]}
+        return {"D": pairs}
+    if isinstance(v, memoryview):
+        return {"mv": base64.b64encode(v.tobytes()).decode("ascii")}
+    view = type(v).__name__
+    if view in ("dict_keys", "dict_values", "dict_items") and type(v).__module__ == "builtins":
+        return {view: [_enc(x, handles, depth + 1) for x in v]}
+    # Values of the standard library's number and container types, rebuilt by the judge's own
+    # classes; numpy's scalars by the number protocols they register with.
+    name = type(v).__module__ + "." + type(v).__qualname__
+    if name == "fractions.Fraction":
+        return {"Q": [_enc(v.numerator, None), _enc(v.denominator, None)]}
+    if name == "decimal.Decimal":
+        return {"Dm": str(v)}
+    if name == "collections.deque":
+        return {"dq": [_enc(x, handles, depth + 1) for x in list(v)]}
+    if name == "builtins.range":
+        return {"R": [_enc(v.start, None), _enc(v.stop, None), _enc(v.step, None)]}
+    if type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"):
+        return bool(v)
+    if isinstance(v, numbers.Integral):
+        return _enc(operator.index(v), None)
+    if isinstance(v, numbers.Real) and not isinstance(v, numbers.Rational):
+        return _enc(float(v), None)
     if handles is None:
         raise _NotData(type(v).__name__)
     return {"H": handles.add(v), "t": type(v).__name__[:100]}
+
+
+def _small(v, budget=_GLOBAL_ITEMS):
+    """Whether ``v`` has at most ``budget`` elements in all (counted without encoding it)."""
+    stack, n = [v], 0
+    while stack:
+        x = stack.pop()
+        n += 1
+        if n > budget:
+            return False
+        if isinstance(x, (list, tuple, set, frozenset)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+    return True
 
 
 class _Remote:
@@ -296,7 +350,15 @@ class _Remote:
         return self._rpc.call(self, args, kwargs)
 
     def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            # Protocol lookups by the tests' own libraries (numpy's __array_interface__, copy's
+            # __deepcopy__) must not take the program's answer: it would point the judge at raw
+            # memory or send it the tests' values (third red-team pass).
+            raise AttributeError(name)
         return self._rpc.request({"op": "attr", "ref": self._ref, "name": name})
+
+    def __next__(self):
+        return self._rpc.request({"op": "next", "ref": self._ref})
 
     def __iter__(self):
         return iter(self._rpc.request({"op": "iter", "ref": self._ref}))
@@ -313,10 +375,23 @@ class _Remote:
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __hash__ = __contains__ = _untrusted
 
+    def __str__(self):
+        text = self._rpc.request({"op": "str", "ref": self._ref})
+        if type(text) is not str:
+            raise TypeError("__str__ of the program's object did not return a str")
+        return text
+
+    def __instancecheck__(self, obj):
+        """``isinstance(x, Cls)`` with ``Cls`` the program's: asked of the program (it defines
+        ``Cls``, so it could make any check of its own type true anyway)."""
+        return self._rpc.request({"op": "isinstance", "ref": self._ref, "obj": self._rpc.enc(obj)}) is True
+
     def __repr__(self):
         return f"<{self._type} object of the program>"
 
-    __str__ = __repr__
+
+class _TooBig(ValueError):
+    """A reply over ``_MAX_LINE``: that call fails, the run goes on."""
 
 
 class _ProgramError(Exception):
@@ -346,8 +421,8 @@ _LAYER = re.compile(r"rlimit|landlock-abi\d{1,2}|seccomp|uid-per-run|uid\d{1,10}
 # Built-in exceptions the program raised are rebuilt by name for the tests (``except ValueError``),
 # but not StopIteration/StopAsyncIteration: inside ``map``/``filter`` one would end the loop
 # quietly and skip the asserts (red-team finding); they arrive as ``_ProgramError`` (PEP 479's rule).
-_EXC = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception)
-        and not issubclass(c, (StopIteration, StopAsyncIteration))}
+_EXC = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, BaseException)
+        and not issubclass(c, (StopIteration, StopAsyncIteration, GeneratorExit))}
 
 
 def _dec(x, rpc, depth=0):
@@ -374,6 +449,56 @@ def _dec(x, rpc, depth=0):
         return float(body)
     if tag == "B" and type(body) is str:
         return base64.b64decode(body.encode("ascii"), validate=True)
+    if tag == "Dm" and type(body) is str and len(body) < 1 << 16:
+        import decimal
+
+        return decimal.Decimal(body)
+    if tag in ("Q", "R") and type(body) is list and len(body) == (2 if tag == "Q" else 3):
+        parts = [_dec(b, rpc, depth + 1) for b in body]
+        if not all(type(x) is int for x in parts):
+            raise _ProtocolError("malformed number")
+        if tag == "R":
+            return range(*parts)
+        import fractions
+
+        return fractions.Fraction(*parts)
+    if tag == "dq" and type(body) is list:
+        import collections
+
+        return collections.deque(_dec(b, rpc, depth + 1) for b in body)
+    if tag == "mv" and type(body) is str:
+        return memoryview(base64.b64decode(body.encode("ascii"), validate=True))
+    if tag == "NT" and type(body) is list and len(body) == 3:
+        import collections
+
+        name, fields, values = body
+        if (type(name) is not str or not name.isidentifier() or type(fields) is not list or type(values) is not list
+                or len(fields) != len(values) or not all(type(f) is str and f.isidentifier() for f in fields)):
+            raise _ProtocolError("malformed namedtuple")
+        try:
+            cls = collections.namedtuple(name, fields)
+        except ValueError as e:
+            raise _ProtocolError(f"malformed namedtuple: {e}") from None
+        return cls(*(_dec(x, rpc, depth + 1) for x in values))
+    if tag in ("Ct", "OD", "dict_keys", "dict_values", "dict_items", "dd"):
+        import collections
+
+        if tag == "dd":
+            if type(body) is not list or len(body) != 2 or body[0] not in {f.__name__ for f in _FACTORIES}:
+                raise _ProtocolError("malformed defaultdict")
+            factory = getattr(builtins, body[0])
+            return collections.defaultdict(factory, _dec({"D": body[1]}, rpc, depth))
+        if tag in ("Ct", "OD"):
+            d = _dec({"D": body}, rpc, depth)
+            return collections.Counter(d) if tag == "Ct" else collections.OrderedDict(d)
+        items = _dec({"L": body}, rpc, depth)
+        if tag == "dict_keys":
+            return dict.fromkeys(items).keys()
+        if tag == "dict_values":
+            return dict(enumerate(items)).values()
+        if not all(type(x) is tuple and len(x) == 2 for x in items):
+            raise _ProtocolError("malformed dict items")
+        return dict(items).items()
     if type(body) is not list:
         raise _ProtocolError("malformed value")
     if tag == "C" and len(body) == 2:
@@ -425,8 +550,10 @@ def _enc_arg(v, depth=0):
             return {tag: [_enc_arg(x, depth + 1) for x in v]}
     if t is dict:
         return {"D": [[_enc_arg(k, depth + 1), _enc_arg(x, depth + 1)] for k, x in v.items()]}
-    raise TypeError(f"the tests passed a {t.__name__} to the program: only data values and the program's "
-                    "own objects can cross into the sandbox")
+    if t is type(len) and getattr(builtins, getattr(v, "__name__", ""), None) is v:
+        return {"bi": v.__name__}  # a builtin function (key=len, map(abs, ...)): by name
+    raise TypeError(f"the tests passed a {t.__name__} to the program: only data values, builtin functions "
+                    "and the program's own objects can cross into the sandbox")
 
 
 def _dec_arg(x, handles, depth=0):
@@ -436,6 +563,8 @@ def _dec_arg(x, handles, depth=0):
     (tag, body), = list(x.items())[:1]
     if tag == "H":
         return handles.objs[body]
+    if tag == "bi":
+        return getattr(builtins, body)
     if tag == "I":
         return int(body, 16)
     if tag == "f":
@@ -453,6 +582,15 @@ def _dec_arg(x, handles, depth=0):
 # ------------------------------------------------------------------------------------------- worker
 class _CaseTimeout(BaseException):
     """Raised by SIGALRM when one case overruns ``case_timeout`` (BaseException: harder to swallow)."""
+
+
+def _builtin_ancestor(exc):
+    """The name of the nearest built-in class of ``exc`` (a ValueError subclass of the program's
+    is a ValueError to the tests' ``except``)."""
+    for cls in type(exc).__mro__:
+        if getattr(builtins, cls.__name__, None) is cls:
+            return cls.__name__
+    return "Exception"
 
 
 def _describe(exc, source=""):
@@ -523,10 +661,11 @@ def _worker(job, rfd, wfd):
             names[name] = {"mod": getattr(v, "__name__", "")[:200]}
             continue
         try:
-            data = _enc(v, None)  # plain data (a constant, a table) is sent as a value
-            if len(_dumps(data)) < 1 << 16:
-                names[name] = {"v": data}
-                continue
+            if _small(v):  # plain data (a constant, a table) is sent as a value; a big table stays
+                data = _enc(v, None)
+                if len(_dumps(data)) < 1 << 16:
+                    names[name] = {"v": data}
+                    continue
         except _BaseException:  # noqa: B902 - not data, or the program's own code raised
             pass
         names[name] = {"H": handles.add(v), "t": type(v).__name__[:100]}
@@ -547,8 +686,20 @@ def _worker(job, rfd, wfd):
                     args = [_dec_arg(a, handles) for a in req["args"]]
                     kwargs = {k: _dec_arg(a, handles) for k, a in req["kw"]}
                     value = obj(*args, **kwargs)
-                    out["mut"] = [[i, _enc(a, handles)] for i, a in enumerate(args)
-                                  if type(a) in (list, dict, set, bytearray)]
+                    # Arguments changed in place go back (by value), and only those.
+                    mut = []
+                    for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], [*req["args"], *(w for _, w in req["kw"])])):
+                        if type(a) in (list, dict, set, bytearray):
+                            now = _enc(a, handles)
+                            if now != wire:
+                                mut.append([i, now])
+                    out["mut"] = mut
+                elif op == "next":
+                    value = next(obj)
+                elif op == "str":
+                    value = str(obj)
+                elif op == "isinstance":
+                    value = isinstance(_dec_arg(req["obj"], handles), obj)
                 elif op == "attr":
                     value = getattr(obj, req["name"])
                 elif op == "iter":
@@ -568,9 +719,17 @@ def _worker(job, rfd, wfd):
                 if budget:
                     signal.setitimer(signal.ITIMER_REAL, 0)
         except _BaseException as exc:  # noqa: B902
-            out = {"id": req["id"], "raise": type(exc).__name__[:100], "msg": _describe(exc), "kind": _kind(exc)}
+            name = type(exc).__name__ if isinstance(exc, _CaseTimeout) else _builtin_ancestor(exc)
+            out = {"id": req["id"], "raise": name, "msg": _describe(exc), "kind": _kind(exc)}
+            try:
+                if _small(exc.args, 1000):
+                    out["args"] = _enc(exc.args, None)
+            except _BaseException:  # noqa: B902 - args that are not data stay behind
+                pass
         try:
             reply(out)
+        except BrokenPipeError:
+            os._exit(0)  # the judge is gone: nothing of ours to report
         except (ValueError, TypeError, RecursionError) as exc:  # an unencodable reply: say so
             reply({"id": req["id"], "raise": "ValueError", "msg": f"unencodable return value: {exc}"[:1000],
                    "kind": "error"})
@@ -585,7 +744,8 @@ class _Rpc:
         self.buf = b""
         self.lost = None  # why the worker can no longer be asked
         self.deadline = None  # the current case's end (case_timeout), monotonic
-        self.budget = None
+        self.skipping = False  # inside a reply over _MAX_LINE, dropping it up to its newline
+        self.abandoned = set()  # ids of requests whose case timed out here: late replies dropped
 
     def _line(self):
         while b"\n" not in self.buf:
@@ -598,10 +758,15 @@ class _Rpc:
             if not chunk:
                 self.lost = "the program's process ended"
                 raise _WorkerLost(self.lost)
+            if self.skipping:  # the rest of an oversized line: dropped as it comes
+                if b"\n" in chunk:
+                    self.buf = chunk.split(b"\n", 1)[1]
+                    self.skipping = False
+                    raise _TooBig(f"the program returned a value over {_MAX_LINE >> 20} MB")
+                continue
             self.buf += chunk
-            if len(self.buf) > _MAX_LINE:
-                self.lost = f"the program sent a value over {_MAX_LINE >> 20} MB"
-                raise _WorkerLost(self.lost)
+            if len(self.buf) > _MAX_LINE and b"\n" not in self.buf:
+                self.buf, self.skipping = b"", True
         line, self.buf = self.buf.split(b"\n", 1)
         return line
 
@@ -621,32 +786,70 @@ class _Rpc:
             req["budget"] = max(0.001, self.deadline - _clock())
         _emit(self.wfd, req)
         try:
-            rep = _loads(self._line())
+            while True:
+                try:
+                    rep = _loads(self._line())
+                except _CaseTimeout:
+                    self.abandoned.add(rid)  # its reply, when it comes, answers nothing
+                    raise
+                if type(rep) is dict and rep.get("id") in self.abandoned:
+                    self.abandoned.discard(rep["id"])
+                    continue
+                break
             if type(rep) is not dict or rep.get("id") != rid:
                 raise _ProtocolError("a reply that does not answer the request")
             if "raise" in rep:
                 name, msg, kind = rep.get("raise"), rep.get("msg"), rep.get("kind")
                 if type(name) is not str or type(msg) is not str:
                     raise _ProtocolError("malformed exception")
-                value, raised = None, (name, msg[:1000], kind)
+                args = _dec(rep["args"], self) if "args" in rep else None
+                value, raised = None, (name, msg[:1000], kind, args if type(args) is tuple else None)
             else:
                 value, raised = _dec(rep.get("v"), self), None
                 for i, new in rep.get("mut") or ():
                     # A list/dict/set argument the program changed in place: mirror it, by value.
                     if type(i) is int and 0 <= i < len(mutable) and type(mutable[i]) in (list, dict, set, bytearray):
                         _mirror(mutable[i], _dec(new, self))
-        except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError) as exc:
+        except _TooBig:
+            raise
+        except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, OverflowError) as exc:
             self.lost = f"the program's process broke the protocol ({type(exc).__name__}: {exc})"[:500]
             raise _WorkerLost(self.lost) from None
         if raised is None:
             return value
-        name, msg, kind = raised
+        name, msg, kind, args = raised
+        text = msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg
         if kind == "timeout":
-            raise _CaseTimeout(msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg)
+            raise _CaseTimeout(text)
+        if name == "StopIteration" and req["op"] == "next":
+            raise StopIteration  # the iterator protocol the tests asked for (nowhere else: _EXC)
         cls = _EXC.get(name)
         if cls is None:
             raise _ProgramError(msg)
-        raise cls(msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg)
+        exc = None
+        if args is not None:
+            try:
+                exc = cls(*args)
+            except Exception:  # noqa: BLE001 - a class that wants other arguments: the message only
+                exc = None
+        raise exc if exc is not None else cls(text)
+
+    def drain(self):
+        """Wait for the replies of requests abandoned at a case timeout (the worker answers them
+        in order, after finishing them), so the next case's clock starts on an idle worker, as
+        it did when one process ran both."""
+        while self.abandoned and not self.lost:
+            try:
+                rep = _loads(self._line())
+            except _WorkerLost:
+                return
+            except (ValueError, RecursionError, MemoryError):
+                self.lost = "the program's process broke the protocol (a malformed reply)"
+                return
+            if type(rep) is dict and rep.get("id") in self.abandoned:
+                self.abandoned.discard(rep["id"])
+            else:
+                self.lost = "the program's process broke the protocol (a reply nobody asked for)"
 
     def enc(self, v):
         return _enc_arg(v)
@@ -655,15 +858,31 @@ class _Rpc:
         enc = [_enc_arg(a) for a in args]
         kw = [[k, _enc_arg(v)] for k, v in kwargs.items()]
         return self.request({"op": "call", "ref": object.__getattribute__(remote, "_ref"), "args": enc, "kw": kw},
-                            mutable=args)
+                            mutable=(*args, *kwargs.values()))
 
 
-def _mirror(old, new):
+def _mirror(old, new, depth=0):
+    """Make the tests' ``old`` equal the program's ``new`` in place; nested lists/dicts at the
+    same places are updated in place too, so a row the tests hold keeps its identity."""
     if type(new) is not type(old) and not (type(old) is bytearray and type(new) is bytes):
         raise _ProtocolError("an argument changed type")
-    if type(old) in (dict, set):
+    if type(old) is set:
         old.clear()
         old.update(new)
+    elif type(old) is dict:
+        for k in [k for k in old if k not in new]:
+            del old[k]
+        for k, v in new.items():
+            if k in old and type(old[k]) in (list, dict) and type(v) is type(old[k]) and depth < _MAX_DEPTH:
+                _mirror(old[k], v, depth + 1)
+            else:
+                old[k] = v
+    elif type(old) is list and len(old) == len(new):
+        for i, v in enumerate(new):
+            if type(old[i]) in (list, dict) and type(v) is type(old[i]) and depth < _MAX_DEPTH:
+                _mirror(old[i], v, depth + 1)
+            else:
+                old[i] = v
     else:
         old[:] = new
 
@@ -712,6 +931,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
     import importlib
 
     entry = tests["entry_point"]
+    sources = tests["preamble"] + "".join(c["setup"] + c["source"] for c in tests["cases"])
     for name, d in list(names.items())[:10000]:
         if type(name) is not str or not name.isidentifier() or name.startswith("__") or type(d) is not dict:
             continue
@@ -721,8 +941,8 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         # to the judge's own copy of that very module.
         if name in _BUILTIN_NAMES and name != entry:
             continue
-        if name in sys.stdlib_module_names and d.get("mod") != name:
-            continue
+        if name in sys.stdlib_module_names and d.get("mod") != name and (name != entry and name + "." in sources):
+            continue  # the tests use ``name.attr``: the program's object must not stand in for the module
         try:
             if "mod" in d:
                 mod = d["mod"]
@@ -732,7 +952,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
                 g[name] = _dec(d["v"], rpc)
             elif type(d.get("H")) is int:
                 g[name] = _Remote(rpc, d["H"], str(d.get("t", ""))[:100])
-        except (ImportError, _ProtocolError, ValueError, TypeError, RecursionError):
+        except (ImportError, _ProtocolError, ValueError, TypeError, RecursionError, OverflowError):
             continue
     del hello, names  # the worker's greeting may be large: only what was bound above is kept
     load_error = None
@@ -757,6 +977,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
     if case_timeout:
         signal.signal(signal.SIGALRM, on_alarm)
     for i, case in enumerate(tests["cases"]):
+        rpc.drain()
         if rpc.lost:
             _emit(out, {"ev": "lost", "at": i, "why": rpc.lost})
             os._exit(_JUDGE_LOST)
@@ -1023,6 +1244,8 @@ def main():
         done, judge_status = os.waitpid(judge, os.WNOHANG)
         if done:
             judge_alive = False
+            if os.WIFSIGNALED(judge_status):  # the test side died: not the program's exit to report
+                _emit(out, {"ev": "judge", "signal": os.WTERMSIG(judge_status)})
         else:
             judge_status = None
         _reap()

@@ -55,9 +55,16 @@ the sandbox (fork order, pipes) that a wrapper around one command does not give.
 
 What remains possible: a program can still answer with the right value when it can compute or
 guess it from what it sees (each call's arguments), and a test that checks the program with the
-program's own function (HumanEval/32's ``poly``) can be faked. Results the program cannot return as
-data (its own class instances, generators) reach the tests as handles that can be called, iterated
-and read, but not compared. Without namespaces (``unshare`` missing), the limits are the
+program's own function (HumanEval/32's ``poly``) can be faked. Data includes the standard library's
+namedtuples, Counter/defaultdict/OrderedDict/deque, dict views, Fraction, Decimal, range and
+memoryview, and numpy scalars (rebuilt by the judge's own classes); an exception arrives as its
+nearest builtin class with its arguments. Anything else (the program's own class instances,
+generators, numpy arrays) reaches the tests as a handle that can be called, iterated, read
+(``str``, attributes, ``len``, ``isinstance`` against the program's classes), but not compared,
+hashed or truth-tested, and protocol names (``__*__``) are never asked of it. What therefore
+fails that passed when one process ran both (third red-team pass): equality of the program's
+dataclasses/enums/instances, arrays compared element-wise, arguments aliased to each other, lambdas
+passed to the program, values over 8 MB in one reply, a data global the tests change. Without namespaces (``unshare`` missing), the limits are the
 supervisor's accounting, sampled every 20-100 ms, so a fast allocation can overshoot briefly; as
 a non-root user without Landlock the program can write wherever the user can, and read its
 ancestors' memory where Yama's ptrace_scope is 0 (seccomp stops ptrace and ``process_vm_readv``,
@@ -498,6 +505,8 @@ def _valid_event(ev: object, n_cases: int) -> bool:
                 and _is(ev.get("kind"), *opt_str) and _is(ev.get("t"), *_NUM))
     if kind == "lost":
         return _is(ev.get("at"), int) and _is(ev.get("why"), str)
+    if kind == "judge":
+        return _is(ev.get("signal"), int)
     if kind == "exit":
         return (_is(ev.get("signal"), int, type(None)) and _is(ev.get("code"), int, type(None))
                 and _is(ev.get("cpu"), *_NUM) and _is(ev.get("over"), *opt_str))
@@ -669,6 +678,12 @@ def _report(suite: TestSuite, events: list[dict], ended: str | None, returncode:
                                      "processes were killed")
     elif over == "processes":
         status, reason = "crashed", f"the program started more than {limits['processes']} processes; all were killed"
+    elif first("judge") is not None:
+        sig = first("judge")["signal"]  # type: ignore[index]
+        status, reason = "crashed", (f"the process running the tests died ({_signal_name(sig)}) after {len(got)} of "
+                                     f"{n} test cases")
+    elif lost is not None and isinstance(lost.get("why"), str) and "protocol" in lost["why"]:
+        status, reason = "crashed", f"{lost['why'][:300]} after {len(got)} of {n} test cases"
     elif not done or lost is not None:
         ex = exit_ or {}
         sig, code = ex.get("signal"), ex.get("code")
