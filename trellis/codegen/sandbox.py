@@ -280,6 +280,14 @@ def _run_uid() -> int | None:
             return uid
 
 
+def _site_dirs() -> list[str]:
+    """This interpreter's package directories: the runner starts with ``-S`` (no ``site``: its .pth
+    processing cost ~25 ms a run) and adds them itself."""
+    import site
+
+    return [p for p in site.getsitepackages() if os.path.isdir(p)]
+
+
 def _world_reachable(path: str) -> bool:
     """Every directory from / to ``path`` searchable by others, and ``path`` readable by them."""
     p = Path(path).resolve()
@@ -371,6 +379,9 @@ def run_tests(code: str, tests: str | Sequence[str] | TestSuite, *, entry_point:
 def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers: tuple[str, ...], landlock: bool,
          uid: int | None, timeout: float, case_timeout: float | None, memory_mb: int, cpu_seconds: int | None,
          file_mb: int, disk_mb: int, max_processes: int, python: str | None) -> TestReport:
+    # Another interpreter than this one keeps its own ``site`` (its package directories are not
+    # known here); this one starts without it and is given the directories.
+    same = python is None or os.path.realpath(python) == os.path.realpath(sys.executable)
     workdir = tempfile.mkdtemp(prefix="trellis-sandbox-")
     cgroup, cg_layers = _cgroup_create(memory_mb, max_processes) if _CGROUP else (None, ())
     read_fd, write_fd = os.pipe()
@@ -378,7 +389,7 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
     job = {
         "fd": write_fd, "workdir": workdir, "program": code, "landlock": landlock, "run_uid": uid,
         "seccomp": _SECCOMP, "netns": "netns" in layers, "pidns": "pidns" in layers, "ipcns": "ipcns" in layers,
-        "mountns": "mountns" in layers, "cgroup": cgroup, "cgroup_layers": list(cg_layers),
+        "mountns": "mountns" in layers, "cgroup": cgroup, "cgroup_layers": list(cg_layers), "site": _site_dirs() if same else [],
         "limits": {"cpu_seconds": int(cpu_seconds if cpu_seconds is not None else max(1, -(-timeout // 1)) + 1),
                    "memory_bytes": int(memory_mb) << 20, "file_bytes": int(file_mb) << 20,
                    "disk_bytes": int(disk_mb) << 20, "inodes": _INODES, "open_files": 256,
@@ -392,7 +403,8 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
         if uid is not None:
             os.chown(workdir, uid, uid)
         try:
-            proc = subprocess.Popen([*prefix, python or sys.executable, "-I", "-c", _runner_source()],
+            flags = ("-I", "-S") if same else ("-I",)
+            proc = subprocess.Popen([*prefix, python or sys.executable, *flags, "-c", _runner_source()],
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errfile, cwd=workdir,
                                     env=env, pass_fds=(write_fd,), start_new_session=True, close_fds=True)
         except OSError as e:
