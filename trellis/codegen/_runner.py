@@ -1,4 +1,5 @@
-"""The child side of ``trellis.codegen.sandbox``: run as ``python -I -c <_seccomp.py + this text>``.
+"""The child side of ``trellis.codegen.sandbox``: ``_seccomp.py`` + this text, compiled by the parent and
+run by ``python -I -S`` (the parent's ``_STUB``; another interpreter gets the text with ``-c``).
 
 Stdlib only and never imported by trellis. Three processes, so that the verdict is never decided
 where the untrusted program runs:

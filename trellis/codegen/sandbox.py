@@ -1,7 +1,8 @@
 """Run a generated program against its tests in a sandbox where the verdict is not the program's.
 
 ``run_tests(code, tests)`` compiles ``code`` here (a syntax error costs no process), then starts
-``python -I`` (``_seccomp.py`` + ``_runner.py``) in a fresh work dir with a scrubbed environment.
+``python -I -S`` (``_seccomp.py`` + ``_runner.py``, compiled once per process and sent marshalled on
+stdin behind a small ``-c`` stub) in a fresh work dir with a scrubbed environment.
 Its first process, the *supervisor*, forks the **worker** with the program only, then reads the
 tests and forks the **judge** (``_runner.py`` explains the three). The worker returns data; the
 judge runs the assertions on values rebuilt from builtins, in a process the program never shared
