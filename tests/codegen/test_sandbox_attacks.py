@@ -607,7 +607,8 @@ def test_unix_sockets_outside_are_unreachable(tmp_path, mode):
 # ------------------------------------------------------------------------------------ limits per run
 HIDDEN_MEMORY = {
     # memory no process maps: invisible to per-process counts (red-team finding; 3.5 GB held)
-    "memfd": "import os\ndef f(x):\n    fd = os.memfd_create('x')\n    os.write(fd, b'1' * (64 << 20))\n    return fd\n",
+    "memfd": "import os\ndef f(x):\n    fd = os.memfd_create('x')\n    os.write(fd, b'1' * (64 << 20))\n"
+             "    return fd\n",
     "socketpair": "import _socket\ndef f(x):\n    a, b = _socket.socketpair()\n    a.setblocking(False)\n"
                   "    return a.send(b'1' * 65536)\n",
     "sysv-shm": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n"

@@ -688,7 +688,8 @@ def _worker(job, rfd, wfd):
                     value = obj(*args, **kwargs)
                     # Arguments changed in place go back (by value), and only those.
                     mut = []
-                    for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], [*req["args"], *(w for _, w in req["kw"])])):
+                    wires = [*req["args"], *(w for _, w in req["kw"])]
+                    for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], wires)):
                         if type(a) in (list, dict, set, bytearray):
                             now = _enc(a, handles)
                             if now != wire:

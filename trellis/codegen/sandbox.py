@@ -65,8 +65,9 @@ generators, numpy arrays) reaches the tests as a handle that can be called, iter
 hashed or truth-tested, and protocol names (``__*__``) are never asked of it. What therefore
 fails that passed when one process ran both (third red-team pass): equality of the program's
 dataclasses/enums/instances, arrays compared element-wise, arguments aliased to each other, lambdas
-passed to the program, values over 8 MB in one reply, a data global the tests change. Without namespaces (``unshare`` missing), the limits are the
-supervisor's accounting, sampled every 20-100 ms, so a fast allocation can overshoot briefly; as
+passed to the program, values over 8 MB in one reply, a data global the tests change. Without
+namespaces (``unshare`` missing), the limits are the supervisor's accounting, sampled every
+20-100 ms, so a fast allocation can overshoot briefly; as
 a non-root user without Landlock the program can write wherever the user can, and read its
 ancestors' memory where Yama's ptrace_scope is 0 (seccomp stops ptrace and ``process_vm_readv``,
 not ``/proc/<pid>/mem``). Always: the program can learn which host files exist (``stat``,
@@ -409,7 +410,8 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
     job = {
         "fd": write_fd, "workdir": workdir, "program": code, "landlock": landlock, "run_uid": uid,
         "seccomp": _SECCOMP, "netns": "netns" in layers, "pidns": "pidns" in layers, "ipcns": "ipcns" in layers,
-        "mountns": "mountns" in layers, "cgroup": cgroup, "cgroup_layers": list(cg_layers), "site": _site_dirs() if same else [],
+        "mountns": "mountns" in layers, "cgroup": cgroup, "cgroup_layers": list(cg_layers),
+        "site": _site_dirs() if same else [],
         "limits": {"cpu_seconds": int(cpu_seconds if cpu_seconds is not None else max(1, -(-timeout // 1)) + 1),
                    "memory_bytes": int(memory_mb) << 20, "file_bytes": int(file_mb) << 20,
                    "disk_bytes": int(disk_mb) << 20, "inodes": _INODES, "open_files": 256,
@@ -761,6 +763,7 @@ def _report(suite: TestSuite, events: list[dict], ended: str | None, returncode:
                                     float(t) if isinstance(t, (int, float)) else 0.0))
     passed = sum(c.passed for c in cases)
     first_bad = next((c for c in cases if not c.passed), None)
-    first_failure = None if first_bad is None else f"{first_bad.source.strip().splitlines()[0][:200]} -> {first_bad.error}"
+    first_failure = (None if first_bad is None
+                     else f"{first_bad.source.strip().splitlines()[0][:200]} -> {first_bad.error}")
     return TestReport(passed=passed, failed=n - passed, total=n, first_failure=first_failure, seconds=seconds,
                       status=status, reason=reason, cases=tuple(cases), enforced=enforced)
