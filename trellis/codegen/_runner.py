@@ -52,6 +52,7 @@ _MAX_DEPTH = 100  # nesting of a returned value
 _MAX_ITEMS = 1 << 20  # elements materialised from one iterator handle
 _GLOBAL_ITEMS = 10000  # a program's data global larger than this reaches the tests as a handle
 _FACTORIES = (int, float, str, list, dict, set, tuple)  # defaultdict factories the judge rebuilds
+_NAMEDTUPLES = {}  # (name, fields) -> the judge's own namedtuple class
 _JUDGE_LOST = 3  # the judge's exit status when the worker died or broke the protocol
 _JUDGE_BASE = 64 << 20  # the judge's own interpreter and test code, not charged to the program
 
@@ -475,10 +476,14 @@ def _dec(x, rpc, depth=0):
         if (type(name) is not str or not name.isidentifier() or type(fields) is not list or type(values) is not list
                 or len(fields) != len(values) or not all(type(f) is str and f.isidentifier() for f in fields)):
             raise _ProtocolError("malformed namedtuple")
-        try:
-            cls = collections.namedtuple(name, fields)
-        except ValueError as e:
-            raise _ProtocolError(f"malformed namedtuple: {e}") from None
+        cls = _NAMEDTUPLES.get((name, tuple(fields)))
+        if cls is None:
+            if len(_NAMEDTUPLES) > 256:
+                raise _ProtocolError("too many namedtuple types")
+            try:
+                cls = _NAMEDTUPLES[(name, tuple(fields))] = collections.namedtuple(name, fields)
+            except ValueError as e:
+                raise _ProtocolError(f"malformed namedtuple: {e}") from None
         return cls(*(_dec(x, rpc, depth + 1) for x in values))
     if tag in ("Ct", "OD", "dict_keys", "dict_values", "dict_items", "dd"):
         import collections
@@ -813,7 +818,7 @@ class _Rpc:
                         _mirror(mutable[i], _dec(new, self))
         except _TooBig:
             raise
-        except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, OverflowError) as exc:
+        except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError) as exc:
             self.lost = f"the program's process broke the protocol ({type(exc).__name__}: {exc})"[:500]
             raise _WorkerLost(self.lost) from None
         if raised is None:
@@ -953,7 +958,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
                 g[name] = _dec(d["v"], rpc)
             elif type(d.get("H")) is int:
                 g[name] = _Remote(rpc, d["H"], str(d.get("t", ""))[:100])
-        except (ImportError, _ProtocolError, ValueError, TypeError, RecursionError, OverflowError):
+        except (ImportError, _ProtocolError, ValueError, TypeError, RecursionError, ArithmeticError):
             continue
     del hello, names  # the worker's greeting may be large: only what was bound above is kept
     load_error = None
