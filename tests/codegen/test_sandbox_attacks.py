@@ -481,7 +481,7 @@ def test_remove_tree_holds_few_descriptors(tmp_path):
 def test_many_files_and_fallocate_stay_under_the_run_disk_limit(mode):
     _needs_any("tmpfs", "run-limits")
     code = textwrap.dedent("""\
-        import os
+        import os, time
         def written():
             total = 0
             for i in range(24):
@@ -496,6 +496,7 @@ def test_many_files_and_fallocate_stay_under_the_run_disk_limit(mode):
                     total += os.path.getsize(f'f{i}')
                 except OSError:
                     pass
+            time.sleep(1)  # the files stay a while: the supervisor's 0.1 s count must see them
             return total
         def reserved():
             fd = os.open('big', os.O_CREAT | os.O_WRONLY)
