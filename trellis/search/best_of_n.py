@@ -92,9 +92,17 @@ class BestOfN(Searching):
                     if open_[i] and samples[i].logprob <= best_finished:
                         open_[i] = False
                         rec.mark(samples[i], stopped_early=True)
+        ranked, scores = self.rank(samples)
+        return rec.result(ranked, scores)
+
+    def rank(self, samples: Sequence[Hypothesis]) -> tuple[list[Hypothesis], list[float]]:
+        """``samples`` best first (finished before budget-cut, then by score) and their scores:
+        the ranking of ``search``, also applied to samples drawn elsewhere (a vLLM engine:
+        ``trellis.integrations.vllm_search``)."""
+        samples = list(samples)
         scores = self._scores(samples)
-        order = sorted(range(self.n), key=lambda i: (not samples[i].finished, -scores[i]))
-        return rec.result([samples[i] for i in order], [scores[i] for i in order])
+        order = sorted(range(len(samples)), key=lambda i: (not samples[i].finished, -scores[i]))
+        return [samples[i] for i in order], [scores[i] for i in order]
 
     def _scores(self, hyps: list[Hypothesis]) -> list[float]:
         if callable(self.scorer):
