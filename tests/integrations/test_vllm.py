@@ -95,7 +95,7 @@ def llm(model_dir):
     from trellis.integrations.vllm import TrellisLogitsProcessor
 
     engine = LLM(model_dir, dtype="float32", enforce_eager=True, max_model_len=1024, max_num_seqs=8,
-                 logits_processors=[TrellisLogitsProcessor], seed=0)
+                 logits_processors=[TrellisLogitsProcessor], seed=0, logprobs_mode="processed_logprobs")
     yield engine
     del engine
 
@@ -182,6 +182,40 @@ def test_offline_sampling_n_and_seeds(llm):
     assert len(outs) == 6
     for o in outs:
         judge({"trellis_schema": CITY}, o.text, o.finish_reason)
+
+
+def test_best_of_n_on_vllm_ranks_valid_samples(llm):
+    """vllm_search.best_of_n: 8 samples in one request, each a valid (or budget-cut) output under
+    the schema, ranked as BestOfN ranks them (finished first, then summed masked log-prob)."""
+    from trellis.integrations.vllm_search import VLLMSampler, best_of_n
+    from trellis.search.best_of_n import BestOfN
+
+    sampler = VLLMSampler(llm)
+    assert sampler.logprobs_processed
+    ranked, scores = best_of_n(sampler, "A city as JSON: ", BestOfN(n=8), max_new_tokens=MAX_TOKENS,
+                               temperature=0.9, seed=3, extra_args={"trellis_schema": CITY})
+    assert len(ranked) == 8 and sampler.tokens > 0
+    keys = [(not h.finished, -s) for h, s in zip(ranked, scores)]
+    assert keys == sorted(keys)
+    assert all(s == h.logprob and s <= 0.0 for h, s in zip(ranked, scores))
+    assert len({h.new_tokens for h in ranked}) > 1  # samples, not one greedy path eight times
+    tok = llm.get_tokenizer()
+    for h in ranked:
+        if h.finished:  # a budget-cut sample is a prefix; a finished one must validate
+            judge({"trellis_schema": CITY}, tok.decode(h.new_tokens, skip_special_tokens=True), "stop")
+
+
+def test_test_guided_best_of_n_on_vllm(llm):
+    """solve_best_of_n: the visible tests rank 8 samples drawn in one request; the winner is judged
+    on the held-out tests (a problem this model solves)."""
+    from trellis.integrations.vllm_search import VLLMSampler, solve_best_of_n
+
+    prompt = 'def add(a, b):\n    """Return the sum of a and b."""\n'
+    tests = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15", "assert add(0, 0) == 0"]
+    sol = solve_best_of_n(VLLMSampler(llm), prompt, tests, n=8, temperature=0.8, max_new_tokens=48, seed=0)
+    assert sol.program.startswith(prompt) and sol.tokens > 0 and sol.programs >= 1
+    assert sol.visible.total == 2 and sol.held_out is not None and sol.held_out.total == 2
+    assert sol.passed, sol.program
 
 
 # ----------------------------------------------------------------------------- the OpenAI server
