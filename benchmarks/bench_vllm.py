@@ -8,8 +8,10 @@ Engines, each in its own process, one after another, same prompts, greedy: ``unc
 ``trellis`` (``TrellisLogitsProcessor``, ``extra_args={"trellis_schema": ...}``), ``xgrammar`` and
 ``guidance`` (vLLM's ``structured_outputs_config={"backend": ...}``, ``StructuredOutputsParams(json=
 ..., disable_any_whitespace=True)``: compact JSON, as trellis' schema default). Schemas: real-world
-maskbench schemas (Handwritten/Synthesized excluded) drawn with ``--seed``, kept when trellis,
-xgrammar and llguidance all compile them (checked in this process first, untimed).
+maskbench schemas (Handwritten/Synthesized excluded) drawn with ``--seed``, objects closed
+explicitly (``closed``: the same language for every engine, so outputs and batch shapes can be
+equal), kept when trellis compiles them and vLLM's own checks accept them for both of its backends
+(checked in this process first, untimed).
 
 Per engine, after the engine has started and served one warm-up request (a schema outside both
 sets; untimed):
@@ -41,6 +43,22 @@ MASKBENCH = ROOT.parent / "shared" / "data" / "maskbench"
 ENGINES = ("unconstrained", "trellis", "xgrammar", "guidance")
 
 
+def closed(node):
+    """The schema with ``additionalProperties: false`` written out wherever ``properties`` or
+    ``patternProperties`` are declared without it: trellis' default reading of such objects,
+    made explicit so that every engine constrains to the same language (vLLM's xgrammar and
+    guidance backends read a missing keyword as "any other key"), and greedy outputs, hence
+    output lengths and batch shapes, can agree."""
+    if isinstance(node, list):
+        return [closed(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: closed(v) if k not in ("const", "enum", "default", "examples") else v for k, v in node.items()}
+    if ("properties" in out or "patternProperties" in out) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
 def prompt_of(schema: dict) -> str:
     text = json.dumps(schema, separators=(",", ":"))
     return f"A JSON value valid under this JSON Schema:\n{text[:400]}\nJSON: "
@@ -61,7 +79,7 @@ def pick_schemas(n: int, seed: int) -> list[dict]:
     random.Random(seed).shuffle(files)
     out: list[dict] = []
     for p in files:
-        schema = json.loads(p.read_text())["schema"]
+        schema = closed(json.loads(p.read_text())["schema"])
         text = json.dumps(schema)
         try:
             check_grammar(JsonSchema(schema))
@@ -70,7 +88,7 @@ def pick_schemas(n: int, seed: int) -> list[dict]:
             validate_guidance_grammar(sp)
         except Exception:  # noqa: BLE001 - any refusal by any of the three: not comparable
             continue
-        out.append({"name": p.stem, "schema": schema})
+        out.append({"name": p.stem, "schema": closed(schema)})
         if len(out) == 2 * n + 1:
             return out
     raise SystemExit(f"only {len(out)} schemas compile in all three")
@@ -88,7 +106,8 @@ def run_engine(engine: str, cases: list[dict], n: int, max_tokens: int, model_di
 
         kw["logits_processors"] = [TrellisLogitsProcessor]
     elif engine in ("xgrammar", "guidance"):
-        kw["structured_outputs_config"] = {"backend": engine}
+        # compact JSON: the per-request flag alone left whitespace in (vLLM 0.32 reads the engine one)
+        kw["structured_outputs_config"] = {"backend": engine, "disable_any_whitespace": True}
     t0 = time.perf_counter()
     llm = LLM(model_dir, **kw)
     startup = time.perf_counter() - t0
@@ -127,7 +146,8 @@ def run_engine(engine: str, cases: list[dict], n: int, max_tokens: int, model_di
     return {"engine": engine, "startup_s": round(startup, 1), "requests": n, "output_tokens": tokens,
             "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 2), "finished": finished,
             "valid": valid, "ttft_ms_median": round(statistics.median(ttft) * 1e3, 1),
-            "ttft_ms_max": round(max(ttft) * 1e3, 1), "ttft_ms": [round(t * 1e3, 1) for t in ttft]}
+            "ttft_ms_max": round(max(ttft) * 1e3, 1), "ttft_ms": [round(t * 1e3, 1) for t in ttft],
+            "outputs": [o.outputs[0].text for o in outs]}
 
 
 def main() -> None:
@@ -166,6 +186,11 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     by = {r["engine"]: r for r in rows}
+    if "trellis" in by:
+        for r in rows:
+            if r["engine"] not in ("trellis", "unconstrained"):
+                same = sum(a == b for a, b in zip(r["outputs"], by["trellis"]["outputs"]))
+                print(f"{r['engine']}: {same}/{len(r['outputs'])} outputs identical to trellis'")
     constrained = [r for r in rows if r["engine"] != "unconstrained"]
     if constrained:
         fastest = max(constrained, key=lambda r: r["tokens_per_s"])
