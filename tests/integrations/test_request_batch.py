@@ -223,3 +223,13 @@ def test_same_masks_as_the_constraint_along_a_document():
     logits, _ = masked(batch, 1)
     assert bool(logits[0, EOS] > float("-inf"))
     assert batch.tracked()[0].spec == RequestSpec("grammar", "json.lark")
+
+
+def test_warm_builds_tables_without_tracking_a_request():
+    batch = RequestBatch(V, rows=2)
+    batch.warm()
+    assert batch.tracked() == {}
+    out: list[int] = []
+    batch.add(0, {"trellis_regex": "ab"}, out)
+    logits, _ = masked(batch, 2)
+    assert (logits[0] > float("-inf")).nonzero().flatten().tolist() == [V.tokens.index(b"a"), V.tokens.index(b"ab")]

@@ -587,6 +587,22 @@ def entry_point_of(prompt: str) -> str | None:
     return names[-1] if names else None
 
 
+def visible_and_held_out(prompt: str, tests: str | Sequence[str] | TestSuite, *, entry_point: str | None = None,
+                         held_out: str | Sequence[str] | TestSuite | None = None, visible_fraction: float = 0.5,
+                         seed: int = 0) -> tuple[TestSuite, TestSuite]:
+    """``solve``'s suites: the visible tests (the reward) and the held-out ones (the judge), both
+    aimed at ``entry_point`` (default: the last function ``prompt`` defines); without
+    ``held_out``, ``tests`` are split (``split_tests``)."""
+    entry = entry_point if entry_point is not None else entry_point_of(prompt)
+    suite = tests if isinstance(tests, TestSuite) else parse_tests(tests, entry_point=entry)
+    if entry is not None:
+        suite = replace(suite, entry_point=entry)
+    if held_out is None:
+        return split_tests(suite, visible_fraction=visible_fraction, seed=seed)
+    hidden = held_out if isinstance(held_out, TestSuite) else parse_tests(held_out, entry_point=entry)
+    return suite, replace(hidden, entry_point=entry) if entry is not None else hidden
+
+
 def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | TestSuite, *,
           strategy: SearchName | Strategy = "mcts", entry_point: str | None = None,
           held_out: str | Sequence[str] | TestSuite | None = None, visible_fraction: float = 0.5,
@@ -622,16 +638,8 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
     else:
         ids = [int(t) for t in prompt]
         text = vocab.decode(ids).decode("utf-8", errors="replace")
-    entry = entry_point if entry_point is not None else entry_point_of(text)
-    suite = tests if isinstance(tests, TestSuite) else parse_tests(tests, entry_point=entry)
-    if entry is not None:
-        suite = replace(suite, entry_point=entry)
-    if held_out is None:
-        visible, hidden = split_tests(suite, visible_fraction=visible_fraction, seed=seed)
-    else:
-        visible = suite
-        hidden = held_out if isinstance(held_out, TestSuite) else parse_tests(held_out, entry_point=entry)
-        hidden = replace(hidden, entry_point=entry) if entry is not None else hidden
+    visible, hidden = visible_and_held_out(text, tests, entry_point=entry_point, held_out=held_out,
+                                           visible_fraction=visible_fraction, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     guided = TestGuided(visible, strategy=strategy, prompt=text, n=n, k=k, threshold=threshold,
                         budget_tokens=budget_tokens, budget_seconds=budget_seconds, prune_top=prune_top,

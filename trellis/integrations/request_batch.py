@@ -74,6 +74,22 @@ class RequestBatch:
         self._rows: dict[int, Tracked] = {}
         self._compiled: OrderedDict[RequestSpec, Constraint] = OrderedDict()
 
+    def warm(self) -> None:
+        """Build the per-vocabulary tables (token matrix, rest sets, token trie: ~0.3 s on a
+        262k vocabulary) now, with a small schema's masks at its start and inside a string, so
+        that an engine pays them at start-up instead of in its first constrained request."""
+        c = self._build(RequestSpec("schema", '{"type":"object","properties":{"s":{"type":"string"}}}'), self.vocab)
+        single = {t[0]: i for i, t in enumerate(self.vocab.tokens) if len(t) == 1 and i not in self.vocab.special}
+        row = allocate_bitmask(1, len(self.vocab))[0]
+        state = c.start()
+        c.fill_mask(state, row)
+        for b in b'{"s":"a':
+            nxt = c.advance(state, single[b]) if b in single else None
+            if nxt is None:
+                return  # a vocabulary without these bytes as tokens: the first request builds the rest
+            state = nxt
+        c.fill_mask(state, row)
+
     # ------------------------------------------------------------------ bookkeeping
 
     def constraint_for(self, spec: RequestSpec) -> Constraint:

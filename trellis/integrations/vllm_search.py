@@ -26,7 +26,7 @@ transformers path.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import networkx as nx
@@ -107,21 +107,13 @@ def solve_best_of_n(sampler: VLLMSampler, prompt: str, tests: Any, *, held_out: 
     fraction (then by the model's order) judged on the held-out tests. Same split, reward,
     sandbox and ``Solution`` as ``solve(..., strategy="best-of-n")``; ``tokens`` counts the prompt
     once plus every generated token."""
-    from trellis.codegen.solve import Solution, TestGuided, entry_point_of
-    from trellis.codegen.suite import TestSuite, parse_tests, split_tests
     from trellis.codegen.sandbox import run_tests
+    from trellis.codegen.solve import Solution, TestGuided, visible_and_held_out
     from trellis.codegen.syntax import extract_program
 
     t0 = time.monotonic()
-    entry = entry_point if entry_point is not None else entry_point_of(prompt)
-    suite = tests if isinstance(tests, TestSuite) else parse_tests(tests, entry_point=entry)
-    if entry is not None:
-        suite = replace(suite, entry_point=entry)
-    if held_out is None:
-        visible, hidden = split_tests(suite, visible_fraction=visible_fraction, seed=seed)
-    else:
-        visible = suite
-        hidden = held_out if isinstance(held_out, TestSuite) else parse_tests(held_out, entry_point=entry)
+    visible, hidden = visible_and_held_out(prompt, tests, entry_point=entry_point, held_out=held_out,
+                                           visible_fraction=visible_fraction, seed=seed)
     guided = TestGuided(visible, strategy="best-of-n", prompt=prompt, n=n, timeout=timeout, progress=False)
     spent0 = sampler.tokens
     hyps = sampler.sample(prompt, n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
