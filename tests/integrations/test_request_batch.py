@@ -55,6 +55,8 @@ def test_parse_kinds_and_sharing():
 @pytest.mark.parametrize("args, error, words", [
     ({"trellis_grammar": "start: foo"}, GrammarError, "<grammar>:1:8"),
     ({"trellis_grammar": "/etc/passwd"}, GrammarError, "<grammar>:1:1"),  # never opened as a file
+    ({"trellis_grammar": "%import .secret (SECRET)\nstart: SECRET"}, RequestSpecError, "never files"),
+    ({"trellis_grammar": "%import secret (SECRET)\nstart: SECRET"}, RequestSpecError, "never files"),
     ({"trellis_gbnf": "root ::= b"}, GrammarError, "undefined rule 'b'"),
     ({"trellis_schema": {"type": "strin"}}, SchemaError, "/type"),
     ({"trellis_schema": "{nope"}, RequestSpecError, "invalid JSON"),
@@ -73,6 +75,14 @@ def test_bad_arguments_are_typed_errors(args, error, words):
         request_spec.check(request_spec.parse(args))
     assert words in str(e.value)
     assert isinstance(e.value, ValueError)  # what vLLM turns into an HTTP 400
+
+
+def test_bundled_imports_still_work(tmp_path, monkeypatch):
+    (tmp_path / "secret.lark").write_text('SECRET: "x"\n')
+    monkeypatch.chdir(tmp_path)  # where Lark would find a relative import
+    request_spec.check(request_spec.parse({"trellis_grammar": "%import common.WORD\nstart: WORD"}))
+    with pytest.raises(RequestSpecError):
+        request_spec.check(request_spec.parse({"trellis_grammar": "  %import .secret (SECRET)\nstart: SECRET"}))
 
 
 def test_whitespace_and_parallel_options():

@@ -19,8 +19,9 @@ lists of them). The keys, all optional, at most one of the first five per reques
 ==============================  =================================================================
 
 Other ``trellis_*`` keys are refused by name (a typo must not silently unconstrain a request); keys
-without the prefix belong to others and are ignored. A grammar string is never read as a file
-path: a client of a server must not make it open files (a shipped name or grammar text only).
+without the prefix belong to others and are ignored. A client of a server must not make it open
+files: a grammar string is never read as a path (a shipped name or grammar text only), and its
+``%import``s may name only Lark's bundled grammars (``common.WORD``), never relative files.
 
 ``parse(extra_args)`` returns a ``RequestSpec`` (hashable: equal specs share one compiled
 constraint) or ``None``; ``check(spec)`` raises the ``GrammarError``/``SchemaError``/``ValueError``
@@ -31,6 +32,7 @@ before accepting a request); ``build(spec, vocab)`` compiles it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -128,6 +130,20 @@ def parse(extra_args: Mapping[str, Any] | None) -> RequestSpec | None:
     return RequestSpec(kind, text, tool_choice=choice, parallel=parallel, whitespace=whitespace)
 
 
+_IMPORT = re.compile(r"^[ \t]*%import[ \t]+(\.*)([\w.]*)", re.M)
+LARK_BUNDLED = ("common", "unicode", "python", "lark")  # the grammars inside the lark package
+
+
+def _refuse_file_imports(text: str) -> None:
+    """A request's Lark text may import only Lark's bundled grammars: a relative ``%import``
+    would make the server read ``.lark`` files of its own on a client's behalf."""
+    for m in _IMPORT.finditer(text):
+        dots, name = m.group(1), m.group(2)
+        if dots or name.split(".")[0] not in LARK_BUNDLED:
+            raise RequestSpecError(f"trellis_grammar: %import {dots}{name} refused: a request grammar may import "
+                                   f"only Lark's bundled grammars ({', '.join(LARK_BUNDLED)}), never files")
+
+
 def _grammar(spec: RequestSpec) -> Any:
     """The trellis grammar object of a grammar/gbnf/schema/regex spec (no vocabulary needed)."""
     from trellis.constrain.compile import GRAMMAR_DIR, load_grammar_text, shipped_grammars
@@ -148,6 +164,7 @@ def _grammar(spec: RequestSpec) -> Any:
         if "\n" not in name and candidate in shipped:
             text, source = load_grammar_text(candidate)
             return Gbnf(text, source=source) if source.endswith(".gbnf") else str(GRAMMAR_DIR / candidate)
+    _refuse_file_imports(spec.text)
     return spec.text if "\n" in spec.text else spec.text + "\n"  # one line is text, never a path
 
 
