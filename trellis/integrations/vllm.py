@@ -26,6 +26,12 @@ per-request keys (grammar, GBNF, schema, regex, tools) are those of
   ``request_spec.check``), so a bad request gets an HTTP 400 with trellis' message online and a
   ``ValueError`` offline, and never reaches the engine.
 
+Known limits: a request's constraint is compiled inside the engine step that adds it (typically
+1-10 ms with the default engine; the per-vocabulary tables are built at engine start), so a
+grammar or schema that takes long to compile holds up that step for every request in the batch:
+no compile time limit is enforced yet; ``validate_params`` checks the grammar in the front end,
+which costs the front end the same parse.
+
 Composes with continuous batching, prefix caching, chunked prefill, preemption, ``n > 1``,
 sampling parameters (penalties, temperature, top-k/top-p act on the masked logits), tensor and
 pipeline parallelism (the processor runs beside the sampler) and vLLM's own
