@@ -35,6 +35,8 @@ import time
 
 import torch
 
+from bench_vllm import prompt_of  # the same schema prompts as bench_vllm.py
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data"
 
@@ -59,13 +61,10 @@ def schemas(k: int) -> list[dict]:
 
 
 def problems(k: int) -> list[dict]:
-    he = [json.loads(x) for x in (DATA / "humaneval" / "HumanEval-dev.jsonl").read_text().splitlines() if x.strip()]
-    mb = [json.loads(x) for x in (DATA / "mbpp" / "mbpp-sanitized-dev.jsonl").read_text().splitlines() if x.strip()]
-    return he[:(k + 1) // 2] + mb[:k // 2]
+    """The first ceil(k/2) HumanEval and floor(k/2) MBPP dev problems (bench_codesearch's reader)."""
+    from bench_codesearch import problems as read
 
-
-def prompt_of(schema: dict) -> str:
-    return f"A JSON value valid under this JSON Schema:\n{json.dumps(schema, separators=(',', ':'))[:400]}\nJSON: "
+    return read("humaneval", (k + 1) // 2) + read("mbpp", k // 2)
 
 
 def valid(text: str, schema: dict) -> bool:

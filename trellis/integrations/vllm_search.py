@@ -55,7 +55,7 @@ class VLLMSampler:
     @property
     def logprobs_processed(self) -> bool:
         cfg = self.llm.llm_engine.vllm_config.model_config
-        return getattr(cfg, "logprobs_mode", "raw_logprobs") == "processed_logprobs"
+        return cfg.logprobs_mode == "processed_logprobs"
 
     def sample(self, prompt: str | Sequence[int], n: int, *, max_new_tokens: int, temperature: float = 1.0,
                top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
@@ -68,8 +68,9 @@ class VLLMSampler:
 
         if temperature <= 0:
             raise ValueError("best-of-n samples: it needs temperature > 0")
+        keep_logprobs = self.logprobs_processed  # raw ones are not the sampled distribution's: not asked for
         params = SamplingParams(n=n, temperature=temperature, top_k=top_k if top_k > 0 else -1, top_p=top_p,
-                                seed=seed, max_tokens=max_new_tokens, logprobs=0,
+                                seed=seed, max_tokens=max_new_tokens, logprobs=0 if keep_logprobs else None,
                                 extra_args=dict(extra_args) if extra_args else None, stop=list(stop))
         req = TokensPrompt(prompt_token_ids=list(prompt)) if not isinstance(prompt, str) else prompt
         t0 = time.perf_counter()
@@ -81,7 +82,7 @@ class VLLMSampler:
         for c in out.outputs:
             new = tuple(c.token_ids)
             self.tokens += len(new)
-            lp = sum(next(iter(d.values())).logprob for d in (c.logprobs or []) if d) if self.logprobs_processed else 0.0
+            lp = sum(next(iter(d.values())).logprob for d in (c.logprobs or []) if d) if keep_logprobs else 0.0
             hyps.append(Hypothesis(ids + new, len(ids), None, float(lp), c.finish_reason == "stop"))
         return hyps
 
@@ -121,8 +122,10 @@ def solve_best_of_n(sampler: VLLMSampler, prompt: str, tests: Any, *, held_out: 
     tok = sampler.llm.get_tokenizer()
     programs = [extract_program(prompt, tok.decode(h.new_tokens, skip_special_tokens=True)) for h in hyps]
     rewards = [guided.report(p).fraction for p in programs]
-    ranked, _ = BestOfN(n=n, scorer=lambda h: rewards[hyps.index(h)], early_stop=False).rank(hyps)
-    best = programs[hyps.index(ranked[0])]
+    program_of = {h.new_tokens: p for h, p in zip(hyps, programs)}
+    reward_of = {h.new_tokens: r for h, r in zip(hyps, rewards)}
+    ranked, _ = BestOfN(n=n, scorer=lambda h: reward_of[h.new_tokens], early_stop=False).rank(hyps)
+    best = program_of[ranked[0].new_tokens]
     tree = nx.DiGraph()
     tree.add_node(0, tokens=hyps[0].tokens[:hyps[0].prompt_len])
     for i, (h, r) in enumerate(zip(hyps, rewards), start=1):
