@@ -275,3 +275,23 @@ def test_cache_buffer_grows_and_commits_in_place_over_many_steps(tiny):
         if len(seq) % 5 == 0 or len(seq) > 190:
             assert (got - reference(tiny, seq)).abs().max().item() < TOL, len(seq)
     assert lm.cached_rows == [tuple(seq)]
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_gemma3])
+def test_a_batch_forwards_its_shared_prefix_once(make):
+    """N continuations of one prompt (best-of-N's first step, lockstep rollouts): the prompt is
+    forwarded once, in one row, and copied to every row; the logits equal plain recomputation."""
+    model = make()
+    prompt = list(range(3, 15))  # 12 tokens, past tiny_gemma3's 6-token window
+    prefixes = [prompt + [t] for t in (20, 21, 22, 23)]
+    for share, spent in ((True, 12 + 4), (False, 4 * 13)):
+        lm = HFLanguageModel(model)
+        lm.share_prefix = share
+        out = lm.logits(prefixes)
+        assert lm.stats.tokens_forwarded == spent
+        for row, p in zip(out, prefixes):
+            assert (row - reference(model, p)).abs().max().item() < TOL
+        # a batch the cache already holds the shared part of forwards only the new tokens
+        before = lm.stats.tokens_forwarded
+        lm.logits([p + [30] for p in prefixes])
+        assert lm.stats.tokens_forwarded - before == 4

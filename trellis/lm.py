@@ -276,6 +276,9 @@ class HFLanguageModel:
             self._kernels = _kernels_for(model, kernel_rows)
         params_of_forward = inspect.signature(model.forward).parameters
         self._keep_arg = "logits_to_keep" in params_of_forward
+        # Forward a batch's shared prefix once (``_prefill_shared``); False re-reads it per row
+        # (the behaviour before 2026-11-26, kept for benchmarks that measure the difference).
+        self.share_prefix = True
         # Recent transformers (5.24 at least) call the KV cache argument and output field `cache`
         # (`past_key_values` warns, and goes in 5.40); older versions only know `past_key_values`.
         self._cache_kw = "cache" if "cache" in params_of_forward else "past_key_values"
@@ -402,6 +405,8 @@ class HFLanguageModel:
             if all(h is not None for h in hits):
                 self.stats.cache_hits += len(prefs)
                 return self._last[torch.tensor(hits)].float()
+        if self.share_prefix and len(prefs) > 1:
+            self._prefill_shared(prefs)
         c, used, past_pos = self._prepare(prefs, max_reuse=[len(p) - 1 for p in prefs])
         rest = [p[int(k):] for p, k in zip(prefs, used.tolist())]
         q = max(len(r) for r in rest)
@@ -420,6 +425,33 @@ class HFLanguageModel:
         self._rows = prefs
         self._last = logits
         return logits
+
+    def _prefill_shared(self, prefs: list[tuple[int, ...]]) -> None:
+        """Forward the tokens every prefix shares (up to each one's last token) ONCE, in one row,
+        when the cache does not hold them yet; ``_prepare`` then copies that row to every prefix.
+
+        Without it N samples of one prompt (best-of-N, lockstep rollouts, a batch of hypotheses
+        after a cache miss) each re-read the prompt: on Gemma 3 270M, best-of-8 on an MBPP prompt
+        spent 480 of its first 591 forward tokens re-reading a 60-token prompt 8 times
+        (2026-11-26, benchmarks/bench_codesearch.py --throughput)."""
+        first = prefs[0]
+        shared = min(len(p) for p in prefs) - 1
+        for p in prefs[1:]:
+            n = 0
+            while n < shared and p[n] == first[n]:
+                n += 1
+            shared = n
+        if shared < 2:
+            return
+        held = 0
+        for row in self._rows:
+            n = 0
+            m = min(shared, len(row))
+            while n < m and row[n] == first[n]:
+                n += 1
+            held = max(held, n)
+        if held < shared:
+            self._logits_batch([first[:shared]])
 
     def _prepare(self, prefs: list[tuple[int, ...]], *, max_reuse: Sequence[int]) -> tuple[int, Tensor, Tensor]:
         """Shape the cache into one row per prefix holding its first ``c`` columns; returns ``c``,

@@ -48,18 +48,24 @@ from trellis.codegen.suite import TestSuite, parse_tests, split_tests
 from trellis.codegen.syntax import LinePosition, check_prefix, extract_program, scan_function
 from trellis.decoder import Decoder, Hypothesis
 from trellis.lm import LanguageModel
+from trellis.lm_proxy import LMProxy
 from trellis.search.base import Strategy
 from trellis.search.best_of_n import BestOfN
 from trellis.search.entropy import EntropyGate
 from trellis.search.greedy import Greedy
 from trellis.search.mcts import MCTS
 from trellis.search.tree import SearchResult, TreeRecorder, path_tree
+from trellis.speculate.base import Speculative
+from trellis.speculate.drafters import PromptLookup
+from trellis.speculate.verify import GreedyVerifier
 from trellis.tokens import TokenTree, Vocabulary
 
-__all__ = ["SEARCHES", "Solution", "TestGuided", "solve"]
+__all__ = ["SEARCHES", "Rewarded", "Solution", "TestGuided", "solve"]
 
 SearchName = Literal["mcts", "best-of-n", "entropy-gate", "greedy"]
 SEARCHES: tuple[str, ...] = ("mcts", "best-of-n", "entropy-gate", "greedy")
+RolloutName = Literal["greedy", "speculative"]
+ROLLOUTS: tuple[str, ...] = ("greedy", "speculative")
 _NEG_INF = float("-inf")
 
 
@@ -94,7 +100,7 @@ class _SearchStopped(Exception):
     programs rewarded so far; it never escapes to the caller."""
 
 
-class _CodeLM:
+class _CodeLM(LMProxy):
     """The language-model proxy of one test-guided search (see the module docstring). Counts the
     forward tokens it lets through and remembers which prefixes it ended or pruned.
 
@@ -109,8 +115,8 @@ class _CodeLM:
     def __init__(self, lm: LanguageModel, vocab: Vocabulary, prompt: str, base: int, *, prune_top: int,
                  max_checks: int, budget_tokens: int | None, budget_seconds: float | None,
                  on_forward: Callable[[], None] | None = None) -> None:
-        self.lm, self.vocab, self.prompt, self.base = lm, vocab, prompt, base
-        self.vocab_size = lm.vocab_size
+        super().__init__(lm)
+        self.vocab, self.prompt, self.base = vocab, prompt, base
         self.prune_top, self.max_checks = prune_top, max_checks
         self.budget_tokens, self.budget_seconds = budget_tokens, budget_seconds
         self.on_forward = on_forward
@@ -118,24 +124,11 @@ class _CodeLM:
         self.ends_at_start, self.ends_at_line_end = _end_masks(vocab, self.vocab_size)
         self.any_at_start, self.any_at_line_end = bool(self.ends_at_start.any()), bool(self.ends_at_line_end.any())
         self.t0 = time.monotonic()
-        self.rows_forwarded = 0
         self.exhausted = False  # a forward was refused for the budget: the search must wind down
-        stats = getattr(lm, "stats", None)
-        self._tokens0 = stats.tokens_forwarded if stats is not None else None
+        self._tree_forwarded = False  # the last tree_logits reached the model: commit goes through
         self._state: dict[tuple[int, ...], tuple[str, LinePosition]] = {}
         self.ended: set[tuple[int, ...]] = set()  # generated-token paths whose last token ended the function
         self.dead: dict[tuple[int, ...], str] = {}  # generated-token path -> syntax error (pruned)
-
-    @property
-    def stats(self) -> Any:
-        return getattr(self.lm, "stats", None)  # MCTS reads the LM's counters for its budget
-
-    def spent(self) -> int:
-        """Forward tokens since this proxy was made (``lm.stats``), else prefixes sent to the LM."""
-        stats = self.stats
-        if stats is not None and self._tokens0 is not None:
-            return stats.tokens_forwarded - self._tokens0
-        return self.rows_forwarded
 
     def over_budget(self) -> bool:
         return (self.exhausted or (self.budget_tokens is not None and self.spent() >= self.budget_tokens)
@@ -244,8 +237,8 @@ class _CodeLM:
         keys = [tuple(int(t) for t in p) for p in prefixes]
         kinds = self._kinds(keys)
         need = [k for k, (kind, _) in zip(keys, kinds) if kind == "open"]
-        out = self.lm.logits(need) if need else None  # [M, V]
-        self.rows_forwarded += len(need)
+        self._tree_forwarded = False
+        out = super().logits(need) if need else None  # [M, V]
         if need and self.on_forward is not None:
             self.on_forward()
         rows, j = [], 0
@@ -264,13 +257,20 @@ class _CodeLM:
         keys = [base] + [base + tuple(toks[j] for j in tree.path_to(i)) for i in range(len(tree))]
         kinds = self._kinds(keys)
         # the budget is judged before the forward (all N+1 rows come from one pass)
-        out = self.lm.tree_logits(prefix, tree) if any(kind == "open" for kind, _ in kinds) else None  # [N+1, V]
+        out = super().tree_logits(prefix, tree) if any(kind == "open" for kind, _ in kinds) else None  # [N+1, V]
+        self._tree_forwarded = out is not None
         if out is not None:
-            self.rows_forwarded += len(tree) + 1
             if self.on_forward is not None:
                 self.on_forward()
         return torch.stack([self._open_row(out[i], key, pos) if kind == "open" and out is not None
                             else self._forced(kind, out) for i, (key, (kind, pos)) in enumerate(zip(keys, kinds))])
+
+    def commit(self, path: Sequence[int]) -> None:
+        """Forwarded only when the last tree reached the model (a tree whose rows were all forced
+        by the budget or by syntax never did, and there is nothing to keep)."""
+        if self._tree_forwarded:
+            self._tree_forwarded = False
+            super().commit(path)
 
 
 class _Progress:
@@ -344,6 +344,11 @@ class TestGuided:
     greedy, ``n`` for best-of-N). The time budget can be overshot by one forward plus one program
     run (``timeout``).
 
+    ``rollout`` (MCTS): "greedy" rollouts, advanced ``lockstep`` at a time (``MCTS.lockstep``: the
+    rollouts the search will likely ask for next share each forward), or "speculative": each
+    rollout drafted by prompt lookup and verified greedily, several tokens per forward
+    (``Speculative``). Both return the programs greedy rollouts return, in the same tree.
+
     ``progress``: a tqdm bar on stderr (from 1 s on; removed at the end) with the programs run, the
     best visible pass count and the tokens spent.
     """
@@ -365,6 +370,8 @@ class TestGuided:
     timeout: float = 5.0
     memory_mb: int = 512
     early_exit: bool = True
+    rollout: RolloutName = "greedy"
+    lockstep: int = 1
     progress: bool = field(default=True, compare=False)
     generator: torch.Generator | None = field(default=None, compare=False)
     reports: dict[str, TestReport] = field(default_factory=dict, compare=False, repr=False)
@@ -376,6 +383,8 @@ class TestGuided:
             object.__setattr__(self, "tests", replace(self.tests, entry_point=self.entry_point))
         if isinstance(self.strategy, str) and self.strategy not in SEARCHES:
             raise ValueError(f"unknown strategy {self.strategy!r}; one of {', '.join(SEARCHES)} or a Strategy")
+        if self.rollout not in ROLLOUTS:
+            raise ValueError(f"unknown rollout {self.rollout!r}; one of {', '.join(ROLLOUTS)}")
         if self.budget_tokens is not None and self.budget_tokens < 0:
             raise ValueError(f"budget_tokens must be >= 0, got {self.budget_tokens}")
 
@@ -402,8 +411,14 @@ class TestGuided:
     def _inner(self, reward: Callable[[Hypothesis], float]) -> Strategy:
         s = self.strategy
         if s == "mcts":
+            if self.rollout == "speculative":
+                # greedy verification whatever the decoder's temperature: the rollout stays the
+                # argmax path, so the sequence cache stays exact
+                spec = Speculative(PromptLookup(), verifier=GreedyVerifier())
+                return MCTS(reward=reward, k=self.k, max_rollouts=self.max_rollouts, budget_tokens=self.budget_tokens,
+                            max_seconds=self.budget_seconds, rollout=spec, sequence_cache=True)
             return MCTS(reward=reward, k=self.k, max_rollouts=self.max_rollouts, budget_tokens=self.budget_tokens,
-                        max_seconds=self.budget_seconds)
+                        max_seconds=self.budget_seconds, lockstep=self.lockstep)
         if s == "best-of-n":
             return BestOfN(n=self.n, scorer=reward, early_stop=False, generator=self.generator)
         if s == "entropy-gate":
@@ -442,8 +457,9 @@ class TestGuided:
 
     # ------------------------------------------------------------------ the strategy
     def search_code(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
-                    recorder: TreeRecorder | None = None) -> tuple[SearchResult, _CodeLM]:
-        """``search`` plus the LM proxy (its ``spent()`` tokens, ``ended`` and ``dead`` prefixes)."""
+                    recorder: TreeRecorder | None = None) -> tuple[SearchResult, _CodeLM, list[Rewarded]]:
+        """``search`` plus the LM proxy (its ``spent()`` tokens, ``ended`` and ``dead`` prefixes) and
+        every reward the inner search asked for, in order (``Rewarded``)."""
         if decoder.vocab is None or not decoder.vocab.eos:
             raise ValueError("TestGuided needs a vocabulary with an EOS token")
         if self.strategy == "best-of-n" and decoder.temperature == 0:
@@ -455,6 +471,8 @@ class TestGuided:
                           budget_seconds=self.budget_seconds, on_forward=lambda: bar.forward(code_lm.spent()))
         dec = replace(decoder, lm=code_lm)
         rewarded: dict[tuple[int, ...], tuple[float, Hypothesis]] = {}  # closed hypothesis -> (reward, it)
+        asked: list[Rewarded] = []
+        t_start = time.monotonic()
 
         def score(h: Hypothesis) -> tuple[float, Hypothesis]:
             closed = self._close(dec, code_lm, root, h)
@@ -470,7 +488,9 @@ class TestGuided:
         stoppable = False
 
         def reward(h: Hypothesis) -> float:
-            r = score(h)[0]
+            r, closed = score(h)
+            asked.append(Rewarded(self.program(dec, closed, prompt), r, code_lm.spent(),
+                                  time.monotonic() - t_start, closed.logprob))
             if stoppable and ((self.early_exit and r == 1.0) or code_lm.over_budget()):
                 raise _SearchStopped  # MCTS has no stop hook: it would iterate on to max_rollouts
             return r
@@ -506,7 +526,7 @@ class TestGuided:
                     tree.nodes[node].pop("returned", None)
                 rec.result(ranked, scores)
             _annotate(tree, code_lm, {h.tokens[len(root.tokens):]: r for h, r in zip(ranked, scores)})
-        return SearchResult(tuple(ranked), tuple(scores), tree), code_lm
+        return SearchResult(tuple(ranked), tuple(scores), tree), code_lm, asked
 
     def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                recorder: TreeRecorder | None = None) -> SearchResult:
@@ -552,13 +572,28 @@ def _annotate(tree: nx.DiGraph, code_lm: _CodeLM, rewards: dict[tuple[int, ...],
 
 
 @dataclass(frozen=True)
+class Rewarded:
+    """One reward a search asked for: the program, its visible-test reward, the forward tokens and
+    seconds the search had spent when it asked, and the hypothesis' log-prob."""
+
+    program: str
+    reward: float
+    tokens: int
+    seconds: float
+    logprob: float
+
+
+@dataclass(frozen=True)
 class Solution:
     """What ``solve`` found. ``program``: the best program (prompt + completion, cut at the end of
     the function); ``visible``: its report on the visible tests (the reward); ``held_out``: on the
     held-out tests (``None`` when there were none); ``tokens``: forward tokens spent (the LM's
     ``stats.tokens_forwarded`` delta, else prefixes evaluated; how far it can exceed ``budget_tokens``:
     ``TestGuided``); ``programs``: distinct programs run;
-    ``pruned``: token choices cut by syntax pruning; ``tree``: the explored search tree."""
+    ``pruned``: token choices cut by syntax pruning; ``tree``: the explored search tree;
+    ``rewarded``: every reward the search asked for, in order (MCTS: one per distinct rollout, as
+    it finished; best-of-N: one per sample, in drawing order; greedy and EntropyGate ask none), so
+    a caller can read what a smaller budget would have returned."""
 
     program: str
     completion: str
@@ -570,6 +605,7 @@ class Solution:
     pruned: int
     strategy: str
     tree: nx.DiGraph = field(repr=False)
+    rewarded: tuple[Rewarded, ...] = field(default=(), repr=False)
 
     @property
     def passed(self) -> bool:
@@ -608,7 +644,8 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
           held_out: str | Sequence[str] | TestSuite | None = None, visible_fraction: float = 0.5,
           budget_tokens: int | None = None, budget_seconds: float | None = None, max_new_tokens: int = 256,
           temperature: float = 1.0, n: int = 8, k: int = 3, threshold: float = 1.0, seed: int = 0,
-          timeout: float = 5.0, prune_top: int = 8, early_exit: bool = True, progress: bool = True) -> Solution:
+          timeout: float = 5.0, prune_top: int = 8, early_exit: bool = True, rollout: RolloutName = "greedy",
+          lockstep: int = 1, progress: bool = True) -> Solution:
     """Generate a program for ``prompt`` (a function header + docstring, or token ids for a model
     without a tokenizer) guided by ``tests``.
 
@@ -618,8 +655,8 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
     see ``TestGuided``; ``temperature`` shapes the distribution the searches sample / expand from
     (greedy and MCTS rollouts take its argmax, which temperature does not move). ``seed`` seeds the
     split and best-of-N's sampling. ``budget_tokens`` / ``budget_seconds`` (how far they can be
-    overshot), ``early_exit`` (MCTS stops at the first program passing every visible test) and
-    ``progress`` (a tqdm bar on stderr after 1 s: programs run, best visible pass count, tokens):
+    overshot), ``early_exit`` (MCTS stops at the first program passing every visible test),
+    ``rollout`` and ``lockstep`` (how MCTS computes its rollouts) and ``progress`` (a tqdm bar on stderr after 1 s: programs run, best visible pass count, tokens):
     see ``TestGuided``.
     """
     from trellis.generate import language_model
@@ -643,10 +680,11 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
     gen = torch.Generator().manual_seed(seed)
     guided = TestGuided(visible, strategy=strategy, prompt=text, n=n, k=k, threshold=threshold,
                         budget_tokens=budget_tokens, budget_seconds=budget_seconds, prune_top=prune_top,
-                        timeout=timeout, early_exit=early_exit, progress=progress, generator=gen)
+                        timeout=timeout, early_exit=early_exit, rollout=rollout, lockstep=lockstep,
+                        progress=progress, generator=gen)
     decoder = Decoder(language_model(handle.model), temperature=temperature, vocab=vocab)
     root = decoder.start(ids)
-    res, code_lm = guided.search_code(decoder, root, max_new_tokens=max_new_tokens)
+    res, code_lm, asked = guided.search_code(decoder, root, max_new_tokens=max_new_tokens)
     best = res.hypotheses[0]
     program = guided.program(decoder, best, text)
     report = guided.report(program)
@@ -655,4 +693,4 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
     return Solution(program=program, completion=program[len(text):] if program.startswith(text) else program,
                     visible=report, held_out=hidden_report, tokens=code_lm.spent(),
                     seconds=time.monotonic() - t0, programs=len(guided.reports), pruned=len(code_lm.dead),
-                    strategy=name, tree=res.tree)
+                    strategy=name, tree=res.tree, rewarded=tuple(asked))

@@ -35,14 +35,18 @@ class BatchStrategy(Strategy, Protocol):
         ...
 
 
-def lockstep(decoder: Decoder, roots: Sequence[Hypothesis], max_new_tokens: int,
+def lockstep(decoder: Decoder, roots: Sequence[Hypothesis], max_new_tokens: int | Sequence[int],
              choose: Callable[[Tensor], list[int]]) -> list[Hypothesis]:
-    """Grow every root until it finishes, dead-ends or spends ``max_new_tokens``: each step is one
-    ``decoder.log_probs`` over the live rows (one forward); ``choose`` maps their [B, V] log-probs
-    to one token per row."""
+    """Grow every root until it finishes, dead-ends or spends ``max_new_tokens`` (one count for all
+    roots, or one per root): each step is one ``decoder.log_probs`` over the live rows (one
+    forward); ``choose`` maps their [B, V] log-probs to one token per row."""
     hyps = list(roots)
-    live = [i for i, h in enumerate(hyps) if not h.finished]
-    for _ in range(max_new_tokens):
+    limits = [max_new_tokens] * len(hyps) if isinstance(max_new_tokens, int) else [int(m) for m in max_new_tokens]
+    if len(limits) != len(hyps):
+        raise ValueError(f"{len(limits)} token limits for {len(hyps)} roots")
+    live = [i for i, h in enumerate(hyps) if not h.finished and limits[i] > 0]
+    for step in range(max(limits, default=0)):
+        live = [i for i in live if step < limits[i]]
         if not live:
             break
         lp = decoder.log_probs([hyps[i] for i in live])  # [B, V]

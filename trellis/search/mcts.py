@@ -31,47 +31,44 @@ from torch import Tensor
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.lm import LanguageModel
+from trellis.lm_proxy import LMProxy
 from trellis.search.base import Strategy
+from trellis.search.base import lockstep as advance_in_lockstep
 from trellis.search.greedy import Greedy
 from trellis.search.sample import Sample
 from trellis.search.tree import Searching, SearchResult, TreeRecorder
 from trellis.tokens import TokenTree
 
 
-class _MemoLM:
+class _MemoLM(LMProxy):
     """The tree cache: a LanguageModel that remembers the logits row of every prefix it served
-    (least recently used rows dropped beyond ``max_bytes``), and meters the compute it passed on."""
+    (least recently used rows dropped beyond ``max_bytes``), and meters the compute it passed on
+    (``LMProxy.spent``). A speculative rollout's tree rows are remembered for the chain it commits:
+    exactly the prefixes a one-token-at-a-time rollout would have left here."""
 
     def __init__(self, lm: LanguageModel, max_bytes: int) -> None:
-        self.lm, self.max_bytes = lm, max_bytes
-        self.vocab_size = lm.vocab_size
+        super().__init__(lm)
+        self.max_bytes = max_bytes
         self.rows: OrderedDict[tuple[int, ...], Tensor] = OrderedDict()
-        self.rows_forwarded = 0  # prefixes actually sent to the LM
-        stats = getattr(lm, "stats", None)
-        self._tokens0 = stats.tokens_forwarded if stats is not None else None
+        self._tree: tuple[tuple[int, ...], TokenTree, Tensor] | None = None  # last tree_logits, until commit
 
-    def spent(self) -> int:
-        """Forward tokens spent so far: the LM's ``stats.tokens_forwarded`` when it has counters,
-        else the number of prefixes sent to it."""
-        stats = getattr(self.lm, "stats", None)
-        if stats is not None and self._tokens0 is not None:
-            return stats.tokens_forwarded - self._tokens0
-        return self.rows_forwarded
+    def _remember(self, key: tuple[int, ...], row: Tensor) -> None:
+        self.rows[key] = row.clone()
+        self.rows.move_to_end(key)
+        limit = max(1, self.max_bytes // max(1, row.shape[-1] * row.element_size()))
+        while len(self.rows) > limit:
+            self.rows.popitem(last=False)
 
     def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        self._tree = None
         keys = [tuple(int(t) for t in p) for p in prefixes]
         missing = list(dict.fromkeys(k for k in keys if k not in self.rows))
+        got: dict[tuple[int, ...], Tensor] = {}
         if missing:
-            out = self.lm.logits(missing)  # [M, V]
-            self.rows_forwarded += len(missing)
-            limit = max(1, self.max_bytes // max(1, out.shape[-1] * out.element_size()))
+            out = super().logits(missing)  # [M, V]
             for k, row in zip(missing, out):
-                self.rows[k] = row.clone()
-                while len(self.rows) > limit:
-                    self.rows.popitem(last=False)
+                self._remember(k, row)
             got = {k: out[i] for i, k in enumerate(missing)}
-        else:
-            got = {}
         rows = []
         for k in keys:
             if k in got:
@@ -82,8 +79,21 @@ class _MemoLM:
         return torch.stack(rows)  # [B, V]
 
     def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
-        self.rows_forwarded += len(tree) + 1
-        return self.lm.tree_logits(prefix, tree)
+        out = super().tree_logits(prefix, tree)  # [N+1, V]
+        self._tree = (tuple(int(t) for t in prefix), tree, out)
+        return out
+
+    def commit(self, path: Sequence[int]) -> None:
+        if self._tree is not None:
+            prefix, tree, out = self._tree
+            toks = tree.tokens.tolist()
+            key = prefix
+            self._remember(key, out[0])
+            for i in path:
+                key = key + (toks[i],)
+                self._remember(key, out[i + 1])
+            self._tree = None
+        super().commit(path)
 
 
 class _Node:
@@ -110,6 +120,18 @@ class MCTS(Searching):
     "max" (PG-TD) or "mean". ``sequence_cache``: reuse rollouts along earlier results (None = on
     for greedy rollouts, for which it is exact). ``memo_bytes``: size of the logits tree cache.
     ``SearchResult.scores`` are the rewards.
+
+    ``lockstep``: with argmax rollouts (``Greedy``, or ``Sample`` at temperature 0), a rollout that
+    has to be computed is advanced together with up to ``lockstep - 1`` rollouts the search is
+    likely to ask for next (the expanded node's other children, then its unvisited siblings), one
+    batched forward per step; those results wait until a later iteration evaluates that node. The
+    tree and the programs are those of one-at-a-time rollouts (a greedy rollout depends only on its
+    start), and so is every budget check, but a token budget also pays for rollouts prefetched and
+    never asked for: on Gemma 3 270M code search (2-core CPU, 800-token budgets, 2026-11-26) lockstep
+    4 ran 1.7-2.6x the forward tokens per second of one-at-a-time rollouts but finished fewer
+    distinct programs per budget (3 vs 8, 2 vs 4), because most prefetched siblings were never
+    visited (benchmarks/bench_codesearch.py --throughput). Hence the default 1 (one rollout at a
+    time); speculative rollouts (``rollout=Speculative(...)``) pay where this does not.
     """
 
     reward: Callable[[Hypothesis], float]
@@ -123,16 +145,20 @@ class MCTS(Searching):
     backup: Literal["max", "mean"] = "max"
     sequence_cache: bool | None = None
     memo_bytes: int = 256 << 20
+    lockstep: int = 1
 
     def __post_init__(self) -> None:
-        if self.k < 1 or self.max_rollouts < 1:
-            raise ValueError("k and max_rollouts must be >= 1")
+        if self.k < 1 or self.max_rollouts < 1 or self.lockstep < 1:
+            raise ValueError("k, max_rollouts and lockstep must be >= 1")
         if self.backup not in ("max", "mean"):
             raise ValueError(f"backup must be 'max' or 'mean', got {self.backup!r}")
 
     def _greedy_rollout(self, decoder: Decoder) -> bool:
         if self.sequence_cache is not None:
             return self.sequence_cache
+        return isinstance(self.rollout, Greedy) or (isinstance(self.rollout, Sample) and decoder.temperature == 0)
+
+    def _argmax_rollout(self, decoder: Decoder) -> bool:
         return isinstance(self.rollout, Greedy) or (isinstance(self.rollout, Sample) and decoder.temperature == 0)
 
     def _p_ucb(self, parent: _Node, child: _Node) -> float:
@@ -146,20 +172,41 @@ class MCTS(Searching):
         dec = replace(decoder, lm=memo)
         base = len(root.tokens)
         greedy_cache = self._greedy_rollout(decoder)
+        batching = self.lockstep > 1 and greedy_cache and self._argmax_rollout(decoder)
         seq_cache: dict[tuple[int, ...], Hypothesis] = {}
+        prefetched: dict[tuple[int, ...], Hypothesis] = {}  # rollouts computed ahead, by start prefix
         rewards: dict[tuple[int, ...], tuple[float, Hypothesis]] = {}
         t0 = time.monotonic()
 
         def terminal(h: Hypothesis) -> bool:
             return h.finished or len(h.tokens) - base >= max_new_tokens
 
-        def evaluate(h: Hypothesis) -> float:
+        def roll(h: Hypothesis, peers: Sequence[Hypothesis]) -> Hypothesis:
+            y = prefetched.pop(h.tokens, None)
+            if y is not None:
+                return y
+            if not batching:
+                return self.rollout(dec, h, max_new_tokens=max_new_tokens - (len(h.tokens) - base))[0]
+            starts = [h]
+            for p in peers:
+                if len(starts) >= self.lockstep:
+                    break
+                if not terminal(p) and p.tokens not in seq_cache and p.tokens not in prefetched \
+                        and all(p.tokens != s.tokens for s in starts):
+                    starts.append(p)
+            ys = advance_in_lockstep(dec, starts, [max_new_tokens - (len(s.tokens) - base) for s in starts],
+                          lambda lp: lp.argmax(-1).tolist())
+            for s, y in zip(starts[1:], ys[1:]):
+                prefetched[s.tokens] = y
+            return ys[0]
+
+        def evaluate(h: Hypothesis, peers: Sequence[Hypothesis] = ()) -> float:
             if terminal(h):
                 y = h
             else:
                 y = seq_cache.get(h.tokens)
                 if y is None:
-                    y = self.rollout(dec, h, max_new_tokens=max_new_tokens - (len(h.tokens) - base))[0]
+                    y = roll(h, peers)
                     if greedy_cache:
                         for n in range(len(h.tokens), len(y.tokens)):
                             seq_cache.setdefault(y.tokens[:n], y)
@@ -196,8 +243,16 @@ class MCTS(Searching):
                     child = dec.extend(node.hyp, t, v)
                     node.children.append(_Node(child, math.exp(v)))
                     rec.add(child, logprob=v, prior=math.exp(v))
-            # evaluation and backup
-            r = evaluate(node.hyp)
+            # evaluation and backup; the rollouts likeliest to be asked for next may share its forwards:
+            # the node's other children (its first child's rollout is a suffix of its own), then its
+            # unvisited siblings
+            peers: list[Hypothesis] = []
+            if batching:
+                peers = [ch.hyp for ch in (node.children or [])[1:]]
+                if len(path) > 1:
+                    peers += [ch.hyp for ch in path[-2].children or [] if ch is not node and ch.visits == 0
+                              and ch.children is None]
+            r = evaluate(node.hyp, peers)
             for n in path:
                 n.visits += 1
                 n.total += r

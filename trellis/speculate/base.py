@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from trellis.decoder import Decoder, Hypothesis
+from trellis.lm_proxy import Committing
 from trellis.sampling import log_softmax
 from trellis.search.base import run_steps
 from trellis.speculate.budget import DraftBudget
@@ -190,9 +191,8 @@ class Speculative:
             if not torch.isfinite(target[0]).any():
                 return  # the constraint allows nothing here
             path, nxt = verify(target, draft, self.generator)
-            commit = getattr(decoder.lm, "commit", None)
-            if commit is not None:
-                commit(path)
+            if isinstance(decoder.lm, Committing):
+                decoder.lm.commit(path)
             if isinstance(self.drafter, LearningDrafter):
                 self.drafter.observe(hyp, draft, logp, path)
             toks = draft.tree.tokens.tolist()

@@ -1,0 +1,87 @@
+"""Declared capabilities of a language model, and the one base for wrappers that sit in front of it.
+
+A ``LanguageModel`` only promises ``logits`` and ``tree_logits``. Two more capabilities are
+optional, and callers must know whether a model has them without probing for attributes:
+
+- ``Committing``: after ``tree_logits`` the model can keep the accepted chain of the tree in its
+  KV cache (``commit(path)``); speculative decoding calls it after every verification, so the next
+  round does not re-forward the tokens it just accepted.
+- ``Metered``: the model counts the compute it spends (``stats: LMStats``); search budgets in
+  forward tokens read it.
+
+Search strategies wrap the model for one search (MCTS's logits memo, codegen's test-guided proxy).
+A wrapper that forgot ``commit`` made every speculative rollout inside it re-forward its accepted
+path (issue 25). ``LMProxy`` forwards both capabilities and meters what passed through it, so a
+wrapper only writes what it changes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+from torch import Tensor
+
+from trellis.lm import LanguageModel, LMStats
+from trellis.tokens import TokenTree
+
+
+@runtime_checkable
+class Committing(Protocol):
+    """A model that can keep the accepted chain of its last ``tree_logits`` tree in its cache."""
+
+    def commit(self, path: Sequence[int]) -> None:
+        """Keep the root-to-node chain ``path`` (tree node indices) of the last tree; ``[]`` keeps
+        just its prefix."""
+        ...
+
+
+@runtime_checkable
+class Metered(Protocol):
+    """A model that counts its compute. ``stats`` is ``None`` when a wrapper's model has none."""
+
+    @property
+    def stats(self) -> LMStats | None: ...
+
+
+def lm_stats(lm: object) -> LMStats | None:
+    """The counters of ``lm`` (through any wrappers), or ``None`` when it keeps none."""
+    return lm.stats if isinstance(lm, Metered) else None
+
+
+class LMProxy:
+    """Base of language-model wrappers: forwards ``logits``, ``tree_logits``, ``commit`` and
+    ``stats`` to ``lm``, and meters what it passed on (``spent``).
+
+    ``commit`` is always present: on a model that is not ``Committing`` it does nothing, which is
+    what such a model needs (it keeps no tree to cut)."""
+
+    def __init__(self, lm: LanguageModel) -> None:
+        self.lm = lm
+        self.vocab_size = lm.vocab_size
+        self.rows_forwarded = 0  # prefixes (or tree rows) sent to ``lm`` through this proxy
+        stats = lm_stats(lm)
+        self._tokens0 = stats.tokens_forwarded if stats is not None else None
+
+    @property
+    def stats(self) -> LMStats | None:
+        return lm_stats(self.lm)
+
+    def spent(self) -> int:
+        """Forward tokens since this proxy was made: the model's ``stats.tokens_forwarded`` delta
+        when it is metered, else the prefixes (and tree rows) sent through this proxy."""
+        stats = self.stats
+        if stats is not None and self._tokens0 is not None:
+            return stats.tokens_forwarded - self._tokens0
+        return self.rows_forwarded
+
+    def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        self.rows_forwarded += len(prefixes)
+        return self.lm.logits(prefixes)
+
+    def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
+        self.rows_forwarded += len(tree) + 1
+        return self.lm.tree_logits(prefix, tree)
+
+    def commit(self, path: Sequence[int]) -> None:
+        if isinstance(self.lm, Committing):
+            self.lm.commit(path)
