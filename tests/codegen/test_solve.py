@@ -185,13 +185,15 @@ def test_a_prefix_that_still_dies_stops_the_search_on_it():
 def test_best_of_n_filters_samples_by_tests():
     lm, dec, root = setup()
     dec = Decoder(lm, vocab=vocab(), temperature=1.0)
-    g = guided("best-of-n", n=8, generator=torch.Generator().manual_seed(0))
+    # a sample passes the visible test with p = (e^2 + e^1) / (e^3 + e^2 + e^1) = 0.33, so none of 16
+    # does with p = 0.2% (of 8: 4%, which the seed of this test once drew)
+    g = guided("best-of-n", n=16, generator=torch.Generator().manual_seed(0))
     res = g.search(dec, root, max_new_tokens=12)
-    assert len(res.hypotheses) == 8 and res.scores[0] == 1.0
+    assert len(res.hypotheses) == 16 and res.scores[0] == 1.0
     # `x * 2` also passes the one visible test (inc(1) == 2): the held-out tests tell them apart
     assert g.program(dec, res.hypotheses[0]) in (PROMPT + "    return x + 1\n", PROMPT + "    return x * 2\n")
-    assert sum(s == 1.0 for s in res.scores) < 8
-    assert len(g.reports) <= 3  # at most three distinct programs among the 8 samples: run once each
+    assert sum(s == 1.0 for s in res.scores) < 16
+    assert len(g.reports) <= 3  # at most three distinct programs among the 16 samples: run once each
 
 
 def test_reports_are_cached_per_program(monkeypatch):
