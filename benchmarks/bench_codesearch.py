@@ -25,8 +25,9 @@ difference in pass rate (10,000 resamples of problems).
 
 ``--throughput N``: the rollout paths old and new on the first N problems at the same token
 budget: MCTS with one-at-a-time greedy rollouts and per-row prompt re-reads (the path before issue
-25) vs lockstep greedy rollouts vs speculative rollouts; best-of-8 with and without the shared
-prompt prefill. Reports forward tokens/s, distinct programs per minute, and whether the greedy
+25) vs lockstep greedy rollouts vs speculative rollouts (two drafters); best-of-8 (8 whole
+samples) the old way (prompt re-read per sample, torch.multinomial) and the new. Reports forward tokens/s, program tokens/s (the tokens of the programs rewarded), distinct
+programs per minute, and whether the greedy
 rollout paths returned the same programs.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/bench_codesearch.py --out results.json --plot curve.png
@@ -244,62 +245,85 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], methods: list[s
           + f"; whole run {total_s / 60:.1f} min")
 
 
-def throughput(args: argparse.Namespace, handle: Any, lm: Any) -> None:
-    """Old and new rollout paths on the same problems and budget (module docstring)."""
-    from trellis.codegen import parse_tests
-    from trellis.codegen.solve import solve
+def _multinomial_sample(log_probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """trellis.sampling.sample before 2026-11-26 (torch.multinomial), for the old best-of-8 path."""
+    return torch.multinomial(log_probs.float().exp(), 1, generator=generator).squeeze(-1)
 
+
+def throughput(args: argparse.Namespace, handle: Any, lm: Any) -> None:
+    """Old and new rollout paths on the same problems (module docstring). MCTS paths run under the
+    same token budget; best-of-8 paths draw their 8 whole samples (no budget: the old path's
+    prompt re-reads would eat most of one)."""
+    import trellis.search.best_of_n as best_of_n_module
+
+    sample_now = best_of_n_module.sample
+    from trellis.codegen import parse_tests
+    from trellis.codegen.solve import lookup_and_recycling_rollout, prompt_lookup_rollout, solve
+
+    vsize = lm.vocab_size
     paths = [
-        ("mcts", "old: one rollout at a time, prompt re-read per row", dict(strategy="mcts", lockstep=1), False),
-        ("mcts", "lockstep greedy rollouts", dict(strategy="mcts", lockstep=args.lockstep), True),
-        ("mcts", "speculative rollouts", dict(strategy="mcts", rollout="speculative"), True),
-        ("best-of-8", "old: prompt re-read per sample", dict(strategy="best-of-n"), False),
-        ("best-of-8", "shared prompt prefill", dict(strategy="best-of-n"), True),
+        ("mcts", "old: one rollout at a time, prompt re-read per row", lambda: dict(strategy="mcts"), False),
+        ("mcts", f"lockstep {args.lockstep} greedy rollouts", lambda: dict(strategy="mcts", lockstep=args.lockstep), True),
+        ("mcts", "speculative rollouts, prompt lookup",
+         lambda: dict(strategy="mcts", rollout=prompt_lookup_rollout(vsize)), True),
+        ("mcts", "speculative rollouts, prompt lookup + recycling",
+         lambda: dict(strategy="mcts", rollout=lookup_and_recycling_rollout(vsize)), True),
+        ("best-of-8", "old: prompt re-read per sample, torch.multinomial", lambda: dict(strategy="best-of-n"), False),
+        ("best-of-8", "shared prompt prefill, inverse-transform draw", lambda: dict(strategy="best-of-n"), True),
     ]
-    agg: dict[str, list[float]] = {label: [0.0, 0.0, 0.0] for _, label, _, _ in paths}
+    agg: dict[str, list[float]] = {label: [0.0, 0.0, 0.0, 0.0] for _, label, _, _ in paths}
     same: dict[str, list[bool]] = {}
     for prob in problems(args.problems, None)[: args.throughput]:
         suite = parse_tests(prob["test"], entry_point=prob["entry_point"])
-        ref = None
+        ref: list[str] | None = None
         for family, label, kw, share in paths:
             lm.reset()
             lm.share_prefix = share
+            old_draw = family == "best-of-8" and not share
+            if old_draw:
+                best_of_n_module.sample = _multinomial_sample  # type: ignore[assignment]
             t = time.perf_counter()
-            sol = solve(handle, prob["prompt"], suite, entry_point=prob["entry_point"], seed=args.seed,
-                        visible_fraction=args.visible_fraction, budget_tokens=args.throughput_budget,
-                        max_new_tokens=args.max_new_tokens, temperature=args.temperature, n=8, k=args.k,
-                        timeout=args.timeout, early_exit=False, progress=False, **kw)
+            try:
+                sol = solve(handle, prob["prompt"], suite, entry_point=prob["entry_point"], seed=args.seed,
+                            visible_fraction=args.visible_fraction,
+                            budget_tokens=args.throughput_budget if family == "mcts" else None,
+                            max_new_tokens=args.max_new_tokens, temperature=args.temperature, n=8, k=args.k,
+                            timeout=args.timeout, early_exit=False, progress=False, **kw())
+            finally:
+                best_of_n_module.sample = sample_now
             wall = time.perf_counter() - t
             programs = [r.program for r in sol.rewarded]
             a = agg[label]
             a[0] += sol.tokens
             a[1] += wall
             a[2] += len(set(programs))
+            a[3] += sum(r.new_tokens for r in sol.rewarded)
             if family == "mcts":
                 if ref is None:
                     ref = programs
                 else:
-                    # the same programs in the same order, up to the budget (prefetched rollouts
-                    # spend tokens, so a lockstep run may stop earlier)
-                    k = min(len(ref), len(programs))
+                    # the same programs in the same order; the last one of the shorter list may
+                    # be cut by the token budget at a different point, so it is not compared
+                    k = min(len(ref), len(programs)) - 1
                     same.setdefault(label, []).append(ref[:k] == programs[:k])
             print(f"  {prob['task_id']:<14} {label:<52} {sol.tokens:>6} tok {wall:6.1f} s "
                   f"{sol.tokens / wall:6.1f} fwd tok/s  {len(set(programs))} programs", flush=True)
     print()
-    print(f"Rollout throughput, {args.throughput} problems, budget {args.throughput_budget} forward tokens, "
-          f"{args.threads} threads")
+    print(f"Rollout throughput, {args.throughput} problems, MCTS budget {args.throughput_budget} forward tokens, "
+          f"best-of-8 unbudgeted, max_new_tokens {args.max_new_tokens}, {args.threads} threads")
     print()
-    print("| path | fwd tokens | wall s | fwd tokens/s | programs | programs/min | "
+    print("| path | fwd tokens | wall s | fwd tokens/s | program tokens/s | distinct programs | programs/min | "
           "same programs as one-at-a-time |")
-    print("|---|---|---|---|---|---|---|")
-    base: dict[str, float] = {}
+    print("|---|---|---|---|---|---|---|---|")
+    base: dict[str, tuple[float, float]] = {}
     for family, label, _, _ in paths:
-        tok, wall, progs = agg[label]
-        rate = tok / wall
-        base.setdefault(family, rate)
+        tok, wall, progs, gen = agg[label]
+        rate, grate = tok / wall, gen / wall
+        b = base.setdefault(family, (rate, grate))
         s = same.get(label)
-        print(f"| {family}: {label} | {tok:.0f} | {wall:.1f} | {rate:.1f} ({rate / base[family]:.2f}x) | {progs:.0f} | "
-              f"{60 * progs / wall:.2f} | {'' if s is None else f'{sum(s)}/{len(s)}'} |")
+        print(f"| {family}: {label} | {tok:.0f} | {wall:.1f} | {rate:.1f} ({rate / b[0]:.2f}x) | "
+              f"{grate:.1f} ({grate / b[1]:.2f}x) | {progs:.0f} | {60 * progs / wall:.2f} | "
+              f"{'' if s is None else f'{sum(s)}/{len(s)}'} |")
 
 
 def main() -> None:

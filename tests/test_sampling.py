@@ -73,3 +73,26 @@ def test_entropy():
     assert torch.allclose(entropy(uniform), torch.tensor([torch.log(torch.tensor(8.0))]))
     onehot = log_softmax(torch.tensor([[0.0, float("-inf")]]))
     assert entropy(onehot).item() == 0.0
+
+
+def test_draw_never_draws_a_zero_weight_and_keeps_a_wide_rows_tail():
+    """The inverse transform on a Gemma-sized row: zero weights are never drawn (also at the row's
+    ends, where a uniform of 0 or one rounded up to the total would land), [V] gives [1] like
+    torch.multinomial, and 50,000 tokens of 1e-6 weight beside one of weight 1 keep their 4.8%."""
+    from trellis.sampling import draw
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.zeros(4, 262144)
+    w[:, 7] = 1.0
+    w[:, -2] = 1.0  # the last column stays 0
+    got = draw(w, g).squeeze(-1)
+    assert set(got.tolist()) <= {7, 262142}
+    assert draw(w[0], g).shape == (1,)
+    tail = torch.zeros(20000, 262144 // 4)
+    tail[:, 0] = 1.0
+    tail[:, 1:50001] = 1e-6
+    share = (draw(tail, g).squeeze(-1) > 0).double().mean().item()
+    expected = 0.05 / 1.05
+    assert abs(share - expected) < 5 * (expected * (1 - expected) / 20000) ** 0.5, share
+    with pytest.raises(ValueError):
+        draw(torch.zeros(1, 5), g)

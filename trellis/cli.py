@@ -380,6 +380,8 @@ def _add_solve_parser(sub: Any) -> None:
     s.add_argument("--strategy", choices=SOLVE_STRATEGIES, default="mcts")
     s.add_argument("--budget-tokens", type=int, default=None, help="forward-token budget of the whole search")
     s.add_argument("--budget-seconds", type=float, default=None, help="wall-time budget of the whole search")
+    s.add_argument("--rollout", choices=("greedy", "speculative"), default="greedy",
+                   help="mcts: greedy rollouts, or the same rollouts drafted by prompt lookup and verified greedily")
     s.add_argument("--visible-fraction", type=float, default=0.5,
                    help="share of the asserts the search sees; the rest judge the result (1: all visible)")
     s.add_argument("--max-new-tokens", type=int, default=256)
@@ -411,7 +413,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                 visible_fraction=args.visible_fraction, budget_tokens=args.budget_tokens,
                 budget_seconds=args.budget_seconds, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                 n=args.num_samples, k=args.k, threshold=args.threshold, seed=args.seed, timeout=args.timeout,
-                progress=not args.quiet)
+                rollout=args.rollout, progress=not args.quiet)
     sys.stdout.write(sol.program)
     if args.tree_out:
         from trellis.viz import write_tree

@@ -97,6 +97,25 @@ def test_mcts_finds_the_passing_program_where_greedy_does_not():
     assert res2.scores[0] == 1.0
 
 
+@pytest.mark.parametrize("rollout", ["speculative", "recycling"])
+def test_speculative_rollouts_find_the_same_programs_in_the_same_tree(rollout):
+    """Issue 25: MCTS rollouts drafted and verified greedily (through the test-guided proxy, with
+    its function-end fold, syntax pruning and commit) return what greedy rollouts return."""
+    from trellis.codegen.solve import lookup_and_recycling_rollout
+
+    lm, dec, root = setup()
+    base = guided("mcts", max_rollouts=20, early_exit=False).search(dec, root, max_new_tokens=20)
+    drafter = "speculative" if rollout == "speculative" else lookup_and_recycling_rollout(lm.vocab_size)
+    fast = guided("mcts", max_rollouts=20, early_exit=False, rollout=drafter).search(dec, root, max_new_tokens=20)
+    assert [h.tokens for h in fast.hypotheses] == [h.tokens for h in base.hypotheses]
+    assert list(fast.scores) == list(base.scores)
+    assert sorted(fast.tree.edges()) == sorted(base.tree.edges())
+    with pytest.raises(ValueError, match="unknown rollout"):
+        guided("mcts", rollout="beam")
+    with pytest.raises(TypeError, match="rollout must be"):
+        guided("mcts", rollout=3)
+
+
 def test_generation_stops_at_the_end_of_the_function():
     lm, dec, root = setup()
     plain = Greedy()(dec, root, max_new_tokens=12)[0]
@@ -392,6 +411,9 @@ def test_cli_solve_prints_the_program_and_writes_the_tree(tmp_path, monkeypatch,
     rc = main(["solve", "--tests", str(tmp_path / "tests.py"), str(tmp_path / "prompt.py"), "--strategy", "greedy",
                "--max-new-tokens", "20", "-q"])
     assert rc == 1 and capsys.readouterr().out.endswith("return x - 1\n")
+    rc = main(["solve", "--tests", str(tmp_path / "tests.py"), str(tmp_path / "prompt.py"), "--strategy", "mcts",
+               "--rollout", "speculative", "--max-new-tokens", "20", "-q"])
+    assert rc == 0 and capsys.readouterr().out == PROMPT + "    return x + 1\n"
 
 
 @pytest.mark.model

@@ -55,8 +55,8 @@ from trellis.search.entropy import EntropyGate
 from trellis.search.greedy import Greedy
 from trellis.search.mcts import MCTS
 from trellis.search.tree import SearchResult, TreeRecorder, path_tree
-from trellis.speculate.base import Speculative
-from trellis.speculate.drafters import PromptLookup
+from trellis.speculate.base import Drafter, Speculative
+from trellis.speculate.drafters import Composite, PromptLookup, TokenRecycling
 from trellis.speculate.verify import GreedyVerifier
 from trellis.tokens import TokenTree, Vocabulary
 
@@ -66,6 +66,22 @@ SearchName = Literal["mcts", "best-of-n", "entropy-gate", "greedy"]
 SEARCHES: tuple[str, ...] = ("mcts", "best-of-n", "entropy-gate", "greedy")
 RolloutName = Literal["greedy", "speculative"]
 ROLLOUTS: tuple[str, ...] = ("greedy", "speculative")
+
+
+def prompt_lookup_rollout(vocab_size: int) -> Drafter:
+    """Prompt lookup: continuations of earlier occurrences of the last tokens in prompt + rollout."""
+    return PromptLookup()
+
+
+def lookup_and_recycling_rollout(vocab_size: int) -> Drafter:
+    """Prompt lookup merged with token recycling (its successor table learns from every
+    verification of the search, so later rollouts, which rewrite much of earlier ones, draft
+    deeper)."""
+    return Composite([PromptLookup(), TokenRecycling(vocab_size)])
+
+
+# The drafter of rollout="speculative" (benchmarks/bench_codesearch.py --throughput compares them)
+SPECULATIVE_ROLLOUT: Callable[[int], Drafter] = prompt_lookup_rollout
 _NEG_INF = float("-inf")
 
 
@@ -346,8 +362,10 @@ class TestGuided:
 
     ``rollout`` (MCTS): "greedy" rollouts, advanced ``lockstep`` at a time (``MCTS.lockstep``: the
     rollouts the search will likely ask for next share each forward), or "speculative": each
-    rollout drafted by prompt lookup and verified greedily, several tokens per forward
-    (``Speculative``). Both return the programs greedy rollouts return, in the same tree.
+    rollout drafted (``SPECULATIVE_ROLLOUT``) and verified greedily, several tokens per forward
+    (``Speculative``), or speculative rollouts drafted by the given ``Drafter`` (one instance for
+    every search: a learning drafter keeps learning). All return the programs greedy rollouts
+    return, in the same tree.
 
     ``progress``: a tqdm bar on stderr (from 1 s on; removed at the end) with the programs run, the
     best visible pass count and the tokens spent.
@@ -370,7 +388,7 @@ class TestGuided:
     timeout: float = 5.0
     memory_mb: int = 512
     early_exit: bool = True
-    rollout: RolloutName = "greedy"
+    rollout: RolloutName | Drafter = "greedy"
     lockstep: int = 1
     progress: bool = field(default=True, compare=False)
     generator: torch.Generator | None = field(default=None, compare=False)
@@ -383,8 +401,10 @@ class TestGuided:
             object.__setattr__(self, "tests", replace(self.tests, entry_point=self.entry_point))
         if isinstance(self.strategy, str) and self.strategy not in SEARCHES:
             raise ValueError(f"unknown strategy {self.strategy!r}; one of {', '.join(SEARCHES)} or a Strategy")
-        if self.rollout not in ROLLOUTS:
-            raise ValueError(f"unknown rollout {self.rollout!r}; one of {', '.join(ROLLOUTS)}")
+        if isinstance(self.rollout, str) and self.rollout not in ROLLOUTS:
+            raise ValueError(f"unknown rollout {self.rollout!r}; one of {', '.join(ROLLOUTS)} or a Drafter")
+        if not isinstance(self.rollout, (str, Drafter)):
+            raise TypeError(f"rollout must be one of {', '.join(ROLLOUTS)} or a Drafter, got {type(self.rollout).__name__}")
         if self.budget_tokens is not None and self.budget_tokens < 0:
             raise ValueError(f"budget_tokens must be >= 0, got {self.budget_tokens}")
 
@@ -408,13 +428,21 @@ class TestGuided:
             raise ValueError("TestGuided needs the model's vocabulary to read programs")
         return decoder.vocab.decode(root.tokens[:root.prompt_len]).decode("utf-8", errors="replace")
 
-    def _inner(self, reward: Callable[[Hypothesis], float]) -> Strategy:
+    def _rollout_drafter(self, vocab_size: int) -> Drafter | None:
+        """The drafter of speculative MCTS rollouts (None: greedy rollouts). A new one per search:
+        token recycling learns the model's successors from the search's own verifications."""
+        if isinstance(self.rollout, str):
+            return None if self.rollout == "greedy" else SPECULATIVE_ROLLOUT(vocab_size)
+        return self.rollout
+
+    def _inner(self, reward: Callable[[Hypothesis], float], vocab_size: int) -> Strategy:
         s = self.strategy
         if s == "mcts":
-            if self.rollout == "speculative":
+            drafter = self._rollout_drafter(vocab_size)
+            if drafter is not None:
                 # greedy verification whatever the decoder's temperature: the rollout stays the
                 # argmax path, so the sequence cache stays exact
-                spec = Speculative(PromptLookup(), verifier=GreedyVerifier())
+                spec = Speculative(drafter, verifier=GreedyVerifier())
                 return MCTS(reward=reward, k=self.k, max_rollouts=self.max_rollouts, budget_tokens=self.budget_tokens,
                             max_seconds=self.budget_seconds, rollout=spec, sequence_cache=True)
             return MCTS(reward=reward, k=self.k, max_rollouts=self.max_rollouts, budget_tokens=self.budget_tokens,
@@ -490,12 +518,12 @@ class TestGuided:
         def reward(h: Hypothesis) -> float:
             r, closed = score(h)
             asked.append(Rewarded(self.program(dec, closed, prompt), r, code_lm.spent(),
-                                  time.monotonic() - t_start, closed.logprob))
+                                  time.monotonic() - t_start, closed.logprob, closed.num_new))
             if stoppable and ((self.early_exit and r == 1.0) or code_lm.over_budget()):
                 raise _SearchStopped  # MCTS has no stop hook: it would iterate on to max_rollouts
             return r
 
-        inner = self._inner(reward)
+        inner = self._inner(reward, decoder.lm.vocab_size)
         stoppable = isinstance(inner, MCTS)  # the only search that rewards while it has budget left to spend
         rec = recorder if recorder is not None else TreeRecorder(dec, root)
         searching = hasattr(inner, "search")
@@ -574,13 +602,14 @@ def _annotate(tree: nx.DiGraph, code_lm: _CodeLM, rewards: dict[tuple[int, ...],
 @dataclass(frozen=True)
 class Rewarded:
     """One reward a search asked for: the program, its visible-test reward, the forward tokens and
-    seconds the search had spent when it asked, and the hypothesis' log-prob."""
+    seconds the search had spent when it asked, the hypothesis' log-prob and its length."""
 
     program: str
     reward: float
     tokens: int
     seconds: float
     logprob: float
+    new_tokens: int = 0  # the hypothesis' generated tokens (a closing EOS included)
 
 
 @dataclass(frozen=True)
@@ -644,7 +673,7 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
           held_out: str | Sequence[str] | TestSuite | None = None, visible_fraction: float = 0.5,
           budget_tokens: int | None = None, budget_seconds: float | None = None, max_new_tokens: int = 256,
           temperature: float = 1.0, n: int = 8, k: int = 3, threshold: float = 1.0, seed: int = 0,
-          timeout: float = 5.0, prune_top: int = 8, early_exit: bool = True, rollout: RolloutName = "greedy",
+          timeout: float = 5.0, prune_top: int = 8, early_exit: bool = True, rollout: RolloutName | Drafter = "greedy",
           lockstep: int = 1, progress: bool = True) -> Solution:
     """Generate a program for ``prompt`` (a function header + docstring, or token ids for a model
     without a tokenizer) guided by ``tests``.
@@ -656,8 +685,8 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
     (greedy and MCTS rollouts take its argmax, which temperature does not move). ``seed`` seeds the
     split and best-of-N's sampling. ``budget_tokens`` / ``budget_seconds`` (how far they can be
     overshot), ``early_exit`` (MCTS stops at the first program passing every visible test),
-    ``rollout`` and ``lockstep`` (how MCTS computes its rollouts) and ``progress`` (a tqdm bar on stderr after 1 s: programs run, best visible pass count, tokens):
-    see ``TestGuided``.
+    ``rollout`` and ``lockstep`` (how MCTS computes its rollouts) and ``progress`` (a tqdm bar on
+    stderr after 1 s: programs run, best visible pass count, tokens): see ``TestGuided``.
     """
     from trellis.generate import language_model
     from trellis.models import load

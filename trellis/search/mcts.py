@@ -128,10 +128,11 @@ class MCTS(Searching):
     tree and the programs are those of one-at-a-time rollouts (a greedy rollout depends only on its
     start), and so is every budget check, but a token budget also pays for rollouts prefetched and
     never asked for: on Gemma 3 270M code search (2-core CPU, 800-token budgets, 2026-11-26) lockstep
-    4 ran 1.7-2.6x the forward tokens per second of one-at-a-time rollouts but finished fewer
-    distinct programs per budget (3 vs 8, 2 vs 4), because most prefetched siblings were never
-    visited (benchmarks/bench_codesearch.py --throughput). Hence the default 1 (one rollout at a
-    time); speculative rollouts (``rollout=Speculative(...)``) pay where this does not.
+    4 ran 1.78x the forward tokens per second of one-at-a-time rollouts but finished 5 distinct
+    programs where they finished 17, fewer per token and per second, because most prefetched
+    siblings were never visited (benchmarks/bench_codesearch.py --throughput). Hence the default 1
+    (one rollout at a time); speculative rollouts (``rollout=Speculative(...)`` with a greedy
+    verifier and ``sequence_cache=True``) pay where this does not.
     """
 
     reward: Callable[[Hypothesis], float]
