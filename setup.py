@@ -1,8 +1,10 @@
-"""Build of the optional C kernel (everything else is in pyproject.toml).
+"""Build of the optional C kernels (everything else is in pyproject.toml).
 
 ``trellis.constrain._walkc`` runs the vocabulary walks of the grammar engine (see its source for
-why); ``optional=True``: without a C compiler the install still succeeds and the engine uses its
-numpy walks, which return the same results (``trellis.constrain.rest_walk.KERNEL`` says which).
+why); ``trellis._qlinear`` multiplies by weights stored as exact int8 blocks (the LM head of a
+Q8_0 GGUF; see its source). Both are ``optional=True``: without a C compiler the install still
+succeeds, the engine uses its numpy walks, which return the same results
+(``trellis.constrain.rest_walk.KERNEL`` says which), and the linears keep the BLAS kernels.
 """
 
 from setuptools import Extension, setup
@@ -11,5 +13,7 @@ setup(
     ext_modules=[
         Extension("trellis.constrain._walkc", ["trellis/constrain/_walkc.c"], optional=True,
                   extra_compile_args=["-O3"]),
+        Extension("trellis._qlinear", ["trellis/_qlinear.c"], optional=True,
+                  extra_compile_args=["-O3", "-pthread"], extra_link_args=["-pthread"]),
     ],
 )

@@ -26,12 +26,31 @@ def _available() -> list[str]:
     return kernels._candidates()
 
 
+def q8_0(w: torch.Tensor, g: int = 32, top: int = 127) -> torch.Tensor:
+    """``w`` rounded the way llama.cpp's Q8_0 quantiser does (fp16 scale = block absmax / 127,
+    int8 = round(w / scale)), returned dequantised: float32 weights that ARE int8 blocks."""
+    b = w.detach().reshape(w.shape[0], -1, g)
+    d = (b.abs().amax(-1, keepdim=True) / top).half().float()
+    q = torch.where(d > 0, (b / d.clamp(min=1e-30)).round().clamp(-127, 127), torch.zeros_like(b))
+    return (q * d).reshape(w.shape)
+
+
+def as_int8_blocks(model: torch.nn.Module) -> torch.nn.Module:
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.weight.copy_(q8_0(m.weight))
+    return model
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_every_kernel_matches_f_linear_for_every_row_count(kernel):
     if kernel not in _available():
         pytest.skip(f"{kernel} is not in this torch build")
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 300)
+    if kernel == "int8_blocks":  # a candidate only for weights that are int8 blocks
+        as_int8_blocks(lin)
     tuned = TunedLinears([lin], rows=8, kernel=kernel)
     assert set(tuned.choices()["300x64"].values()) == {kernel}
     for n in range(1, 13):
@@ -106,7 +125,7 @@ def test_a_kernel_that_disagrees_is_never_used(monkeypatch):
 
 
 def test_tree_logits_with_and_without_tuned_kernels_agree():
-    model = tiny_gemma3()
+    model = as_int8_blocks(tiny_gemma3())  # int8 blocks, so every kernel applies
     for kernel in _available()[1:]:
         fast, plain = HFLanguageModel(model), HFLanguageModel(model, kernel_rows=None)
         fast._kernels = TunedLinears.for_model(model, 16, kernel=kernel)
@@ -130,3 +149,73 @@ def test_views_of_one_model_share_its_kernels():
         TunedLinears([torch.nn.Linear(2, 2)], rows=0)
     with pytest.raises(ValueError, match="unknown kernel"):
         TunedLinears([torch.nn.Linear(2, 2)], kernel="magic")
+
+
+# ------------------------------------------------------------------------------ int8 blocks
+needs_qlinear = pytest.mark.skipif(not kernels.qlinear_available(), reason="trellis._qlinear not built")
+
+
+@pytest.mark.parametrize("g,top", [(32, 127), (32, 16), (32, 8), (16, 32), (16, 31)])
+def test_int8_blocks_recovers_the_integers_and_scales_exactly(g, top):
+    """Q8_0 (127), Q5_0 (16), Q4_0 (8), Q6_K-like blocks of 16 (32, 31), and a few blocks with
+    an unusual top integer (5: found by the search over the other integers): the products are the
+    weights bit for bit."""
+    torch.manual_seed(g + top)
+    w = q8_0(torch.randn(300, 64), g, top)
+    w[7] = 0.0  # an all-zero row: scale 0
+    w[9] = q8_0(torch.randn(1, 64), g, 5)[0]
+    q, d, got_g = kernels.int8_blocks(w)
+    assert q.dtype == torch.int8 and d.dtype == torch.float32
+    assert got_g in (g, 16)
+    assert torch.equal((q.float().reshape(300, -1, got_g) * d[..., None]).reshape(300, 64), w)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(64, 64),  # plain floats
+    lambda: q8_0(torch.randn(64, 64)) + 0.37,  # Q4_K-like: a per-block offset no int8 block holds
+    lambda: torch.randn(64, 40),  # K not a multiple of 16
+])
+def test_int8_blocks_refuses_weights_that_are_not_blocks(make):
+    with pytest.raises(RuntimeError):
+        kernels.int8_blocks(make())
+
+
+@needs_qlinear
+def test_qlinear_every_instruction_set_matches_the_float_product():
+    """Plain C, AVX2 and AVX-512 (where the CPU has them) against F.linear on the dequantised
+    weights, for row counts on and off the tiles (1..13) and output counts off the 4-wide tiles."""
+    from trellis import _qlinear
+
+    torch.manual_seed(0)
+    for n_out, k, g in ((262, 64, 32), (37, 48, 16), (4096, 640, 32)):
+        w = q8_0(torch.randn(n_out, k), g)
+        q, d, g2 = kernels.int8_blocks(w)
+        for isa in range(_qlinear.isa() + 1):
+            for b in (1, 2, 3, 4, 5, 7, 8, 9, 13):
+                x = torch.randn(b, k)
+                y = torch.full((b, n_out), float("nan"))
+                _qlinear.linear(x.numpy(), q.numpy(), d.numpy(), y.numpy(), b, k, n_out, g2, 2, isa)
+                ref = F.linear(x, w)
+                assert torch.allclose(y, ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max())), (isa, n_out, b)
+    with pytest.raises(ValueError):
+        _qlinear.linear(x.numpy(), q.numpy(), d.numpy(), y.numpy(), b, 20, n_out, 16, 1)  # K not a multiple of 16
+    with pytest.raises(ValueError):  # a buffer shorter than the shapes say
+        _qlinear.linear(x[:1].numpy(), q.numpy(), d.numpy(), y.numpy(), b, k, n_out, g2, 1)
+
+
+@needs_qlinear
+def test_a_kernel_chosen_for_a_shape_is_used_only_on_the_weights_it_applies_to():
+    """Two linears of one shape, one int8 blocks and one not (a GGUF mixes Q8_0 and Q4_K): the
+    int8 kernel, timed on the first weight it applies to, routes that weight and leaves the other
+    on F.linear."""
+    torch.manual_seed(0)
+    plain_w, blocks = torch.nn.Linear(64, 96, bias=False), as_int8_blocks(torch.nn.Linear(64, 96, bias=False))
+    cost = {"plain": 1.0, "transposed": 1.0, "mkl_packed": 1.0, "onednn": 1.0, "int8_blocks": 0.1}
+    tuned = TunedLinears([plain_w, blocks], rows=4, timer=lambda k, fn, best: cost[k])
+    assert set(tuned.choices()["96x64"].values()) == {"int8_blocks"}
+    x = torch.randn(3, 64)
+    with tuned.active():
+        assert "forward" not in vars(plain_w) and "forward" in vars(blocks)
+        a, b = plain_w(x), blocks(x)
+    assert torch.equal(a, F.linear(x, plain_w.weight))
+    assert torch.allclose(b, F.linear(x, blocks.weight), atol=1e-5)

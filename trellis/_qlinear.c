@@ -1,0 +1,272 @@
+/* y = x @ W.T for a weight stored as int8 blocks: W[n, k] = d[n, k / G] * q[n, k], exactly.
+ *
+ * Why: a decode step of Gemma 3 270M on the 2-core CPU is mostly its LM head, a 262,144 x 640
+ * float32 matrix (671 MB) read once per forward: F.linear took 56 ms for one row and the best
+ * BLAS path 22-49 ms for 2-8 rows (AMD EPYC Zen 4 VM, 2 threads, 2026-11-26), against ~7 ms for
+ * all 18 decoder layers together. The model trellis ships is a GGUF whose token embedding (tied
+ * to the LM head) is Q8_0: every block of 32 weights is an fp16 scale times 32 int8 values, so
+ * the float32 copy the converter writes holds exactly those products. Reading the int8 values
+ * and the scales instead moves 4x fewer bytes per forward, and multiplying them back in float32
+ * gives the same weights bit for bit (an fp16 times an int8 is exact in float32; the Python side
+ * checks every weight before it is used, trellis/kernels.py). Only the summation order differs
+ * from the BLAS, as it does between the BLAS kernels trellis already chooses among.
+ *
+ * Layout: x [B, K] float32, q [N, K] int8, d [N, K / G] float32, y [B, N] float32, all row-major
+ * and contiguous; K and G multiples of 16. The output rows are split across ``threads`` pthreads;
+ * the GIL is released while they run.
+ *
+ * Tiles: NB output rows x RB input rows per pass, so each converted weight vector feeds RB fused
+ * multiply-adds and each pass has NB * RB independent accumulators (the FMA latency is hidden
+ * even for one input row). AVX-512 and AVX2+FMA versions are chosen at run time; a plain C loop
+ * is the fallback (other CPUs, other compilers).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct {
+    const float *x;
+    const int8_t *q;
+    const float *d;
+    float *y;
+    int64_t B, K, G, N, n0, n1;
+    int isa; /* 2: AVX-512, 1: AVX2+FMA, 0: plain C */
+} job;
+
+/* ------------------------------------------------------------------------------ plain C */
+static void run_plain(const job *j) {
+    const int64_t K = j->K, G = j->G, N = j->N, nb = K / G;
+    for (int64_t n = j->n0; n < j->n1; n++) {
+        const int8_t *qn = j->q + n * K;
+        const float *dn = j->d + n * nb;
+        for (int64_t r = 0; r < j->B; r++) {
+            const float *xr = j->x + r * K;
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++) acc += ((float)qn[k] * dn[k / G]) * xr[k];
+            j->y[r * N + n] = acc;
+        }
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_X86 1
+
+/* ------------------------------------------------------------------------------ AVX-512 */
+#define TILE512(NB, RB)                                                                           \
+    static __attribute__((target("avx512f"))) void tile512_##NB##_##RB(const job *j, int64_t n,     \
+                                                                         int64_t r) {              \
+        const int64_t K = j->K, G = j->G, nb = K / G;                                              \
+        __m512 acc[NB][RB];                                                                        \
+        for (int a = 0; a < NB; a++)                                                               \
+            for (int b = 0; b < RB; b++) acc[a][b] = _mm512_setzero_ps();                          \
+        for (int64_t k = 0; k < K; k += 16) {                                                      \
+            for (int a = 0; a < NB; a++) {                                                         \
+                const __m128i raw = _mm_loadu_si128((const __m128i *)(j->q + (n + a) * K + k));    \
+                const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)),      \
+                                               _mm512_set1_ps(j->d[(n + a) * nb + k / G]));        \
+                for (int b = 0; b < RB; b++)                                                       \
+                    acc[a][b] = _mm512_fmadd_ps(w, _mm512_loadu_ps(j->x + (r + b) * K + k), acc[a][b]); \
+            }                                                                                      \
+        }                                                                                          \
+        for (int a = 0; a < NB; a++)                                                               \
+            for (int b = 0; b < RB; b++) j->y[(r + b) * j->N + n + a] = _mm512_reduce_add_ps(acc[a][b]); \
+    }
+TILE512(2, 8)
+TILE512(2, 7)
+TILE512(2, 6)
+TILE512(2, 5)
+TILE512(4, 4)
+TILE512(4, 3)
+TILE512(4, 2)
+TILE512(4, 1)
+TILE512(1, 8)
+TILE512(1, 7)
+TILE512(1, 6)
+TILE512(1, 5)
+TILE512(1, 4)
+TILE512(1, 3)
+TILE512(1, 2)
+TILE512(1, 1)
+
+typedef void (*tile_fn)(const job *, int64_t, int64_t);
+/* AVX-512 has 32 vector registers: up to 8 input rows per pass (2 x 8 accumulators) */
+static const tile_fn T512_N[9] = {NULL, tile512_4_1, tile512_4_2, tile512_4_3, tile512_4_4,
+                                  tile512_2_5, tile512_2_6, tile512_2_7, tile512_2_8};
+static const int T512_NB[9] = {0, 4, 4, 4, 4, 2, 2, 2, 2};
+static const tile_fn T512_1[9] = {NULL, tile512_1_1, tile512_1_2, tile512_1_3, tile512_1_4,
+                                  tile512_1_5, tile512_1_6, tile512_1_7, tile512_1_8};
+
+/* ------------------------------------------------------------------------------ AVX2 + FMA */
+static inline __attribute__((target("avx2,fma"))) float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#define TILE256(NB, RB)                                                                           \
+    static __attribute__((target("avx2,fma"))) void tile256_##NB##_##RB(const job *j, int64_t n,    \
+                                                                          int64_t r) {             \
+        const int64_t K = j->K, G = j->G, nb = K / G;                                              \
+        __m256 acc[NB][RB];                                                                        \
+        for (int a = 0; a < NB; a++)                                                               \
+            for (int b = 0; b < RB; b++) acc[a][b] = _mm256_setzero_ps();                          \
+        for (int64_t k = 0; k < K; k += 16) {                                                      \
+            for (int a = 0; a < NB; a++) {                                                         \
+                const __m128i raw = _mm_loadu_si128((const __m128i *)(j->q + (n + a) * K + k));    \
+                const __m256 s = _mm256_set1_ps(j->d[(n + a) * nb + k / G]);                      \
+                const __m256 lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw)), s);  \
+                const __m256 hi = _mm256_mul_ps(                                                   \
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8))), s);          \
+                for (int b = 0; b < RB; b++) {                                                     \
+                    const float *xb = j->x + (r + b) * K + k;                                      \
+                    acc[a][b] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xb), acc[a][b]);               \
+                    acc[a][b] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xb + 8), acc[a][b]);           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int a = 0; a < NB; a++)                                                               \
+            for (int b = 0; b < RB; b++) j->y[(r + b) * j->N + n + a] = hsum256(acc[a][b]);        \
+    }
+TILE256(2, 4)
+TILE256(2, 3)
+TILE256(2, 2)
+TILE256(4, 1)
+TILE256(1, 4)
+TILE256(1, 3)
+TILE256(1, 2)
+TILE256(1, 1)
+
+static const tile_fn T256_N[5] = {NULL, tile256_4_1, tile256_2_2, tile256_2_3, tile256_2_4};
+static const int T256_NB[5] = {0, 4, 2, 2, 2};
+static const tile_fn T256_1[5] = {NULL, tile256_1_1, tile256_1_2, tile256_1_3, tile256_1_4};
+
+static void run_tiles(const job *j) {
+    const int64_t most = j->isa == 2 ? 8 : 4; /* input rows per pass over the weights */
+    for (int64_t r = 0; r < j->B; r += most) {
+        const int rb = (int)(j->B - r < most ? j->B - r : most);
+        const tile_fn wide = j->isa == 2 ? T512_N[rb] : T256_N[rb];
+        const tile_fn one = j->isa == 2 ? T512_1[rb] : T256_1[rb];
+        const int64_t step = j->isa == 2 ? T512_NB[rb] : T256_NB[rb];
+        int64_t n = j->n0;
+        for (; n + step <= j->n1; n += step) wide(j, n, r);
+        for (; n < j->n1; n++) one(j, n, r);
+    }
+}
+#else
+#define HAVE_X86 0
+#endif
+
+static int isa = 0; /* the best this CPU has (set at import) */
+
+static void *run_job(void *arg) {
+    const job *j = (const job *)arg;
+#if HAVE_X86
+    if (j->isa > 0) {
+        run_tiles(j);
+        return NULL;
+    }
+#endif
+    run_plain(j);
+    return NULL;
+}
+
+static int detect_isa(void) {
+#if HAVE_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+#endif
+    return 0;
+}
+
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t need, const char *what) {
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len < need) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes, need %zd", what, view->len, need);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* linear(x, q, d, y, B, K, N, G, threads, isa): y[B, N] = x[B, K] @ (d * q)[N, K].T.
+ * ``isa``: -1 the best this CPU has, else 0 plain C, 1 AVX2, 2 AVX-512 (tests compare them). */
+static PyObject *linear(PyObject *self, PyObject *args) {
+    PyObject *xo, *qo, *d_o, *yo;
+    Py_ssize_t B, K, N, G, threads;
+    int want = -1;
+    if (!PyArg_ParseTuple(args, "OOOOnnnnn|i", &xo, &qo, &d_o, &yo, &B, &K, &N, &G, &threads, &want)) return NULL;
+    if (B < 1 || K < 16 || N < 1 || G < 16 || K % 16 || G % 16 || K % G) {
+        PyErr_SetString(PyExc_ValueError, "linear: need B, N >= 1 and K, G multiples of 16 with G dividing K");
+        return NULL;
+    }
+    int use = want < 0 ? isa : want;
+    if (use > isa) {
+        PyErr_SetString(PyExc_ValueError, "linear: this CPU lacks the requested instruction set");
+        return NULL;
+    }
+    Py_buffer xb, qb, db, yb;
+    if (get_buffer(xo, &xb, 0, B * K * 4, "x") < 0) return NULL;
+    if (get_buffer(qo, &qb, 0, N * K, "q") < 0) goto fail_x;
+    if (get_buffer(d_o, &db, 0, N * (K / G) * 4, "d") < 0) goto fail_q;
+    if (get_buffer(yo, &yb, 1, B * N * 4, "y") < 0) goto fail_d;
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    /* a thread per 2M weights at least: starting one costs ~20-40 us, a 640 x 640 product on one
+     * core about as much (a decode step of Gemma has 122 such products) */
+    const int64_t most = (int64_t)N * K >> 21;
+    if (threads > most) threads = most > 0 ? most : 1;
+    job jobs[64];
+    pthread_t tids[64];
+    int started[64] = {0};
+    const int64_t chunk = ((N + threads - 1) / threads + 3) / 4 * 4;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t t = 0; t < threads; t++) {
+        job *jb = &jobs[t];
+        jb->x = (const float *)xb.buf;
+        jb->q = (const int8_t *)qb.buf;
+        jb->d = (const float *)db.buf;
+        jb->y = (float *)yb.buf;
+        jb->B = B, jb->K = K, jb->G = G, jb->N = N, jb->isa = use;
+        jb->n0 = t * chunk < N ? t * chunk : N;
+        jb->n1 = (t + 1) * chunk < N ? (t + 1) * chunk : N;
+        if (t > 0 && jb->n0 < jb->n1) started[t] = pthread_create(&tids[t], NULL, run_job, jb) == 0;
+        if (t > 0 && jb->n0 < jb->n1 && !started[t]) run_job(jb); /* no thread: do it here */
+    }
+    run_job(&jobs[0]);
+    for (Py_ssize_t t = 1; t < threads; t++)
+        if (started[t]) pthread_join(tids[t], NULL);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&yb);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&qb);
+    PyBuffer_Release(&xb);
+    Py_RETURN_NONE;
+fail_d:
+    PyBuffer_Release(&db);
+fail_q:
+    PyBuffer_Release(&qb);
+fail_x:
+    PyBuffer_Release(&xb);
+    return NULL;
+}
+
+static PyObject *best_isa(PyObject *self, PyObject *args) { return PyLong_FromLong(isa); }
+
+static PyMethodDef methods[] = {
+    {"linear", linear, METH_VARARGS, "y[B, N] = x[B, K] @ (d * q)[N, K].T for int8 blocks q with float scales d."},
+    {"isa", best_isa, METH_NOARGS, "2: AVX-512, 1: AVX2+FMA, 0: plain C."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_qlinear", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__qlinear(void) {
+    isa = detect_isa();
+    return PyModule_Create(&module);
+}
