@@ -14,6 +14,6 @@ setup(
         Extension("trellis.constrain._walkc", ["trellis/constrain/_walkc.c"], optional=True,
                   extra_compile_args=["-O3"]),
         Extension("trellis._qlinear", ["trellis/_qlinear.c"], optional=True,
-                  extra_compile_args=["-O3", "-pthread"], extra_link_args=["-pthread"]),
+                  extra_compile_args=["-O3", "-pthread"], extra_link_args=["-pthread"], libraries=["m"]),
     ],
 )

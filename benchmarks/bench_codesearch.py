@@ -24,11 +24,13 @@ Significance: per method, the exact McNemar test on the paired held-out outcomes
 difference in pass rate (10,000 resamples of problems).
 
 ``--throughput N``: the rollout paths old and new on the first N problems at the same token
-budget: MCTS with one-at-a-time greedy rollouts and per-row prompt re-reads (the path before issue
-25) vs lockstep greedy rollouts vs speculative rollouts (two drafters); best-of-8 (8 whole
-samples) the old way (prompt re-read per sample, torch.multinomial) and the new. Reports forward tokens/s, program tokens/s (the tokens of the programs rewarded), distinct
-programs per minute, and whether the greedy
-rollout paths returned the same programs.
+budget: MCTS with one-at-a-time greedy rollouts, per-row prompt re-reads and the float32 BLAS
+kernels (the path before issue 25) vs lockstep greedy rollouts vs speculative rollouts (two
+drafters), the new paths with every kernel (``int8_blocks``: Gemma's Q8_0 LM head read as int8);
+best-of-8 (8 whole samples) the old way (prompt re-read per sample, torch.multinomial, BLAS
+kernels) and the new. Reports forward tokens/s, program tokens/s (the tokens of the programs
+rewarded), distinct programs per minute, and whether the greedy rollout paths returned the same
+programs.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/bench_codesearch.py --out results.json --plot curve.png
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/bench_codesearch.py --throughput 3
@@ -260,9 +262,15 @@ def throughput(args: argparse.Namespace, handle: Any, lm: Any) -> None:
     from trellis.codegen import parse_tests
     from trellis.codegen.solve import lookup_and_recycling_rollout, prompt_lookup_rollout, solve
 
+    from trellis.kernels import TunedLinears
+
     vsize = lm.vocab_size
+    new_kernels = lm.kernels
+    # the kernels before int8_blocks (2026-11-26): the old paths' GEMMs
+    old_kernels = TunedLinears.for_model(lm.model, 16, kernels=("plain", "transposed", "mkl_packed", "onednn"))
     paths = [
         ("mcts", "old: one rollout at a time, prompt re-read per row", lambda: dict(strategy="mcts"), False),
+        ("mcts", "one rollout at a time, new kernels and shared prefill", lambda: dict(strategy="mcts"), True),
         ("mcts", f"lockstep {args.lockstep} greedy rollouts", lambda: dict(strategy="mcts", lockstep=args.lockstep), True),
         ("mcts", "speculative rollouts, prompt lookup",
          lambda: dict(strategy="mcts", rollout=prompt_lookup_rollout(vsize)), True),
@@ -279,6 +287,7 @@ def throughput(args: argparse.Namespace, handle: Any, lm: Any) -> None:
         for family, label, kw, share in paths:
             lm.reset()
             lm.share_prefix = share
+            lm.kernels = new_kernels if share else old_kernels
             old_draw = family == "best-of-8" and not share
             if old_draw:
                 best_of_n_module.sample = _multinomial_sample  # type: ignore[assignment]
@@ -291,6 +300,7 @@ def throughput(args: argparse.Namespace, handle: Any, lm: Any) -> None:
                             timeout=args.timeout, early_exit=False, progress=False, **kw())
             finally:
                 best_of_n_module.sample = sample_now
+                lm.kernels = new_kernels
             wall = time.perf_counter() - t
             programs = [r.program for r in sol.rewarded]
             a = agg[label]

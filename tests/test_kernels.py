@@ -219,3 +219,28 @@ def test_a_kernel_chosen_for_a_shape_is_used_only_on_the_weights_it_applies_to()
         a, b = plain_w(x), blocks(x)
     assert torch.equal(a, F.linear(x, plain_w.weight))
     assert torch.allclose(b, F.linear(x, blocks.weight), atol=1e-5)
+
+
+def test_tuning_can_be_restricted_to_some_kernels(tmp_path):
+    """``kernels=``: the candidates a benchmark allows (the path before a kernel existed); stored
+    under its own key, so the full set is still tuned on its own."""
+    lin = as_int8_blocks(torch.nn.Linear(64, 96, bias=False))
+    seen: list[str] = []
+
+    def timer(kernel, fn, best):
+        seen.append(kernel)
+        return 0.1 if kernel == "transposed" else 1.0
+
+    tuned = TunedLinears([lin], rows=4, timer=timer, kernels=["transposed"])
+    assert set(tuned.choices()["96x64"].values()) == {"transposed"}
+    assert set(seen) == {"plain", "transposed"}
+    seen.clear()
+    TunedLinears([lin], rows=4, timer=timer).choices()
+    assert set(seen) == set(_available())  # a different key: measured again, every candidate
+    with pytest.raises(ValueError, match="unknown kernels"):
+        TunedLinears([lin], kernels=["magic"])
+    lm = HFLanguageModel(tiny_gemma3())
+    lm.kernels = None
+    assert lm.kernels is None
+    with pytest.raises(TypeError):
+        lm.kernels = "transposed"

@@ -23,6 +23,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -256,10 +257,104 @@ fail_x:
     return NULL;
 }
 
+/* One block of g weights as s * q, s = amax / m: 1 (q filled) if every w / s is an integer in
+ * [-127, 127] whose product with s in float32 is w exactly (the kernels' own product). The
+ * integer comes from w * (1 / s) rounded by the 1.5 * 2^23 trick (round-half-even, no libm, SSE2
+ * vectorises it); an inexact reciprocal can only make the product check fail, never pass. */
+static float block_amax(const float *w, int64_t g) {
+    float amax = 0.0f; /* a NaN never compares greater: caught by the caller's finiteness check */
+    for (int64_t i = 0; i < g; i++) amax = fmaxf(amax, fabsf(w[i]));
+    return amax;
+}
+
+static int block_as(const float *w, int64_t g, float amax, int m, int8_t *q, float *d) {
+    const float s = amax / (float)m, inv = 1.0f / s, magic = 12582912.0f;
+    float r[64];
+    int bad = 0;
+    for (int64_t i = 0; i < g; i++) {
+        r[i] = (w[i] * inv + magic) - magic;
+        bad |= (fabsf(r[i]) > 127.0f) | (r[i] * s != w[i]);
+    }
+    if (bad) return 0;
+    for (int64_t i = 0; i < g; i++) q[i] = (int8_t)r[i];
+    *d = s;
+    return 1;
+}
+
+/* blocks(w, q, d, n, k, g) -> bool: w [n, k] float32 as int8 blocks of g (q [n, k] int8, d [n, k / g]
+ * float32), trellis.kernels.int8_blocks' search (see there): the top integers of the GGUF block
+ * formats first, every other one for the blocks they leave if those are at most 1% of all. */
+static PyObject *blocks(PyObject *self, PyObject *args) {
+    PyObject *wo, *qo, *d_o;
+    Py_ssize_t n, k, g;
+    if (!PyArg_ParseTuple(args, "OOOnnn", &wo, &qo, &d_o, &n, &k, &g)) return NULL;
+    if (n < 1 || k < 1 || g < 1 || g > 64 || k % g) {
+        PyErr_SetString(PyExc_ValueError, "blocks: need n, k >= 1 and 1 <= g <= 64 dividing k");
+        return NULL;
+    }
+    Py_buffer wb, qb, db;
+    if (get_buffer(wo, &wb, 0, n * k * 4, "w") < 0) return NULL;
+    if (get_buffer(qo, &qb, 1, n * k, "q") < 0) {
+        PyBuffer_Release(&wb);
+        return NULL;
+    }
+    if (get_buffer(d_o, &db, 1, n * (k / g) * 4, "d") < 0) {
+        PyBuffer_Release(&qb);
+        PyBuffer_Release(&wb);
+        return NULL;
+    }
+    static const int first[5] = {127, 16, 8, 32, 31};
+    const int64_t nblocks = (int64_t)n * (k / g), allowed = nblocks / 100;
+    int64_t *left = (int64_t *)malloc((size_t)(allowed + 1) * sizeof(int64_t));
+    int64_t nleft = 0;
+    int result = left != NULL;
+    const float *w = (const float *)wb.buf;
+    int8_t *q = (int8_t *)qb.buf;
+    float *d = (float *)db.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t b = 0; result && b < nblocks; b++) {
+        const float *wbk = w + b * g;
+        const float amax = block_amax(wbk, g);
+        if (amax == 0.0f) {
+            for (int64_t i = 0; i < g; i++) q[b * g + i] = 0;
+            d[b] = 0.0f;
+            continue;
+        }
+        if (!(amax < 3.4e38f)) { /* inf or nan */
+            result = 0;
+            break;
+        }
+        int done = 0;
+        for (int c = 0; c < 5 && !done; c++) done = block_as(wbk, g, amax, first[c], q + b * g, d + b);
+        if (done) continue;
+        if (nleft == allowed) {
+            result = 0; /* not a block format: the search over every integer would be slow and vain */
+            break;
+        }
+        left[nleft++] = b;
+    }
+    for (int64_t t = 0; result && t < nleft; t++) {
+        const int64_t b = left[t];
+        const float *wbk = w + b * g;
+        const float amax = block_amax(wbk, g);
+        int done = 0;
+        for (int m = 126; m >= 1 && !done; m--)
+            if (m != 16 && m != 8 && m != 32 && m != 31) done = block_as(wbk, g, amax, m, q + b * g, d + b);
+        result = done;
+    }
+    Py_END_ALLOW_THREADS
+    free(left);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&qb);
+    PyBuffer_Release(&wb);
+    return PyBool_FromLong(result);
+}
+
 static PyObject *best_isa(PyObject *self, PyObject *args) { return PyLong_FromLong(isa); }
 
 static PyMethodDef methods[] = {
     {"linear", linear, METH_VARARGS, "y[B, N] = x[B, K] @ (d * q)[N, K].T for int8 blocks q with float scales d."},
+    {"blocks", blocks, METH_VARARGS, "w [n, k] float32 as int8 blocks of g: fills q and d, True if exact."},
     {"isa", best_isa, METH_NOARGS, "2: AVX-512, 1: AVX2+FMA, 0: plain C."},
     {NULL, NULL, 0, NULL},
 };

@@ -114,80 +114,45 @@ def _onednn(x: Tensor, prep: Any, w: Tensor, rows: int) -> Tensor:
 def qlinear_available() -> bool:
     """Whether the int8-block C kernel was built (``setup.py``; optional)."""
     try:
-        from trellis import _qlinear  # noqa: F401
+        from trellis import _qlinear  # noqa: F401 - importable is the question
     except ImportError:
         return False
     return True
 
 
-_BLOCK_CHUNK = 8192  # rows per step of the block search: bounds its temporaries (~100 MB for Gemma's head)
-
-
 def int8_blocks(w: Tensor) -> tuple[Tensor, Tensor, int]:
     """``w`` [N, K] float32 as (q [N, K] int8, d [N, K // g] float32, g) with
     ``w[n, k] == d[n, k // g] * q[n, k]`` bit for bit, g = 32 or 16; ``RuntimeError`` if ``w`` is not
-    such blocks (then the kernel is not a candidate for it).
+    such blocks (then the kernel is not a candidate for it) or the C kernel was not built.
 
     A block's scale is its largest |weight| divided by that weight's integer: 127 for Q8_0
     (llama.cpp's quantiser maps the block's absmax to 127), 16 for Q5_0, 8 for Q4_0, 32 or 31 for
     Q6_K's blocks of 16; the other integers are tried only for the blocks these leave, when they
-    are few. Whatever the scale found, the products are compared with ``w`` exactly, so a wrong
-    guess can only refuse, never change a weight. Gemma 3 270M: the LM head in 1.5 s, 99 of the
-    126 decoder weights in 2.7 s (the other 27 are Q4_K, whose offsets no int8 block holds)."""
+    are at most 1% of all. Every weight is checked against the float32 product of its integer and
+    scale, the product the kernel computes, so a wrong guess can only refuse, never change a
+    weight. In C (``_qlinear.blocks``): Gemma 3 270M's LM head in 0.4 s, a 2048 x 640 decoder
+    weight in 3 ms (99 of its 126 decoder weights are blocks; the other 27 are Q4_K, whose offsets
+    no int8 block holds); the same search in torch took 1.5 s and 2.7 s (Zen 4 VM, 2026-11-26)."""
+    if not qlinear_available():
+        raise RuntimeError("trellis._qlinear was not built")
+    from trellis import _qlinear
+
     if w.dim() != 2 or w.dtype != torch.float32 or w.device.type != "cpu":
         raise RuntimeError("int8 blocks need a 2-D float32 CPU weight")
+    w = w.detach().contiguous()
     n, k = w.shape
     for g in (32, 16):
         if k % g:
             continue
         q = torch.empty(n, k, dtype=torch.int8)
         d = torch.empty(n, k // g, dtype=torch.float32)
-        if all(_blocks_of(w[a:a + _BLOCK_CHUNK], g, q[a:a + _BLOCK_CHUNK], d[a:a + _BLOCK_CHUNK])
-               for a in range(0, n, _BLOCK_CHUNK)):
+        if _qlinear.blocks(w.numpy(), q.numpy(), d.numpy(), n, k, g):
             return q, d, g
     raise RuntimeError("the weight is not int8 blocks of 32 or 16 (scale x integer, exactly)")
 
 
-def _blocks_of(w: Tensor, g: int, q_out: Tensor, d_out: Tensor) -> bool:
-    """Fill ``q_out``/``d_out`` for rows ``w`` [n, K] with blocks of ``g``; False if some block is not
-    int8 times a scale."""
-    b = w.reshape(w.shape[0], -1, g)
-    amax = b.abs().amax(-1)  # [n, nb]
-    d = torch.zeros_like(amax)
-    qf = torch.zeros_like(b)
-    todo = amax > 0  # an all-zero block is scale 0 (q 0)
-    for i, m in enumerate(dict.fromkeys((127, 16, 8, 32, 31, *range(126, 0, -1)))):
-        left = int(todo.sum())
-        if not left:
-            break
-        if i == 5 and left > todo.numel() // 100:
-            # not a GGUF block format (Q4_K/Q6_K's offsets and sub-scales miss every integer): the
-            # 123 remaining integers took 38 s over Gemma's body weights to refuse the same thing
-            return False
-        idx = todo.nonzero(as_tuple=True)
-        s = amax[idx] / m  # [t]
-        cand = b[idx] / s[:, None]  # [t, g]
-        r = cand.round()
-        ok = (r.abs() <= 127).all(-1) & ((r * s[:, None]) == b[idx]).all(-1)
-        if bool(ok.any()):
-            sel = tuple(i[ok] for i in idx)
-            d[sel] = s[ok]
-            qf[sel] = r[ok]
-            todo[sel] = False
-    if bool(todo.any()):
-        return False
-    q = qf.to(torch.int8)
-    if not torch.equal(q.float() * d[..., None], b):  # the kernel's own product, once more
-        return False
-    q_out.copy_(q.reshape(q_out.shape))
-    d_out.copy_(d)
-    return True
-
-
 def _int8_prepare(w: Tensor, rows: int) -> Any:
-    if not qlinear_available():
-        raise RuntimeError("trellis._qlinear was not built")
-    return int8_blocks(w.detach().contiguous())
+    return int8_blocks(w)
 
 
 def _int8_run(x: Tensor, prep: Any, w: Tensor, rows: int) -> Tensor:
@@ -298,11 +263,18 @@ class TunedLinears:
     ``timer(kernel, fn, best) -> seconds`` is injectable for tests."""
 
     def __init__(self, modules: Sequence[torch.nn.Linear], rows: int = 16, *, kernel: str | None = None,
-                 timer: Callable[[str, Callable[[], Any], float], float] = _time) -> None:
+                 timer: Callable[[str, Callable[[], Any], float], float] = _time,
+                 kernels: Sequence[str] | None = None) -> None:
         if rows < MIN_ROWS:
             raise ValueError(f"rows must be >= {MIN_ROWS}, got {rows}")
         if kernel is not None and kernel not in KERNELS:
             raise ValueError(f"unknown kernel {kernel!r}; expected one of {KERNELS}")
+        unknown = set(kernels or ()) - set(KERNELS)
+        if unknown:
+            raise ValueError(f"unknown kernels {sorted(unknown)}; expected some of {KERNELS}")
+        # ``kernels``: the candidates tuning may choose among (default all this build has); a
+        # benchmark restricts them to time the paths before a kernel existed
+        self._allowed = None if kernels is None else frozenset(kernels) | {"plain"}
         self.rows = rows
         self.kernel = kernel
         self._modules = list(modules)
@@ -320,6 +292,9 @@ class TunedLinears:
         """Every ``nn.Linear`` of ``model``, the LM head included (a submodule like the others)."""
         return cls([m for m in model.modules() if isinstance(m, torch.nn.Linear)], rows, **kw)
 
+    def _kinds(self) -> list[str]:
+        return [k for k in _candidates() if self._allowed is None or k in self._allowed]
+
     def applies(self, rows: int) -> bool:
         """Whether a forward over ``rows`` input rows is routed through the tuned kernels."""
         return self.enabled and MIN_ROWS <= rows <= self.rows
@@ -336,7 +311,7 @@ class TunedLinears:
         # the candidate set is part of the key: a kernel added to trellis (or a C kernel now built)
         # is measured instead of losing to choices stored before it existed
         return (f"{_cpu_name()} | torch {torch.__version__} | threads {torch.get_num_threads()} | rows {self.rows}"
-                f" | kernels {'+'.join(_candidates())} | cold")
+                f" | kernels {'+'.join(self._kinds())} | cold")
 
     def _tuned(self) -> dict[str, dict[int, str]]:
         threads = torch.get_num_threads()
@@ -385,7 +360,7 @@ class TunedLinears:
     def _usable(self, kernel: str, i: int) -> str:
         """``kernel`` if it is available and agrees with F.linear on module ``i``, else "plain".
         Checked once, on 3 rows (a padded product for ``mkl_packed``)."""
-        if kernel == "plain" or kernel not in _candidates():
+        if kernel == "plain" or kernel not in self._kinds():
             return "plain"
         if (kernel, i) not in self._checked:
             try:
@@ -402,8 +377,8 @@ class TunedLinears:
         # a kernel that applies only to some weights of a shape (int8_blocks: a GGUF mixes block
         # formats within one shape) is timed on the first module of the shape it applies to
         same = [j for j, m in enumerate(self._modules) if self._shape_key(m) == self._shape_key(self._modules[i])]
-        on = {k: next((j for j in same if self._usable(k, j) == k), None) for k in _candidates()}
-        kernels = [k for k in _candidates() if on[k] is not None]  # "plain" first
+        on = {k: next((j for j in same if self._usable(k, j) == k), None) for k in self._kinds()}
+        kernels = [k for k in self._kinds() if on[k] is not None]  # "plain" first
         row: dict[int, str] = {}
         with torch.no_grad():
             for b in buckets(self.rows):

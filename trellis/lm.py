@@ -317,6 +317,14 @@ class HFLanguageModel:
         """The tuned GEMM kernels forwards of 1..``kernel_rows`` rows use (``None``: plain ``F.linear``)."""
         return self._kernels
 
+    @kernels.setter
+    def kernels(self, tuned: TunedLinears | None) -> None:
+        """Route short forwards through these kernels from the next forward on (``None``: ``F.linear``;
+        e.g. ``TunedLinears.for_model(model, 16, kernels=[...])`` to time a restricted set)."""
+        if tuned is not None and not isinstance(tuned, TunedLinears):
+            raise TypeError(f"kernels must be a TunedLinears or None, got {type(tuned).__name__}")
+        self._kernels = tuned
+
     @property
     def head(self) -> Tensor | None:
         """Token ids whose logits are computed (``None`` = all)."""
