@@ -37,6 +37,7 @@ LM head on the Zen 4 VM, 2 threads (2026-11-26, /tmp bench of ``_qlinear.linear`
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -113,11 +114,7 @@ def _onednn(x: Tensor, prep: Any, w: Tensor, rows: int) -> Tensor:
 
 def qlinear_available() -> bool:
     """Whether the int8-block C kernel was built (``setup.py``; optional)."""
-    try:
-        from trellis import _qlinear  # noqa: F401 - importable is the question
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("trellis._qlinear") is not None
 
 
 def int8_blocks(w: Tensor) -> tuple[Tensor, Tensor, int]:
