@@ -32,11 +32,12 @@ budget is spent, by an exception raised from the reward (MCTS itself has no stop
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import networkx as nx
 import torch
@@ -116,6 +117,14 @@ class _SearchStopped(Exception):
     programs rewarded so far; it never escapes to the caller."""
 
 
+@dataclass
+class _Found:
+    """What reading one draft-tree row found: pruned children (path -> syntax error) and ends."""
+
+    dead: dict[tuple[int, ...], str] = field(default_factory=dict)
+    ended: set[tuple[int, ...]] = field(default_factory=set)
+
+
 class _CodeLM(LMProxy):
     """The language-model proxy of one test-guided search (see the module docstring). Counts the
     forward tokens it lets through and remembers which prefixes it ended or pruned.
@@ -142,9 +151,15 @@ class _CodeLM(LMProxy):
         self.t0 = time.monotonic()
         self.exhausted = False  # a forward was refused for the budget: the search must wind down
         self._tree_forwarded = False  # the last tree_logits reached the model: commit goes through
-        self._state: dict[tuple[int, ...], tuple[str, LinePosition]] = {}
+        self._state: dict[tuple[int, ...], tuple[str, LinePosition, str | None]] = {}
         self.ended: set[tuple[int, ...]] = set()  # generated-token paths whose last token ended the function
         self.dead: dict[tuple[int, ...], str] = {}  # generated-token path -> syntax error (pruned)
+        # Where the two above are written: None = into them. A draft tree's rows write into one
+        # _Found each, kept only for the rows its verification accepts (``commit``): a rejected
+        # draft row is not a place the search went, so its pruned children and ends are not part
+        # of the search tree (and one-at-a-time rollouts would never have recorded them).
+        self._sink: _Found | None = None
+        self._draft_found: list[_Found | None] = []
 
     def over_budget(self) -> bool:
         return (self.exhausted or (self.budget_tokens is not None and self.spent() >= self.budget_tokens)
@@ -166,28 +181,38 @@ class _CodeLM(LMProxy):
     def completion(self, prefix: Sequence[int]) -> str:
         return self.vocab.decode(prefix[self.base:]).decode("utf-8", errors="ignore")
 
+    def _record_dead(self, path: tuple[int, ...], reason: str) -> None:
+        (self._sink.dead if self._sink is not None else self.dead).setdefault(path, reason)
+
+    def _record_ended(self, path: tuple[int, ...]) -> None:
+        (self._sink.ended if self._sink is not None else self.ended).add(path)
+
     def state(self, prefix: tuple[int, ...]) -> tuple[str, LinePosition]:
-        """("ended" | "dead" | "open", where the text ends) — cached: a prefix's verdict never changes.
-        The prompt itself is always open."""
+        """("ended" | "dead" | "open", where the text ends) — cached: a prefix's verdict never changes
+        (it is recorded in ``ended``/``dead`` on every call: into the current draft row's record
+        when a tree is being read). The prompt itself is always open."""
         got = self._state.get(prefix)
+        path = prefix[self.base:]
         if got is None:
             text = self.completion(prefix)
-            path = prefix[self.base:]
             found = scan_function(self.prompt, text)
+            reason = None
             if not path:
                 kind = "open"
             elif found.end is not None:
                 # only a token that carries body text and the next statement's start together gets
                 # here (the fold below removes the pure ones); ``TestGuided._close`` cuts it off
                 kind = "ended"
-                self.ended.add(path)
             else:
                 check = check_prefix(self.prompt + text)
                 kind = "open" if check.viable else "dead"
-                if not check.viable:
-                    self.dead[path] = check.reason
-            got = self._state[prefix] = (kind, found.position)
-        return got
+                reason = None if check.viable else check.reason
+            got = self._state[prefix] = (kind, found.position, reason)
+        if got[0] == "ended":
+            self._record_ended(path)
+        elif got[2] is not None:
+            self._record_dead(path, got[2])
+        return got[0], got[1]
 
     def _fold_end_(self, row: Tensor, prefix: tuple[int, ...], position: LinePosition) -> Tensor:
         """Move the probability of the tokens that would end the function into EOS, in place (row [V])."""
@@ -203,7 +228,7 @@ class _CodeLM(LMProxy):
         mass = torch.logsumexp(row[ends].float(), 0)
         if torch.isfinite(mass):
             row[self.eos] = torch.logaddexp(row[self.eos].float(), mass).to(row.dtype)
-            self.ended.add(prefix[self.base:] + (self.eos,))
+            self._record_ended(prefix[self.base:] + (self.eos,))
         row[ends] = _NEG_INF
         return row
 
@@ -226,7 +251,7 @@ class _CodeLM(LMProxy):
                     viable += 1
                 else:
                     row[t] = _NEG_INF
-                    self.dead.setdefault(prefix[self.base:] + (t,), check.reason)
+                    self._record_dead(prefix[self.base:] + (t,), check.reason)
             if viable >= self.prune_top:
                 break
         return row
@@ -240,10 +265,15 @@ class _CodeLM(LMProxy):
             row[self.eos] = 0.0
         return row
 
-    def _kinds(self, keys: Sequence[tuple[int, ...]]) -> list[tuple[str, LinePosition]]:
-        """Each prefix's verdict; open ones become "budget" (EOS forced) when their forward cannot
-        start (``_affordable``): past the budget every strategy winds down, the prompt included."""
-        kinds = [self.state(k) for k in keys]
+    def _kinds(self, keys: Sequence[tuple[int, ...]],
+               found: Sequence[_Found | None] = ()) -> list[tuple[str, LinePosition]]:
+        """Each prefix's verdict (recorded into ``found[i]`` where given); open ones become "budget"
+        (EOS forced) when their forward cannot start (``_affordable``): past the budget every
+        strategy winds down, the prompt included."""
+        kinds = []
+        for i, k in enumerate(keys):
+            with self._into(found[i] if i < len(found) else None):
+                kinds.append(self.state(k))
         opened = sum(kind == "open" for kind, _ in kinds)
         if opened and not self._affordable(opened):
             kinds = [("budget", pos) if kind == "open" else (kind, pos) for kind, pos in kinds]
@@ -271,22 +301,48 @@ class _CodeLM(LMProxy):
         toks = tree.tokens.tolist()
         base = tuple(int(t) for t in prefix)
         keys = [base] + [base + tuple(toks[j] for j in tree.path_to(i)) for i in range(len(tree))]
-        kinds = self._kinds(keys)
+        # row 0 is the prefix the search stands on: recorded now; draft rows only if accepted
+        found: list[_Found | None] = [None] + [_Found() for _ in range(len(tree))]
+        kinds = self._kinds(keys, found)
         # the budget is judged before the forward (all N+1 rows come from one pass)
         out = super().tree_logits(prefix, tree) if any(kind == "open" for kind, _ in kinds) else None  # [N+1, V]
         self._tree_forwarded = out is not None
         if out is not None:
             if self.on_forward is not None:
                 self.on_forward()
-        return torch.stack([self._open_row(out[i], key, pos) if kind == "open" and out is not None
-                            else self._forced(kind, out) for i, (key, (kind, pos)) in enumerate(zip(keys, kinds))])
+        rows = []
+        for i, (key, (kind, pos)) in enumerate(zip(keys, kinds)):
+            with self._into(found[i]):
+                rows.append(self._open_row(out[i], key, pos) if kind == "open" and out is not None
+                            else self._forced(kind, out))
+        self._draft_found = [None if toks[i] in self.vocab.eos else f for i, f in enumerate(found[1:])]
+        return torch.stack(rows)
 
     def commit(self, path: Sequence[int]) -> None:
-        """Forwarded only when the last tree reached the model (a tree whose rows were all forced
-        by the budget or by syntax never did, and there is nothing to keep)."""
+        """Keep what the accepted draft rows found (pruned children, ends); forwarded to the model
+        only when the last tree reached it (a tree whose rows were all forced by the budget or by
+        syntax never did, and there is nothing to keep)."""
+        for i in path:
+            if not 0 <= int(i) < len(self._draft_found):
+                break
+            got = self._draft_found[int(i)]
+            if got is None:  # the row after an EOS: a finished hypothesis asks for no distribution
+                break
+            for p, reason in got.dead.items():
+                self.dead.setdefault(p, reason)
+            self.ended |= got.ended
+        self._draft_found = []
         if self._tree_forwarded:
             self._tree_forwarded = False
             super().commit(path)
+
+    @contextlib.contextmanager
+    def _into(self, found: _Found | None) -> Iterator[None]:
+        saved, self._sink = self._sink, found
+        try:
+            yield
+        finally:
+            self._sink = saved
 
 
 class _Progress:
