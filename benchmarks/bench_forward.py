@@ -1,7 +1,9 @@
 """Forward-pass benchmark on Gemma 3 270M (CPU).
 
 (a) trellis greedy vs transformers ``model.generate`` greedy: same prompt, 128 new tokens,
-    alternating runs in one process; prints the tokens/s ratio (trellis / transformers).
+    alternating runs in one process; prints the tokens/s ratio (trellis / transformers), also for
+    trellis restricted to the BLAS kernels (no ``int8_blocks``), and the first run's time (it
+    prepares the kernels: the int8 block search, tuning unless ``kernels.json`` has it).
 (b) cost of verifying k tokens in one forward relative to one token (k = 1..32) on top of a
     ~200-token KV cache: the curve that sets speculative budgets on this machine.
 
@@ -33,8 +35,15 @@ def main() -> None:
     prompt = tok("Write a short story about a lighthouse keeper who finds a message in a bottle.").input_ids
     n = args.new_tokens
 
-    def run_trellis() -> tuple[float, list[int]]:
+    from trellis.kernels import TunedLinears
+
+    # the kernels before int8_blocks (2026-11-26), to show its share in the same run
+    blas = TunedLinears.for_model(model, 16, kernels=("plain", "transposed", "mkl_packed", "onednn"))
+
+    def run_trellis(blas_only: bool = False) -> tuple[float, list[int]]:
         lm = HFLanguageModel(model)  # fresh cache: prefill counted like transformers'
+        if blas_only:
+            lm.kernels = blas
         dec = Decoder(lm)
         t0 = time.perf_counter()
         out = Greedy()(dec, dec.start(prompt), max_new_tokens=n)[0].new_tokens
@@ -48,20 +57,29 @@ def main() -> None:
                                  eos_token_id=None, pad_token_id=0)
         return time.perf_counter() - t0, out[0, len(prompt):].tolist()
 
-    run_trellis(), run_hf()  # warm-up
-    ours, theirs = [], []
-    same = True
+    t0 = time.perf_counter()
+    run_trellis()  # warm-up; the first one also prepares the kernels (timed: a new process pays it)
+    first = time.perf_counter() - t0
+    run_trellis(blas_only=True), run_hf()
+    ours, blas_t, theirs = [], [], []
+    same = same_blas = True
     for _ in range(args.reps):
         t, a = run_trellis()
         ours.append(t)
+        t, c = run_trellis(blas_only=True)
+        blas_t.append(t)
         t, b = run_hf()
         theirs.append(t)
         same &= a[: len(b)] == b
+        same_blas &= c[: len(b)] == b
     tps_ours, tps_hf = n / statistics.median(ours), n / statistics.median(theirs)
+    tps_blas = n / statistics.median(blas_t)
     print(f"(a) greedy {n} tokens, {args.threads} threads, median of {args.reps}:")
-    print(f"    trellis      {tps_ours:7.2f} tok/s")
+    print(f"    trellis      {tps_ours:7.2f} tok/s   (first run, kernels prepared: {first:.1f} s)")
+    print(f"    trellis BLAS {tps_blas:7.2f} tok/s   (no int8_blocks)")
     print(f"    transformers {tps_hf:7.2f} tok/s")
     print(f"    ratio trellis/transformers = {tps_ours / tps_hf:.3f}   identical tokens: {same}")
+    print(f"    ratio trellis BLAS/transformers = {tps_blas / tps_hf:.3f}   identical tokens: {same_blas}")
 
     lm = HFLanguageModel(model)
     if lm.kernels is not None:  # tuned once per machine (cached); print what each row count uses
