@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import pathlib
 import random
 import statistics
@@ -100,12 +101,44 @@ def best_within(rewarded: list[dict[str, Any]], method: str, mult: int, greedy_t
     return pool[best]["program"]
 
 
+def read_run(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(args, rows) of a finished run (``--out`` JSON) or of an interrupted one (its
+    ``.partial.jsonl``: an ``{"args": ...}`` line, then one row per line)."""
+    text = pathlib.Path(path).read_text()
+    if path.endswith(".jsonl"):
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        saved = next((x["args"] for x in lines if "args" in x), {})
+        return saved, [x for x in lines if "args" not in x]
+    data = json.loads(text)
+    return data.get("args", {}), data["rows"]
+
+
 def run_problems(args: argparse.Namespace, handle: Any, lm: Any, methods: list[str]) -> list[dict[str, Any]]:
+    """Every method on every problem; with ``--out``, each row is also appended to
+    ``<out>.partial.jsonl`` as it is made (an interrupted run can be reported with ``--report``
+    and continued with ``--resume``: problems with every method's row there are skipped)."""
     from trellis.codegen import parse_tests, run_tests
     from trellis.codegen.solve import solve, visible_and_held_out
 
     rows: list[dict[str, Any]] = []
+    done: set[str] = set()
+    if args.resume:
+        old = read_run(args.resume)[1]
+        have: dict[str, set[str]] = {}
+        for r in old:
+            have.setdefault(r["task_id"], set()).add(r["method"])
+        done = {t for t, ms in have.items() if set(methods) <= ms}
+        rows = [r for r in old if r["task_id"] in done and r["method"] in methods]
+        print(f"resuming: {len(done)} problems already done in {args.resume}", flush=True)
+    partial = open(args.out + ".partial.jsonl", "a", encoding="utf-8") if args.out else None  # noqa: SIM115
+    if partial is not None and partial.tell() == 0:
+        partial.write(json.dumps({"args": vars(args)}) + "\n")
+    if partial is not None and args.resume and os.path.abspath(args.resume) != os.path.abspath(partial.name):
+        for r in rows:
+            partial.write(json.dumps(r) + "\n")
     for prob in problems(args.problems, args.limit):
+        if prob["task_id"] in done:
+            continue
         suite = parse_tests(prob["test"], entry_point=prob["entry_point"])
         _, hidden = visible_and_held_out(prob["prompt"], suite, entry_point=prob["entry_point"],
                                          visible_fraction=args.visible_fraction, seed=args.seed)
@@ -160,14 +193,21 @@ def run_problems(args: argparse.Namespace, handle: Any, lm: Any, methods: list[s
                 "curve": curve, "rewarded": [{k: v for k, v in r.items() if k != "program"} for r in rewarded],
             }
             rows.append(row)
+            if partial is not None:
+                partial.write(json.dumps(row) + "\n")
+                partial.flush()
             print(f"  {prob['task_id']:<14} {method:<13} {'PASS' if sol.passed else 'fail'}  visible "
                   f"{sol.visible.passed}/{sol.visible.total}  held-out {row['held_out_passed']}/{row['held_out_total']}"
                   f"  {sol.tokens:>6} tok  {wall:6.1f} s  {sol.programs} programs", flush=True)
+    if partial is not None:
+        partial.close()
     return rows
 
 
 def report(args: argparse.Namespace, rows: list[dict[str, Any]], methods: list[str], total_s: float) -> None:
-    tasks = sorted({r["task_id"] for r in rows if r["method"] == "greedy"})
+    # problems every method finished (an interrupted run's last problem may lack some)
+    tasks = sorted({r["task_id"] for r in rows if r["method"] == "greedy"}
+                   & set.intersection(*({r["task_id"] for r in rows if r["method"] == m} for m in methods)))
     by = {(r["task_id"], r["method"]): r for r in rows}
     n_prob = len(tasks)
     print()
@@ -356,7 +396,21 @@ def main() -> None:
     ap.add_argument("--throughput-budget", type=int, default=800)
     ap.add_argument("--out", default=None, help="write per-problem results as JSON here")
     ap.add_argument("--plot", default=None, help="write the budget curve here (png)")
+    ap.add_argument("--report", metavar="FILE", default=None,
+                    help="print the tables of a saved --out file (or its .partial.jsonl) and exit")
+    ap.add_argument("--resume", metavar="FILE", default=None,
+                    help="skip the problems this --out file (or .partial.jsonl) has every method's row for")
     args = ap.parse_args()
+    if args.report:
+        saved, rows = read_run(args.report)
+        for k, v in saved.items():  # the run's own settings for the table's header
+            if k not in ("report", "resume", "out", "plot"):
+                setattr(args, k, v)
+        methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
+        wall = sum(r["wall_s"] for r in rows)
+        print(f"{args.report}: {len(rows)} rows; the whole-run time below is the sum of the rows' wall times")
+        report(args, rows, methods, wall)
+        return
     torch.set_num_threads(args.threads)
 
     from trellis.generate import language_model

@@ -346,6 +346,7 @@ class TunedLinears:
                 tmp.write_text(json.dumps(stored, indent=1, sort_keys=True))
                 tmp.replace(path)
         self._drop_unused(out)
+        _evict_buf.clear()  # 128 MB held only while timing
         return out
 
     def _prep(self, kernel: str, i: int) -> Any:
