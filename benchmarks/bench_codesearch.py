@@ -33,6 +33,10 @@ rewarded), distinct programs per minute, and whether the greedy rollout paths re
 programs.
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/bench_codesearch.py --out results.json --plot curve.png
+    # interrupted? results.json.partial.jsonl has every finished row:
+    python benchmarks/bench_codesearch.py --report results.json.partial.jsonl
+    HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/bench_codesearch.py --out more.json \
+        --resume results.json.partial.jsonl   # the same options: skips the problems done
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/bench_codesearch.py --throughput 3
     HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/bench_codesearch.py --limit 1 --max-new-tokens 16 --n 2  # smoke
 """

@@ -88,6 +88,7 @@ def test_cli_generate_and_info_on_gemma():
     assert "Berlin" in out.stdout
     info = subprocess.run([sys.executable, "-m", "trellis", "info"], capture_output=True, text=True, timeout=600)
     assert info.returncode == 0 and "default model dir" in info.stdout and "ready" in info.stdout
+    assert "C kernels" in info.stdout and "int8-block linears" in info.stdout
 
 
 def test_cli_stop_strings_accept_backslash_escapes():

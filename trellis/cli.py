@@ -166,7 +166,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     except ImportError:
         rows.append(("model package", "missing: pip install 'trellis-decoding[model]'"))
     from trellis.codegen.sandbox import layers
+    from trellis.constrain.rest_walk import KERNEL as WALKS
+    from trellis.kernels import qlinear_available
 
+    isa = "not built (setup.py's optional extension)"
+    if qlinear_available():
+        from trellis import _qlinear
+
+        isa = ("plain C", "AVX2+FMA", "AVX-512")[_qlinear.isa()]
+    rows.append(("C kernels", f"grammar walks: {WALKS}; int8-block linears: {isa}"))
     rows.append(("code sandbox", layers()))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
