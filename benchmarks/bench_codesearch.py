@@ -306,12 +306,12 @@ def throughput(args: argparse.Namespace, handle: Any, lm: Any) -> None:
     from trellis.codegen import parse_tests
     from trellis.codegen.solve import lookup_and_recycling_rollout, prompt_lookup_rollout, solve
 
-    from trellis.kernels import TunedLinears
+    from trellis.kernels import BLAS_KERNELS, TunedLinears
 
     vsize = lm.vocab_size
     new_kernels = lm.kernels
     # the kernels before int8_blocks (2026-11-26): the old paths' GEMMs
-    old_kernels = TunedLinears.for_model(lm.model, 16, kernels=("plain", "transposed", "mkl_packed", "onednn"))
+    old_kernels = TunedLinears.for_model(lm.model, 16, kernels=BLAS_KERNELS)
     paths = [
         ("mcts", "old: one rollout at a time, prompt re-read per row", lambda: dict(strategy="mcts"), False),
         ("mcts", "one rollout at a time, new kernels and shared prefill", lambda: dict(strategy="mcts"), True),
@@ -411,8 +411,11 @@ def main() -> None:
             if k not in ("report", "resume", "out", "plot"):
                 setattr(args, k, v)
         methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
-        wall = sum(r["wall_s"] for r in rows)
-        print(f"{args.report}: {len(rows)} rows; the whole-run time below is the sum of the rows' wall times")
+        # an interrupted run's last problem may lack some methods: the time counts whole problems only
+        whole = set.intersection(*({r["task_id"] for r in rows if r["method"] == m} for m in methods))
+        wall = sum(r["wall_s"] for r in rows if r["task_id"] in whole)
+        print(f"{args.report}: {len(rows)} rows; the whole-run time below is the sum of the wall times of "
+              f"the {len(whole)} problems every method finished")
         report(args, rows, methods, wall)
         return
     torch.set_num_threads(args.threads)

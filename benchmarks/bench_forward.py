@@ -35,10 +35,10 @@ def main() -> None:
     prompt = tok("Write a short story about a lighthouse keeper who finds a message in a bottle.").input_ids
     n = args.new_tokens
 
-    from trellis.kernels import TunedLinears
+    from trellis.kernels import BLAS_KERNELS, TunedLinears
 
     # the kernels before int8_blocks (2026-11-26), to show its share in the same run
-    blas = TunedLinears.for_model(model, 16, kernels=("plain", "transposed", "mkl_packed", "onednn"))
+    blas = TunedLinears.for_model(model, 16, kernels=BLAS_KERNELS)
 
     def run_trellis(blas_only: bool = False) -> tuple[float, list[int]]:
         lm = HFLanguageModel(model)  # fresh cache: prefill counted like transformers'

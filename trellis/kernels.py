@@ -37,6 +37,7 @@ LM head on the Zen 4 VM, 2 threads (2026-11-26, /tmp bench of ``_qlinear.linear`
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -49,7 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-KERNELS = ("plain", "transposed", "mkl_packed", "onednn", "int8_blocks")
+BLAS_KERNELS = ("plain", "transposed", "mkl_packed", "onednn")  # the float32 ones (before int8_blocks)
+KERNELS = (*BLAS_KERNELS, "int8_blocks")
 MIN_ROWS = 1
 MARGIN = 0.9  # a kernel must take <= MARGIN x F.linear's time to replace it
 _REPS = 3  # timed runs per candidate (min); a candidate clearly slower than the best stops early
@@ -112,6 +114,7 @@ def _onednn(x: Tensor, prep: Any, w: Tensor, rows: int) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), prep, None, "none", [], "")
 
 
+@functools.cache  # asked per module and bucket when routes are built
 def qlinear_available() -> bool:
     """Whether the int8-block C kernel was built (``setup.py``; optional)."""
     return importlib.util.find_spec("trellis._qlinear") is not None
