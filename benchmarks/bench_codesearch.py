@@ -121,8 +121,7 @@ def run_problems(args: argparse.Namespace, handle: Any, lm: Any, methods: list[s
     """Every method on every problem; with ``--out``, each row is also appended to
     ``<out>.partial.jsonl`` as it is made (an interrupted run can be reported with ``--report``
     and continued with ``--resume``: problems with every method's row there are skipped)."""
-    from trellis.codegen import parse_tests, run_tests
-    from trellis.codegen.solve import solve, visible_and_held_out
+    from trellis.codegen import parse_tests, run_tests, solve, visible_and_held_out
 
     rows: list[dict[str, Any]] = []
     done: set[str] = set()
@@ -303,8 +302,7 @@ def throughput(args: argparse.Namespace, handle: Any, lm: Any) -> None:
     import trellis.search.best_of_n as best_of_n_module
 
     sample_now = best_of_n_module.sample
-    from trellis.codegen import parse_tests
-    from trellis.codegen.solve import lookup_and_recycling_rollout, prompt_lookup_rollout, solve
+    from trellis.codegen import lookup_and_recycling_rollout, parse_tests, prompt_lookup_rollout, solve
 
     from trellis.kernels import BLAS_KERNELS, TunedLinears
 

@@ -93,7 +93,7 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
 
     from trellis import generate
-    from trellis.codegen.solve import solve
+    from trellis.codegen import solve
     from trellis.models import default_model_dir, load
     from trellis.search.best_of_n import BestOfN
 

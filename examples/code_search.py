@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from trellis.codegen import run_tests, split_tests
-from trellis.codegen.solve import solve
+from trellis.codegen import run_tests, solve, split_tests
 from trellis.codegen.suite import parse_tests
 from trellis.models import load
 from trellis.viz import write_tree

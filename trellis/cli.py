@@ -374,10 +374,10 @@ def _write_search_tree(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# `trellis solve` (issue 7): test-guided code generation, see trellis/codegen/solve.py.
+# `trellis solve` (issue 7): test-guided code generation, see trellis/codegen/problem.py.
 # ---------------------------------------------------------------------------------------------
 
-SOLVE_STRATEGIES = ("mcts", "best-of-n", "entropy-gate", "greedy")  # == trellis.codegen.solve.SEARCHES
+SOLVE_STRATEGIES = ("mcts", "best-of-n", "entropy-gate", "greedy")  # == trellis.codegen.SEARCHES
 
 
 def _add_solve_parser(sub: Any) -> None:
@@ -411,7 +411,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     (the held-out tests, or all tests with --visible-fraction 1), 1 when it does not."""
     from pathlib import Path
 
-    from trellis.codegen.solve import solve
+    from trellis.codegen import solve
     from trellis.models import load
 
     _threads(args.threads)

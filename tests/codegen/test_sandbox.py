@@ -297,7 +297,7 @@ def test_without_namespaces_or_landlock_the_remaining_layers_still_contain(monke
     root without Landlock the sandbox refuses instead (test_sandbox_attacks.py)."""
     import trellis.codegen.sandbox as sb
 
-    monkeypatch.setattr(sb, "_namespaces", lambda: ((), ()))
+    monkeypatch.setattr(sb, "namespaces", lambda: ((), ()))
     if os.geteuid() != 0:
         monkeypatch.setattr(sb, "_LANDLOCK", False)
     rep = run_tests("def f(x):\n    return x + 1\n", ONE)

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 import trellis.codegen.sandbox as sb
+import trellis.codegen.sandbox_child as sandbox_child
+import trellis.codegen.sandbox_host as sandbox_host
 from trellis.codegen import SandboxError, run_tests
 
 TOKEN = secrets.token_hex(16)  # an expected value no program can know
@@ -57,7 +59,7 @@ def _leftover_processes() -> list[int]:
                     continue
                 uid = int(next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines()
                                if x.startswith("Uid:")).split()[1])
-                if uid >= 1 << 24:  # a per-run uid (sandbox._run_uid)
+                if uid >= 1 << 24:  # a per-run uid (sandbox_host.run_uid)
                     left.append(int(pid))
             except (OSError, StopIteration, ValueError):
                 pass
@@ -71,7 +73,7 @@ def mode(request, monkeypatch):
     """The default layers, and the same without namespaces (Landlock, seccomp, the per-run uid and
     the supervisor's process-tree accounting remain)."""
     if request.param == "no-namespaces":
-        monkeypatch.setattr(sb, "_namespaces", lambda: ((), ()))
+        monkeypatch.setattr(sb, "namespaces", lambda: ((), ()))
     before = _host_state()
     yield request.param
     assert _leftover_processes() == []
@@ -420,10 +422,10 @@ def test_supervisor_survives_a_runner_that_lies(tmp_path, how, monkeypatch):
     shim = tmp_path / "python"
     shim.write_text(f"#!/bin/sh\nexec {sys.executable} {script} {how}\n")
     shim.chmod(0o755)
-    monkeypatch.setattr(sb, "_namespaces", lambda: ((), ()))
+    monkeypatch.setattr(sb, "namespaces", lambda: ((), ()))
     t = time.monotonic()
     rep = run_tests("def f(x):\n    return 1\n", ["assert f(1) == 1"], timeout=1, python=str(shim))
-    assert time.monotonic() - t < 1 + sb._STARTUP_SECONDS + 5
+    assert time.monotonic() - t < 1 + sandbox_child.STARTUP_SECONDS + 5
     assert rep.passed == 0 and rep.status in ("crashed", "timeout", "error"), rep
     if how == "restart":  # the deadline is not moved by a second "main" event
         assert time.monotonic() - t < 6
@@ -457,10 +459,10 @@ def test_deep_tree_symlinks_and_read_only_dirs_are_cleaned(tmp_path, mode):
 
 
 def test_remove_tree_holds_few_descriptors(tmp_path):
-    """``_remove_tree`` alone, in a child with only 40 descriptors allowed: 1,500 levels."""
+    """``sandbox_host.remove_tree`` alone, in a child with only 40 descriptors allowed: 1,500 levels."""
     code = textwrap.dedent(f"""\
         import os, resource, sys
-        from trellis.codegen.sandbox import _remove_tree
+        from trellis.codegen.sandbox_host import remove_tree
         sys.setrecursionlimit(100)
         root = {str(tmp_path / 'w')!r}
         os.makedirs(root)
@@ -471,7 +473,7 @@ def test_remove_tree_holds_few_descriptors(tmp_path):
         os.chmod(p, 0o500)
         os.symlink('/etc', os.path.join(root, 'etc-link'))
         resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
-        _remove_tree(root)
+        remove_tree(root)
         assert not os.path.exists(root)
         assert os.path.exists('/etc/passwd')
         """)
@@ -975,35 +977,35 @@ def test_capabilities_seen_from_the_host(mode):
 def test_every_process_of_a_run_is_in_its_own_cgroup(mode):
     """Where cgroup v2 is writable: the run's processes (forked children too) are in a cgroup of
     the run's own, which is killed and removed before ``run_tests`` returns."""
-    if sb._cgroup_base() is None:
+    if sandbox_host.cgroup_base() is None:
         pytest.skip("no writable cgroup v2 hierarchy here")
     import threading
 
     code = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\ndef f(x):\n    time.sleep(2)\n    return x\n"
     box: list = []
     t = threading.Thread(target=lambda: box.append(run_tests(code, ["assert f(1) == 1"], timeout=10)))
-    before = set(os.listdir(sb._cgroup_base()))
+    before = set(os.listdir(sandbox_host.cgroup_base()))
     t.start()
     procs: list[str] = []
     deadline = time.monotonic() + 8
     while time.monotonic() < deadline and len(procs) < 4:
-        for name in set(os.listdir(sb._cgroup_base())) - before:
+        for name in set(os.listdir(sandbox_host.cgroup_base())) - before:
             if name.startswith("trellis-sandbox-"):
                 try:
-                    procs = Path(sb._cgroup_base(), name, "cgroup.procs").read_text().split()
+                    procs = Path(sandbox_host.cgroup_base(), name, "cgroup.procs").read_text().split()
                 except OSError:
                     pass
         time.sleep(0.05)
     t.join()
     assert box[0].all_passed and "cgroup" in box[0].enforced, box
     assert len(procs) >= 4  # supervisor, worker, judge, the forked child
-    assert {n for n in os.listdir(sb._cgroup_base()) if n.startswith("trellis-sandbox-")} <= before
+    assert {n for n in os.listdir(sandbox_host.cgroup_base()) if n.startswith("trellis-sandbox-")} <= before
 
 
 def test_internal_errors_become_reports(monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sb, "_collect", broken)
+    monkeypatch.setattr(sb, "collect", broken)
     rep = run_tests("def f(x):\n    return 1\n", ["assert f(1) == 1"])
     assert rep.status == "crashed" and "boom" in rep.reason and rep.passed == 0

@@ -1,4 +1,4 @@
-"""The seccomp layer of the code sandbox (``trellis/codegen/_seccomp.py``).
+"""The seccomp layer of the code sandbox (``trellis/codegen/seccomp.py``).
 
 The filter is permanent, so every check runs in a fresh ``python -I -c <module text + snippet>``
 (exactly how the sandbox uses the file) and never touches pytest's own process. Each probe makes
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-import trellis.codegen._seccomp as seccomp_module
+import trellis.codegen.seccomp as seccomp_module
 
 SOURCE = Path(seccomp_module.__file__).read_text(encoding="utf-8")
 MACHINE = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(
@@ -409,7 +409,7 @@ def test_filter_programs_assemble_for_both_architectures():
     for arch in seccomp_module.SECCOMP_ARCHES:
         for sockets in ("inet", "none", "all"):
             for flag in (True, False):
-                program = seccomp_module._seccomp_program(arch, sockets, flag, flag, flag, flag, flag, not flag)
+                program = seccomp_module.seccomp_program(arch, sockets, flag, flag, flag, flag, flag, not flag)
                 assert all(len(ins) == 8 for ins in program) and len(program) < 256
 
 
@@ -429,4 +429,4 @@ def test_source_can_be_prepended_to_another_script():
             assert isinstance(node, ast.Assign), ast.dump(node)[:80]  # constants only: no side effects
             names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
         for name in names:
-            assert name == "install_seccomp" or name.startswith(("_seccomp", "SECCOMP_")), name
+            assert name in ("install_seccomp", "seccomp_program") or name.startswith(("_seccomp", "SECCOMP_")), name

@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import Tensor
 
-import trellis.codegen.solve as solve_mod
-from trellis.codegen import parse_tests
-from trellis.codegen.solve import Solution, TestGuided, entry_point_of, solve
+import trellis.codegen.guided as guided_mod
+from trellis.codegen import Solution, TestGuided, entry_point_of, parse_tests, solve
+from trellis.codegen.code_lm import CodeLM
 from trellis.decoder import Decoder
 from trellis.models import ModelHandle
 from trellis.search import MCTS, Greedy
@@ -111,7 +111,7 @@ def _paths(tree) -> dict:
 def test_speculative_rollouts_find_the_same_programs_in_the_same_tree(rollout):
     """Issue 25: MCTS rollouts drafted and verified greedily (through the test-guided proxy, with
     its function-end fold, syntax pruning and commit) return what greedy rollouts return."""
-    from trellis.codegen.solve import lookup_and_recycling_rollout
+    from trellis.codegen import lookup_and_recycling_rollout
 
     lm, dec, root = setup()
     base = guided("mcts", max_rollouts=20, early_exit=False).search(dec, root, max_new_tokens=20)
@@ -317,8 +317,7 @@ def test_tree_logits_respect_the_budget_before_forwarding():
     tree_calls = []
     real = lm.tree_logits
     lm.tree_logits = lambda prefix, tree: tree_calls.append(len(tree)) or real(prefix, tree)  # type: ignore[method-assign]
-    code_lm = solve_mod._CodeLM(lm, vocab(), PROMPT, 2, prune_top=8, max_checks=64, budget_tokens=1,
-                                budget_seconds=None)
+    code_lm = CodeLM(lm, vocab(), PROMPT, 2, prune_top=8, max_checks=64, budget_tokens=1, budget_seconds=None)
     code_lm.logits([[1, TOK[PROMPT]]])  # spends the one token
     tree = TokenTree(torch.tensor([R, MINUS]), torch.tensor([-1, 0]))
     rows = code_lm.tree_logits([1, TOK[PROMPT]], tree)
@@ -328,13 +327,13 @@ def test_tree_logits_respect_the_budget_before_forwarding():
 
 def _counting_runs(monkeypatch) -> list[str]:
     calls: list[str] = []
-    real = solve_mod.run_tests
+    real = guided_mod.run_tests
 
     def counting(code, tests, **kw):
         calls.append(code)
         return real(code, tests, **kw)
 
-    monkeypatch.setattr(solve_mod, "run_tests", counting)
+    monkeypatch.setattr(guided_mod, "run_tests", counting)
     return calls
 
 
@@ -370,7 +369,7 @@ def test_solve_shows_progress_on_stderr_and_can_hide_it(monkeypatch):
         def close(self):
             self.closed = True
 
-    monkeypatch.setattr(solve_mod, "tqdm", Bar)
+    monkeypatch.setattr(guided_mod, "tqdm", Bar)
     handle = ModelHandle(model=TableLM(trap_table()), tokenizer=None, vocab=vocab(), name="table")  # type: ignore[arg-type]
     sol = solve(handle, [1, TOK[PROMPT]], VISIBLE, held_out=HIDDEN, strategy="mcts", max_new_tokens=20)
     (bar,) = bars
@@ -401,7 +400,7 @@ def test_entry_point_and_bad_search_name():
 def test_cli_solve_prints_the_program_and_writes_the_tree(tmp_path, monkeypatch, capsys):
     import trellis.models
     from trellis.cli import SOLVE_STRATEGIES, main
-    from trellis.codegen.solve import SEARCHES
+    from trellis.codegen import SEARCHES
 
     assert SOLVE_STRATEGIES == SEARCHES
 

@@ -1,5 +1,5 @@
-"""The child side of ``trellis.codegen.sandbox``: ``_seccomp.py`` + this text, compiled by the parent and
-run by ``python -I -S`` (the parent's ``_STUB``; another interpreter gets the text with ``-c``).
+"""The child side of ``trellis.codegen.sandbox``: ``seccomp.py`` + this text, compiled by the parent and
+run by ``python -I -S`` (the parent's ``sandbox_child.STUB``; another interpreter gets the text with ``-c``).
 
 Stdlib only and never imported by trellis. Three processes, so that the verdict is never decided
 where the untrusted program runs:
@@ -628,7 +628,8 @@ def _lock_down_worker(job, enforced):
     if job["seccomp"]:
         # IPC is denied even inside an IPC namespace: segments no process maps escape the run's memory
         # count (as do memfds and socket buffers: hidden_memory).
-        layer = install_seccomp(sockets="inet" if job["netns"] else "none", ipc=True,  # noqa: F821
+        install_seccomp = globals()["install_seccomp"]  # defined by seccomp.py, prepended to this text
+        layer = install_seccomp(sockets="inet" if job["netns"] else "none", ipc=True,
                                 keyring=True, trace=True, namespaces=True, fallocate=True,
                                 sessions=not job["pidns"], hidden_memory=True, host_files=True)
         if layer:

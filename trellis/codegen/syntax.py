@@ -13,7 +13,7 @@ never become valid, and that is decidable cheaply at a few points:
 - an *unmatched closing bracket* in the current line (``tokenize``, stopping at an open string).
 
 Everything else about the current, unfinished line is left alone: more characters can still fix
-it. ``check_prefix`` is called once per line boundary by ``trellis.codegen.solve`` (results are
+it. ``check_prefix`` is called once per line boundary by ``trellis.codegen.code_lm`` (results are
 cached by text), not once per vocabulary token.
 """
 

@@ -108,8 +108,7 @@ def solve_best_of_n(sampler: VLLMSampler, prompt: str, tests: Any, *, held_out: 
     fraction (then by the model's order) judged on the held-out tests. Same split, reward,
     sandbox and ``Solution`` as ``solve(..., strategy="best-of-n")``; ``tokens`` counts the prompt
     once plus every generated token."""
-    from trellis.codegen.sandbox import run_tests
-    from trellis.codegen.solve import Solution, TestGuided, visible_and_held_out
+    from trellis.codegen import Solution, TestGuided, run_tests, visible_and_held_out
     from trellis.codegen.syntax import extract_program
 
     t0 = time.monotonic()

@@ -34,12 +34,12 @@ program, ``fork``, threads and ``subprocess`` keep working). By option, it denie
 
 Denied calls fail with EPERM (the program sees a ``PermissionError``), except ``clone3`` (ENOSYS,
 see below). A system call made through another ABI than the process's own (32-bit ``int 0x80``
-on x86_64, x32 numbers) kills the process: see ``_seccomp_program``.
+on x86_64, x32 numbers) kills the process: see ``seccomp_program``.
 
 The filter is permanent and inherited by every child, across ``execve`` as well. Its text is
 prepended to the sandbox's ``python -I -c`` runner script, so this file imports only the standard
 library, runs nothing at import, and names everything at top level ``_seccomp*``/``SECCOMP_*``
-except ``install_seccomp``.
+except ``install_seccomp`` and ``seccomp_program`` (the filter it installs, public for tests).
 """
 
 import ctypes
@@ -82,51 +82,47 @@ SECCOMP_AF_INET, SECCOMP_AF_INET6 = 2, 10
 # CLONE_NEWTIME itself only works through unshare/clone3, denied anyway.
 SECCOMP_CLONE_NEW_MASK = 0x7E020080
 
-# System call numbers per architecture: (AUDIT_ARCH_* value, {name: number}). x86_64 from
-# arch/x86/entry/syscalls/syscall_64.tbl; aarch64 uses the generic table
-# (include/uapi/asm-generic/unistd.h, now scripts/syscall.tbl). Neither has socketcall() or ipc():
-# those multiplexers exist only for 32-bit ABIs, which the arch check below shuts out, so socket()
-# and the IPC calls cannot be reached by another number.
+# System call numbers, {name: (x86_64, aarch64)}, None where the architecture has no such call.
+# x86_64 from arch/x86/entry/syscalls/syscall_64.tbl; aarch64 uses the generic table
+# (include/uapi/asm-generic/unistd.h, now scripts/syscall.tbl); from 424 on (Linux 5.1) every
+# architecture has the same number. Neither has socketcall() or ipc(): those multiplexers exist
+# only for 32-bit ABIs, which the arch check below shuts out, so socket() and the IPC calls cannot
+# be reached by another number.
+SECCOMP_NUMBERS = {
+    "socket": (41, 198), "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "semget": (64, 190), "semop": (65, 193),
+    "semctl": (66, 191), "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187),
+    "semtimedop": (220, 192), "mq_open": (240, 180), "mq_unlink": (241, 181), "mq_timedsend": (242, 182),
+    "mq_timedreceive": (243, 183),
+    "add_key": (248, 217), "request_key": (249, 218), "keyctl": (250, 219),
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271), "kcmp": (312, 272),
+    "pidfd_getfd": (438, 438),
+    "clone": (56, 220), "clone3": (435, 435), "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40),
+    "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51), "open_tree": (428, 428),
+    "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432),
+    "fspick": (433, 433), "mount_setattr": (442, 442),
+    "fallocate": (285, 47),
+    "setpgid": (109, 154), "setsid": (112, 157),
+    "memfd_create": (319, 279), "memfd_secret": (447, 447), "socketpair": (53, 199), "vmsplice": (278, 75),
+    "getxattr": (191, 8), "lgetxattr": (192, 9), "fgetxattr": (193, 10), "listxattr": (194, 11),
+    "llistxattr": (195, 12), "flistxattr": (196, 13), "getxattrat": (464, 464), "listxattrat": (465, 465),
+    "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7), "removexattr": (197, 14),
+    "lremovexattr": (198, 15), "fremovexattr": (199, 16), "setxattrat": (463, 463), "removexattrat": (466, 466),
+    "utime": (132, None), "utimes": (235, None), "futimesat": (261, None), "utimensat": (280, 88),
+    "inotify_init": (253, None), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
+    "fanotify_init": (300, 262),
+}
+
+
+def _seccomp_numbers(column):
+    """One architecture's {name: number}: ``column`` 0 of ``SECCOMP_NUMBERS`` for x86_64, 1 for aarch64."""
+    return {name: nrs[column] for name, nrs in SECCOMP_NUMBERS.items() if nrs[column] is not None}
+
+
+# Per architecture: (AUDIT_ARCH_* value, {name: number}).
 SECCOMP_ARCHES = {
-    "x86_64": (0xC000003E, {  # EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
-        "socket": 41, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-        "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "msgget": 68,
-        "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220, "mq_open": 240, "mq_unlink": 241,
-        "mq_timedsend": 242, "mq_timedreceive": 243,
-        "add_key": 248, "request_key": 249, "keyctl": 250,
-        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "pidfd_getfd": 438,
-        "clone": 56, "clone3": 435, "unshare": 272, "setns": 308, "mount": 165, "umount2": 166,
-        "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429, "fsopen": 430,
-        "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
-        "fallocate": 285,
-        "setpgid": 109, "setsid": 112,
-        "memfd_create": 319, "memfd_secret": 447, "socketpair": 53, "vmsplice": 278,
-        "getxattr": 191, "lgetxattr": 192, "fgetxattr": 193, "listxattr": 194, "llistxattr": 195,
-        "flistxattr": 196, "getxattrat": 464, "listxattrat": 465,
-        "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198,
-        "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466, "utime": 132, "utimes": 235,
-        "futimesat": 261, "utimensat": 280, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
-        "fanotify_init": 300,
-    }),
-    "aarch64": (0xC00000B7, {  # EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
-        "socket": 198, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-        "shmget": 194, "shmat": 196, "shmctl": 195, "semget": 190, "semop": 193, "semctl": 191, "msgget": 186,
-        "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "semtimedop": 192, "mq_open": 180, "mq_unlink": 181,
-        "mq_timedsend": 182, "mq_timedreceive": 183,
-        "add_key": 217, "request_key": 218, "keyctl": 219,
-        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "pidfd_getfd": 438,
-        "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
-        "pivot_root": 41, "chroot": 51, "open_tree": 428, "move_mount": 429, "fsopen": 430,
-        "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
-        "fallocate": 47,
-        "setpgid": 154, "setsid": 157,
-        "memfd_create": 279, "memfd_secret": 447, "socketpair": 199, "vmsplice": 75,
-        "getxattr": 8, "lgetxattr": 9, "fgetxattr": 10, "listxattr": 11, "llistxattr": 12, "flistxattr": 13,
-        "getxattrat": 464, "listxattrat": 465,
-        "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
-        "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466, "utimensat": 88,
-        "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
-    }),
+    "x86_64": (0xC000003E, _seccomp_numbers(0)),  # EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
+    "aarch64": (0xC00000B7, _seccomp_numbers(1)),  # EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
 }
 
 SECCOMP_GROUPS = {
@@ -169,7 +165,7 @@ def _seccomp_machine():
     return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}.get(machine)
 
 
-def _seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, sessions, hidden_memory=True,
+def seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, sessions, hidden_memory=True,
                      host_files=True):
     """The filter as a list of (code, jt, jf, k); jt/jf may name a label, resolved at the end."""
     audit_arch, nrs = SECCOMP_ARCHES[arch]
@@ -277,7 +273,7 @@ def install_seccomp(*, sockets="inet", ipc=True, keyring=True, trace=True, names
     arch = _seccomp_machine()
     if arch is None:
         return None
-    filt = b"".join(_seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, sessions,
+    filt = b"".join(seccomp_program(arch, sockets, ipc, keyring, trace, namespaces, fallocate, sessions,
                                      hidden_memory, host_files))
     libc = ctypes.CDLL(None, use_errno=True)
     prctl = libc.prctl
