@@ -1,6 +1,6 @@
 """``maxLength`` above MAX_STRING (8192) compiled exactly (issue 27): 49 of maskbench's real-world
 schemas were refused for ``maxLength: 32767`` or ``65535`` alone. The length is counted in levels
-(json_schema/emit.py ``_Emitter._level_rules``): units of 16, 256, 4096, ... characters, so the rules
+(json_schema/scalars.py ``ScalarRules._level_rules``): units of 16, 256, 4096, ... characters, so the rules
 grow with the number of levels, not with the bound. Judged against the ``jsonschema`` validator
 at every boundary of the units, in compact and flexible whitespace, and checked to be LALR(1).
 """

@@ -1,5 +1,5 @@
 """ECMA-262 ``pattern``s as regex IR: the syntax Python's parser reads differently is rewritten,
-what has no exact automaton is refused (``_Unsupported``), and the parse tree becomes IR with
+what has no exact automaton is refused (``Unsupported``), and the parse tree becomes IR with
 search semantics (unanchored unless ``^``/``$``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from typing import Any, Iterable
 
 from trellis.constrain.charsets import ECMA_DIGIT, ECMA_DOT, ECMA_SPACE, ECMA_WORD, cs, cs_neg, cs_union
-from trellis.constrain.regex_ir import ANYSTAR, EPS, MAX_REPEAT, NONE, _Unsupported, alt, cat, ch, dec_regex, ir_len, rep
+from trellis.constrain.regex_ir import ANYSTAR, EPS, MAX_REPEAT, NONE, Unsupported, alt, cat, ch, dec_regex, ir_len, rep
 
 try:
     import re._constants as _src
@@ -34,20 +34,20 @@ def _ecma_to_python(p: str) -> str:
         c = p[i]
         if c == "\\":
             if i + 1 >= n:
-                raise _Unsupported("pattern ends with a backslash")
+                raise Unsupported("pattern ends with a backslash")
             e = p[i + 1]
             if e in "pP":
-                raise _Unsupported("Unicode property escapes (\\p{...}) are not supported")
+                raise Unsupported("Unicode property escapes (\\p{...}) are not supported")
             if e == "c":
-                raise _Unsupported("control escapes (\\cX) are not supported")
+                raise Unsupported("control escapes (\\cX) are not supported")
             if e == "k":
-                raise _Unsupported("named backreferences are not supported")
+                raise Unsupported("named backreferences are not supported")
             if e == "u" and p[i + 2:i + 3] == "{":
-                raise _Unsupported("\\u{...} escapes are not supported")
+                raise Unsupported("\\u{...} escapes are not supported")
             if e in "bB" and not in_class:
-                raise _Unsupported("word boundaries (\\b, \\B) are not supported")
+                raise Unsupported("word boundaries (\\b, \\B) are not supported")
             if e.isdigit() and e != "0":
-                raise _Unsupported("backreferences are not supported")
+                raise Unsupported("backreferences are not supported")
             if e.isascii() and e.isalpha() and e not in _ECMA_ESCAPES:
                 out.append(e)  # ECMA identity escape (Annex B): \a is "a", not BEL
                 i += 2
@@ -60,7 +60,7 @@ def _ecma_to_python(p: str) -> str:
         elif c == "[":
             rest = p[i + 1:i + 3]
             if rest.startswith("]") or rest == "^]":
-                raise _Unsupported("empty classes [] and [^] are not supported")
+                raise Unsupported("empty classes [] and [^] are not supported")
             in_class = True
             out.append(c)
             i += 1
@@ -82,11 +82,11 @@ def pattern_ir(pattern: str) -> tuple:
     try:
         p = _sre.parse(_ecma_to_python(pattern))
     except re.error as e:
-        raise _Unsupported(f"not a supported regex ({e})") from None
+        raise Unsupported(f"not a supported regex ({e})") from None
     except RecursionError:
-        raise _Unsupported("regex nested too deeply") from None
+        raise Unsupported("regex nested too deeply") from None
     if p.state.flags & ~(re.UNICODE | re.ASCII):
-        raise _Unsupported("inline flags are not ECMA-262")
+        raise Unsupported("inline flags are not ECMA-262")
     return _top(list(p))
 
 
@@ -159,7 +159,7 @@ def _anchored_atom(op: Any, av: Any) -> _Pieces:
             return {(True, False): EPS}
         if av is _src.AT_END:
             return {(False, True): EPS}
-        raise _Unsupported(f"anchor {av} is not supported")
+        raise Unsupported(f"anchor {av} is not supported")
     if op is _src.BRANCH:
         out: _Pieces = {}
         for b in av[1]:
@@ -168,7 +168,7 @@ def _anchored_atom(op: Any, av: Any) -> _Pieces:
         return out
     if op is _src.SUBPATTERN:
         if av[1] or av[2]:
-            raise _Unsupported("inline flags are not ECMA-262")
+            raise Unsupported("inline flags are not ECMA-262")
         return _anchored(list(av[3]))
     lo, hi, sub = av
     return _anchored_repeat(_anchored(list(sub)), int(lo), None if hi is _src.MAXREPEAT else int(hi))
@@ -181,10 +181,10 @@ def _anchored_repeat(d: _Pieces, lo: int, hi: int | None) -> _Pieces:
     | B (B: both), P the unanchored copies, the count made up by empty copies where some may be
     empty (before A: P or A ones; after E: P or E ones)."""
     if lo > MAX_REPEAT:
-        raise _Unsupported(f"repetition count above {MAX_REPEAT}")
+        raise Unsupported(f"repetition count above {MAX_REPEAT}")
     if hi is not None:
         if hi > _MAX_ANCHORED_UNROLL:
-            raise _Unsupported(f"a repetition of more than {_MAX_ANCHORED_UNROLL} with an anchor inside")
+            raise Unsupported(f"a repetition of more than {_MAX_ANCHORED_UNROLL} with an anchor inside")
         opt = dict(d)
         _put(opt, (False, False), EPS)
         out: _Pieces = {(False, False): EPS}
@@ -227,33 +227,34 @@ def _atom(op: Any, av: Any) -> tuple:
             elif o is _src.CATEGORY and a in _CATEGORIES:
                 r = cs_union(r, _CATEGORIES[a])
             else:
-                raise _Unsupported(f"class item {o} not supported")
+                raise Unsupported(f"class item {o} not supported")
         return ch(cs_neg(r) if neg else r)
     if op is _src.BRANCH:
         return alt(*[_seq(b) for b in av[1]])
     if op is _src.SUBPATTERN:
         if av[1] or av[2]:
-            raise _Unsupported("inline flags are not ECMA-262")
+            raise Unsupported("inline flags are not ECMA-262")
         return _seq(av[3])
     if op in (_src.MAX_REPEAT, _src.MIN_REPEAT):
         lo, hi, sub = av
         hi = None if hi is _src.MAXREPEAT else int(hi)
         if lo > MAX_REPEAT or (hi is not None and hi > MAX_REPEAT):
-            raise _Unsupported(f"repetition count above {MAX_REPEAT}")
+            raise Unsupported(f"repetition count above {MAX_REPEAT}")
         return rep(_seq(sub), int(lo), hi)
     if op is _src.AT:  # _anchored takes every sub-pattern with an anchor
-        raise _Unsupported(f"anchor {av} is not supported")
+        raise Unsupported(f"anchor {av} is not supported")
     if op in (_src.ASSERT, _src.ASSERT_NOT):
-        raise _Unsupported("lookaround assertions are not supported")
+        raise Unsupported("lookaround assertions are not supported")
     if op in (_src.GROUPREF, _src.GROUPREF_EXISTS):
-        raise _Unsupported("backreferences are not supported")
-    raise _Unsupported(f"regex construct {op} not supported")
+        raise Unsupported("backreferences are not supported")
+    raise Unsupported(f"regex construct {op} not supported")
 
 
 _MATCHERS: dict[str, re.Pattern] = {}
 
 
-def _matcher(rx: str) -> re.Pattern:
+def regex_matcher(rx: str) -> re.Pattern:
+    """Python regex ``rx`` compiled (``re.DOTALL``), cached."""
     m = _MATCHERS.get(rx)
     if m is None:
         if len(_MATCHERS) > 4000:
@@ -265,4 +266,4 @@ def _matcher(rx: str) -> re.Pattern:
 def pattern_matches(pattern: str, s: str) -> bool:
     """ECMA-262 search of ``pattern`` in ``s`` (exact, through the IR)."""
     ir = pattern_ir(pattern)
-    return ir != NONE and _matcher(dec_regex(ir)).fullmatch(s) is not None  # NONE: e.g. "/^a$/" matches nothing
+    return ir != NONE and regex_matcher(dec_regex(ir)).fullmatch(s) is not None  # NONE: e.g. "/^a$/" matches nothing

@@ -9,8 +9,8 @@ from decimal import Decimal
 from fractions import Fraction
 from math import ceil, floor, gcd
 
-from trellis.constrain.regex_ir import (EPS, JSON_NUMBER, MAX_REPEAT, _fsm, _group, _Unsupported, alt, cat, fsm_regex,
-                                        fsm_sub, lit, rep, to_regex)
+from trellis.constrain.regex_ir import (EPS, JSON_NUMBER, MAX_REPEAT, Unsupported, alt, cat, fsm_regex, fsm_sub, lit,
+                                        regex_atom, regex_fsm, rep, to_regex)
 
 # Regexes over plain decimal JSON numbers (no exponent) for exact ranges: the integer part by
 # the classic digit-range split, the fraction part by a digit-wise comparison of zero-padded
@@ -25,7 +25,7 @@ def _digits(d: Decimal) -> tuple[str, str]:
     i, _, f = t.partition(".")
     i, f = i.lstrip("0") or "0", f.rstrip("0")
     if len(i) + len(f) > _MAX_DIGITS:
-        raise _Unsupported(f"number {d} has too many digits")
+        raise Unsupported(f"number {d} has too many digits")
     return i, f
 
 
@@ -44,10 +44,10 @@ def _same_len(lo: str, hi: str) -> str:
         return _dclass(int(lo[0]), int(hi[0])) + f"[0-9]{{{n - 1}}}"
     if lo[0] == hi[0]:
         return lo[0] + _same_len(lo[1:], hi[1:])
-    parts = [lo[0] + _group(_same_len(lo[1:], "9" * (n - 1)))]
+    parts = [lo[0] + regex_atom(_same_len(lo[1:], "9" * (n - 1)))]
     if int(lo[0]) + 1 <= int(hi[0]) - 1:
         parts.append(_dclass(int(lo[0]) + 1, int(hi[0]) - 1) + f"[0-9]{{{n - 1}}}")
-    parts.append(hi[0] + _group(_same_len("0" * (n - 1), hi[1:])))
+    parts.append(hi[0] + regex_atom(_same_len("0" * (n - 1), hi[1:])))
     return "(?:" + "|".join(parts) + ")"
 
 
@@ -133,7 +133,7 @@ def _frac_new(lo: Bound | None, hi: Bound | None, left: int | None) -> tuple[boo
                 start = b
         dc = "".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
         dc = dc if len(ds) == 1 else f"[{dc}]"
-        tail = "" if rx is None else (f"(?:{rx})?" if emp else _group(rx))
+        tail = "" if rx is None else (f"(?:{rx})?" if emp else regex_atom(rx))
         alts.append(dc + tail)
     if not alts:
         return empty_ok, None
@@ -151,8 +151,8 @@ def _mag(lo: Decimal, lo_s: bool, hi: Decimal | None, hi_s: bool, left: int | No
         emp, rx = frac
         if ints is None or (not emp and rx is None):
             return
-        tail = "" if rx is None else (f"(?:\\.{_group(rx)})?" if emp else f"\\.{_group(rx)}")
-        alts.append(_group(ints) + tail)
+        tail = "" if rx is None else (f"(?:\\.{regex_atom(rx)})?" if emp else f"\\.{regex_atom(rx)}")
+        alts.append(regex_atom(ints) + tail)
 
     if hi is not None:
         hi_i, hf = _digits(hi)
@@ -183,7 +183,7 @@ def _range_regex(lo: Decimal | None, lo_s: bool, hi: Decimal | None, hi_s: bool,
         a, a_s = (-hi, hi_s) if hi is not None and hi <= 0 else (Decimal(0), False)
         r = _mag(a, a_s, b, b_s, left)
         if r:
-            alts.append("-" + _group(r))
+            alts.append("-" + regex_atom(r))
     if not alts:
         return None
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
@@ -198,7 +198,7 @@ def _int_range_regex(lo: int | None, hi: int | None) -> str | None:
     if lo is None or lo <= 0:
         r = _nat_range(max(-hi, 0) if hi is not None else 0, -lo if lo is not None else None)
         if r:
-            alts.append("-" + _group(r))
+            alts.append("-" + regex_atom(r))
     if not alts:
         return None
     body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
@@ -277,11 +277,11 @@ class NumSpec:
         return False
 
     def regex(self) -> str | None:
-        """Regex of the JSON number texts in the set (None: empty); _Unsupported if not exact."""
+        """Regex of the JSON number texts in the set (None: empty); Unsupported if not exact."""
         rx = self._spelled()
         if rx is None or not self.plain:
             return rx
-        f = fsm_sub(_fsm(rx), _fsm(_NOT_PLAIN))  # the same values, minus spellings with . e E
+        f = fsm_sub(regex_fsm(rx), regex_fsm(_NOT_PLAIN))  # the same values, minus spellings with . e E
         return None if f.empty() else fsm_regex(f, to_regex)
 
     def _spelled(self) -> str | None:
@@ -292,7 +292,7 @@ class NumSpec:
         base = self._base()
         if base is None or not self.exclude:
             return base
-        f = fsm_sub(_fsm(base), _fsm("|".join(_value_regex(v) for v in self.exclude)))
+        f = fsm_sub(regex_fsm(base), regex_fsm("|".join(_value_regex(v) for v in self.exclude)))
         return None if f.empty() else fsm_regex(f, to_regex)
 
     def _base(self) -> str | None:
@@ -321,11 +321,11 @@ class NumSpec:
                 if not ((v == lo and lo_x) or (v == hi and hi_x)):
                     vals.append(Decimal(v.numerator) / Decimal(v.denominator))
                 if len(vals) > MAX_REPEAT:
-                    raise _Unsupported(f"multipleOf {unit} over a range of more than {MAX_REPEAT} values")
+                    raise Unsupported(f"multipleOf {unit} over a range of more than {MAX_REPEAT} values")
                 k += 1
             return NumSpec(values=frozenset(vals)).regex()
         if lo is not None or hi is not None:
-            raise _Unsupported(f"multipleOf {unit} with a one-sided bound")
+            raise Unsupported(f"multipleOf {unit} with a one-sided bound")
         return _multiple_regex(unit)
 
 
@@ -344,7 +344,7 @@ def _multiple_regex(unit: Fraction) -> str:
     a = None if d is None else unit.numerator * 10**d // unit.denominator
     j = None if a is None else next((j for j in range(4) if 10**j % a == 0), None)
     if d is None or j is None:
-        raise _Unsupported(f"multipleOf {unit} (only a / 10^d with a dividing 1000 is exact without bounds)")
+        raise Unsupported(f"multipleOf {unit} (only a / 10^d with a dividing 1000 is exact without bounds)")
     nat = "(?:0|[1-9][0-9]*)"
 
     def frac(pad: str) -> tuple:

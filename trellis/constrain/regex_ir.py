@@ -25,11 +25,11 @@ NONE = ("none",)
 EPS = ("eps",)
 
 
-class _TooComplex(Exception):
+class TooComplex(Exception):
     """A regex (or automaton product) grew past its size limit while being built."""
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     """A regex construct that cannot be compiled exactly (message says which)."""
 
 
@@ -163,7 +163,8 @@ def _set_regex(r: Ranges) -> str:
     return f"[{_class_body(r, _esc_in_class)}]"
 
 
-def _group(s: str) -> str:
+def regex_atom(s: str) -> str:
+    """Regex text ``s`` as one atom a quantifier may follow: itself, or in a non-capturing group."""
     if len(s) == 1 or (s.startswith("\\") and len(s) == 2) or _is_atom(s):
         return s
     return f"(?:{s})"
@@ -205,7 +206,8 @@ def _is_atom(s: str) -> bool:
     return False
 
 
-def _quant(lo: int, hi: int | None) -> str:
+def quantifier(lo: int, hi: int | None) -> str:
+    """The regex quantifier for ``lo`` to ``hi`` (None: unbounded) repetitions."""
     if (lo, hi) == (0, None):
         return "*"
     if (lo, hi) == (1, None):
@@ -223,7 +225,7 @@ def to_regex(x: tuple, leaf: Callable[[Ranges], str] = _set_regex) -> str:
     """Python regex text of an IR; ``leaf`` renders a character set (decoded or JSON-encoded)."""
     k = x[0]
     if k == "none":
-        raise _TooComplex("empty language")  # callers prune empty languages first
+        raise TooComplex("empty language")  # callers prune empty languages first
     if k == "eps":
         return ""
     if k == "set":
@@ -233,7 +235,7 @@ def to_regex(x: tuple, leaf: Callable[[Ranges], str] = _set_regex) -> str:
     if k == "alt":
         return "(?:" + "|".join(to_regex(p, leaf) for p in x[1]) + ")"
     _, y, lo, hi = x
-    return _group(to_regex(y, leaf)) + _quant(lo, hi)
+    return regex_atom(to_regex(y, leaf)) + quantifier(lo, hi)
 
 
 # JSON string encoding of a set of decoded characters (see the docstring of json_schema/__init__.py).
@@ -297,7 +299,7 @@ def _one_char(r: Ranges, singles: str, hexes: str) -> str:
     if esc:
         alts.append("\\\\" + (esc[0] if len(esc) == 1 else "(?:" + "|".join(esc) + ")"))
     if not alts:
-        raise _TooComplex("empty character set")
+        raise TooComplex("empty character set")
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
@@ -332,7 +334,7 @@ JSON_UNIT = enc_set(ANYCHAR)  # one character of a constrained string
 _FSM_CACHE: dict[str, Any] = {}
 
 
-def _fsm(rx: str) -> Any:
+def regex_fsm(rx: str) -> Any:
     """interegular FSM of a Python regex over raw characters (cached)."""
     f = _FSM_CACHE.get(rx)
     if f is None:
@@ -341,7 +343,7 @@ def _fsm(rx: str) -> Any:
         try:
             f = interegular.parse_pattern(rx).to_fsm()
         except Exception as e:  # interegular raises plain Exception subclasses
-            raise _Unsupported(f"regex not supported by interegular ({e})") from None
+            raise Unsupported(f"regex not supported by interegular ({e})") from None
         if len(_FSM_CACHE) > 4000:
             _FSM_CACHE.clear()
         _FSM_CACHE[rx] = f
@@ -353,13 +355,13 @@ MAX_PRODUCT = 30_000  # states of an FSM product we are willing to build
 
 def fsm_and(f: Any, g: Any) -> Any:
     if len(f.states) * len(g.states) > MAX_PRODUCT:
-        raise _TooComplex("regex intersection too large")
+        raise TooComplex("regex intersection too large")
     return f & g
 
 
 def fsm_sub(f: Any, g: Any) -> Any:
     if len(f.states) * len(g.states) > MAX_PRODUCT:
-        raise _TooComplex("regex difference too large")
+        raise TooComplex("regex difference too large")
     return f - g
 
 
@@ -387,11 +389,12 @@ def ir_len(x: tuple) -> tuple[int, int | None]:
 
 def ir_fsm(x: tuple) -> Any:
     """interegular FSM of an IR over decoded characters (cached by regex text)."""
-    return _empty_fsm() if x[0] == "none" else _fsm(dec_regex(x))
+    return empty_fsm() if x[0] == "none" else regex_fsm(dec_regex(x))
 
 
-def _empty_fsm() -> Any:
-    return _fsm("a") - _fsm("a")
+def empty_fsm() -> Any:
+    """An interegular FSM of the empty language."""
+    return regex_fsm("a") - regex_fsm("a")
 
 
 def fsm_ir(f: Any) -> tuple:
@@ -470,7 +473,7 @@ def fsm_ir(f: Any) -> tuple:
                     new = alt(out[p][q], new)
                     nsz += sz(p, q)
                 if nsz > MAX_REGEX:
-                    raise _TooComplex("regex too large")
+                    raise TooComplex("regex too large")
                 out[p][q] = new
                 sizes[(p, q)] = nsz
                 inn[q].add(p)
@@ -533,12 +536,12 @@ def _depth(x: tuple) -> int:
 
 
 def fsm_regex(f: Any, encode: Callable[[tuple], str]) -> str:
-    """``encode(fsm_ir(f))``, refused (_TooComplex) when the regex is too long or too deeply
+    """``encode(fsm_ir(f))``, refused (TooComplex) when the regex is too long or too deeply
     nested to compile."""
     ir = _compress(fsm_ir(f))
     if _depth(ir) > 80:
-        raise _TooComplex("regex nested too deeply")
+        raise TooComplex("regex nested too deeply")
     rx = encode(ir)
     if len(rx) > MAX_REGEX_CHARS:
-        raise _TooComplex(f"regex of {len(rx)} characters")
+        raise TooComplex(f"regex of {len(rx)} characters")
     return rx

@@ -98,11 +98,15 @@ match, each cut of the keys that have no transition where it is in the lexer con
 
 Modules
 -------
-``limits`` (the ``MAX_*`` bounds, ``CHUNK``), ``documents`` (loading, the document and its
+``limits`` (the ``MAX_*`` bounds, ``CHUNK``), ``documents`` (loading, ``SchemaDocument`` and its
 ``$ref`` resolution, drafts), ``specs`` (node value types: ``StrSpec``, ``ArrSpec``, ``ObjSpec``,
-``Shallow``), ``builder`` (keywords -> nodes: intersections, complements, disjointness;
-``IgnoredKeyword``), ``emit`` (nodes -> Lark text), ``ordering`` (``order_keys``); this module:
-``JsonSchema`` and ``schema_to_lark``. Each imports only the ones listed before it.
+``Shallow``), ``nodes`` (``NodeTable``: node ids, intersections, disjointness, refusals;
+``IgnoredKeyword``), ``complement`` (exact complements for ``not``/``if``/``oneOf``), ``builder``
+(``NodeBuilder``: keywords -> nodes), ``emit_base`` (the emitter's data, state and refusals),
+``keys`` (object key classes), ``scalars`` (string and number regexes, long-string rules),
+``automata`` (object/array automata), ``emit`` (``LarkEmitter``: nodes -> Lark text),
+``ordering`` (``order_keys``); this module: ``JsonSchema`` and ``schema_to_lark``. Each imports
+only the ones listed before it.
 """
 
 from __future__ import annotations
@@ -110,16 +114,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trellis.constrain.errors import SchemaError  # noqa: F401  (re-exported: raised by everything here)
-from trellis.constrain.json_schema.builder import MAX_COMPLEMENT_DEPTH, IgnoredKeyword, _Builder  # noqa: F401
-from trellis.constrain.json_schema.documents import DEFAULT_BASE, _Document, _load  # noqa: F401
-from trellis.constrain.json_schema.emit import KEY_PRIORITY, _Emitter  # noqa: F401
-from trellis.constrain.json_schema.limits import (CHUNK, MAX_AUTOMATON, MAX_BOUND_EXPONENT,  # noqa: F401
-                                                  MAX_DEP_BRANCHES, MAX_ITEMS, MAX_RULES, MAX_STRING, MAX_WHITESPACE)
+from trellis.constrain.errors import SchemaError
+from trellis.constrain.json_schema.builder import NodeBuilder
+from trellis.constrain.json_schema.complement import MAX_COMPLEMENT_DEPTH
+from trellis.constrain.json_schema.documents import DEFAULT_BASE, SchemaDocument, load_schema
+from trellis.constrain.json_schema.emit import LarkEmitter
+from trellis.constrain.json_schema.keys import KEY_PRIORITY
+from trellis.constrain.json_schema.limits import (CHUNK, MAX_AUTOMATON, MAX_BOUND_EXPONENT, MAX_DEP_BRANCHES, MAX_ITEMS,
+                                                  MAX_RULES, MAX_STRING, MAX_WHITESPACE)
+from trellis.constrain.json_schema.nodes import IgnoredKeyword
 from trellis.constrain.json_schema.ordering import order_keys
-from trellis.constrain.json_schema.specs import ArrSpec, ObjSpec, Shallow, Source, StrSpec, union  # noqa: F401
+from trellis.constrain.json_schema.specs import ArrSpec, ObjSpec, Shallow, Source, StrSpec, union
 
-__all__ = ["IgnoredKeyword", "JsonSchema", "order_keys", "schema_to_lark"]
+__all__ = ["IgnoredKeyword", "JsonSchema", "order_keys", "schema_to_lark",
+           # re-exported: SchemaError is raised by everything here; the bounds and node types as before
+           "SchemaError", "CHUNK", "DEFAULT_BASE", "KEY_PRIORITY", "MAX_AUTOMATON", "MAX_BOUND_EXPONENT",
+           "MAX_COMPLEMENT_DEPTH", "MAX_DEP_BRANCHES", "MAX_ITEMS", "MAX_RULES", "MAX_STRING", "MAX_WHITESPACE",
+           "ArrSpec", "ObjSpec", "Shallow", "Source", "StrSpec", "union"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,13 +186,13 @@ def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = 
         raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
     if max_whitespace < 1:
         raise ValueError("max_whitespace must be >= 1")
-    doc = _Document(_load(schema))
+    doc = SchemaDocument(load_schema(schema))
     if unknown_formats not in ("annotation", "refuse"):
         raise ValueError(f"unknown_formats must be 'annotation' or 'refuse', not {unknown_formats!r}")
-    b = _Builder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion,
-                 unknown_formats=unknown_formats)
+    b = NodeBuilder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion,
+                    unknown_formats=unknown_formats)
     if not doc.dialect_known:
         b.refuse("$schema", "", "unknown dialect (custom metaschema); it is read as draft 2020-12")
     root = b.location(doc.root, "", doc.base)
-    text = _Emitter(b, whitespace=whitespace, max_ws=max_whitespace).grammar(root)
+    text = LarkEmitter(b, whitespace=whitespace, max_ws=max_whitespace).grammar(root)
     return text, tuple(b.ignored)

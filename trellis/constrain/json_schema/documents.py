@@ -17,7 +17,10 @@ from trellis.constrain.errors import SchemaError
 # ============================================================================ loading
 
 
-def _load(schema: Any) -> Any:
+def load_schema(schema: Any) -> Any:
+    """The schema as a Python value (floats as Decimals) from a pydantic model class, a path
+    (``os.PathLike``), JSON text or bytes, or a Python value; ``SchemaError`` when it cannot be
+    read or is not JSON."""
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         schema = schema.model_json_schema()  # pydantic v2 model class
     elif isinstance(schema, os.PathLike):
@@ -49,7 +52,7 @@ def _exact(x: Any, ptr: str) -> Any:
         for k, v in x.items():
             if not isinstance(k, str):
                 raise SchemaError(f"object key {k!r} is not a string", pointer=ptr)
-            out[k] = _exact(v, f"{ptr}/{_esc(k)}")
+            out[k] = _exact(v, f"{ptr}/{pointer_token(k)}")
         return out
     if isinstance(x, (list, tuple)):
         return [_exact(v, f"{ptr}/{i}") for i, v in enumerate(x)]
@@ -65,11 +68,13 @@ def _join(base: str, ref: str) -> str:
     return urljoin(base, ref)
 
 
-def _esc(key: str) -> str:
+def pointer_token(key: str) -> str:
+    """``key`` as a JSON pointer reference token (``~`` -> ``~0``, ``/`` -> ``~1``)."""
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _num(x: Any) -> Decimal | None:
+def as_decimal(x: Any) -> Decimal | None:
+    """A JSON number as a Decimal (exact); None for anything else (booleans included)."""
     if isinstance(x, bool) or not isinstance(x, (int, Decimal, float)):
         return None
     return Decimal(x) if not isinstance(x, float) else Decimal(repr(x))
@@ -79,14 +84,14 @@ def _num(x: Any) -> Decimal | None:
 
 DEFAULT_BASE = "https://trellis.invalid/schema.json"
 _DRAFTS = {"draft-03": 3, "draft-04": 4, "draft-06": 6, "draft-07": 7, "2019-09": 2019, "2020-12": 2020}
-_DRAFT_NAMES = {v: k for k, v in _DRAFTS.items()}
+DRAFT_NAMES = {v: k for k, v in _DRAFTS.items()}  # draft number -> its name in $schema URIs
 _SUB_ONE = ("additionalProperties", "additionalItems", "items", "not", "if", "then", "else", "contains",
             "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")
 _SUB_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 _SUB_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 
 
-class _Document:
+class SchemaDocument:
     """One schema document: its resources by URI ($id), anchors, and every subschema's base URI."""
 
     def __init__(self, root: Any) -> None:
@@ -128,12 +133,12 @@ class _Document:
                 self.anchors[f"{base}#{s[kw]}"] = s
         self.info[id(s)] = (base, ptr)
         for k, v in s.items():
-            p = f"{ptr}/{_esc(k)}"
+            p = f"{ptr}/{pointer_token(k)}"
             if k in _SUB_ONE and isinstance(v, (dict, bool)):
                 self._scan(v, base, p)
             elif k in _SUB_MAP and isinstance(v, dict):
                 for kk, vv in v.items():
-                    self._scan(vv, base, f"{p}/{_esc(kk)}")
+                    self._scan(vv, base, f"{p}/{pointer_token(kk)}")
             elif k in _SUB_LIST and isinstance(v, list):
                 for i, vv in enumerate(v):
                     self._scan(vv, base, f"{p}/{i}")
@@ -161,7 +166,7 @@ class _Document:
                 continue
             seen.add(id(s))
             if keyword in s:
-                return f"{p}/{_esc(keyword)}"
+                return f"{p}/{pointer_token(keyword)}"
             for kw in ("allOf", "anyOf", "oneOf"):
                 if isinstance(s.get(kw), list):
                     todo += [(x, f"{p}/{kw}/{i}") for i, x in enumerate(s[kw])]
@@ -170,7 +175,7 @@ class _Document:
                     todo.append((s[kw], f"{p}/{kw}"))
             for kw in ("dependentSchemas", "dependencies"):
                 if isinstance(s.get(kw), dict):
-                    todo += [(x, f"{p}/{kw}/{_esc(k)}") for k, x in s[kw].items()]
+                    todo += [(x, f"{p}/{kw}/{pointer_token(k)}") for k, x in s[kw].items()]
             if isinstance(s.get("$ref"), str):
                 try:
                     obj, p2, _ = self.resolve(s["$ref"], self.info.get(id(s), (self.base, p))[0], p)
@@ -202,7 +207,7 @@ class _Document:
                     obj = obj[int(key)] if isinstance(obj, list) else obj[key]
                 except (KeyError, ValueError, IndexError, TypeError):
                     raise SchemaError(f"$ref {ref!r} points to nothing", pointer=ptr) from None
-                p += "/" + _esc(key)
+                p += "/" + pointer_token(key)
         b2, p2 = self.info.get(id(obj), (u, p))
         return obj, p2, b2
 
@@ -220,7 +225,7 @@ _SINCE = {"const": 6, "contains": 6, "propertyNames": 6, "if": 7, "then": 7, "el
 _UNTIL = {"dependencies": 7, "$recursiveRef": 2019}
 
 
-def _in_draft(s: dict, draft: int) -> dict:
+def in_draft(s: dict, draft: int) -> dict:
     """``s`` without the keywords its draft does not define (same subschema objects)."""
     drop = [k for k in s if _SINCE.get(k, 0) > draft or _UNTIL.get(k, 9999) < draft]
     return {k: v for k, v in s.items() if k not in drop} if drop else s

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from trellis.constrain.errors import SchemaError
-from trellis.constrain.json_schema.documents import _Document, _in_draft, _load
+from trellis.constrain.json_schema.documents import SchemaDocument, in_draft, load_schema
 from trellis.constrain.pattern import pattern_matches
-from trellis.constrain.regex_ir import _Unsupported
+from trellis.constrain.regex_ir import Unsupported
 
 
 def order_keys(schema: Any, instance: Any) -> Any:
@@ -21,11 +21,11 @@ def order_keys(schema: Any, instance: Any) -> Any:
     a document to check or to show a model; an instance whose alternatives disagree on the order
     may still be out of order.
     """
-    doc = _Document(_load(schema))
+    doc = SchemaDocument(load_schema(schema))
     return _order(doc, [(doc.root, doc.base)], instance, 0)
 
 
-def _fits(doc: "_Document", cand: tuple, inst: Any) -> bool:
+def _fits(doc: "SchemaDocument", cand: tuple, inst: Any) -> bool:
     """Cheap necessary conditions for ``inst`` to match ``cand`` (through $ref / allOf): its
     ``type``, ``required`` keys, closed ``properties`` and ``const``/``enum`` property values. Used
     to pick the anyOf/oneOf branch whose key order applies; False only when it surely fails."""
@@ -52,7 +52,7 @@ def _fits(doc: "_Document", cand: tuple, inst: Any) -> bool:
     return True
 
 
-def _expand(doc: "_Document", cands: list, depth: int = 0, inst: Any = None, branches: bool = True) -> list:
+def _expand(doc: "SchemaDocument", cands: list, depth: int = 0, inst: Any = None, branches: bool = True) -> list:
     """``cands`` and the schemas they reach through $ref, allOf, if/then/else and (``branches``)
     anyOf/oneOf; of the alternatives, only those ``inst`` may match when any does (``_fits``)."""
     out = []
@@ -67,7 +67,7 @@ def _expand(doc: "_Document", cands: list, depth: int = 0, inst: Any = None, bra
             except SchemaError:
                 pass
             continue
-        s = _in_draft(s, doc.draft)
+        s = in_draft(s, doc.draft)
         out.append((s, base))
         subs = []
         if isinstance(s.get("$ref"), str):
@@ -94,7 +94,7 @@ def _expand(doc: "_Document", cands: list, depth: int = 0, inst: Any = None, bra
     return out
 
 
-def _order(doc: "_Document", cands: list, inst: Any, depth: int) -> Any:
+def _order(doc: "SchemaDocument", cands: list, inst: Any, depth: int) -> Any:
     cands = _expand(doc, cands, inst=inst)
     if isinstance(inst, dict) and depth < 64:
         keys: list = []
@@ -145,5 +145,5 @@ def _order(doc: "_Document", cands: list, inst: Any, depth: int) -> Any:
 def _matches_safely(pattern: Any, key: str) -> bool:
     try:
         return isinstance(pattern, str) and pattern_matches(pattern, key)
-    except _Unsupported:
+    except Unsupported:
         return False

@@ -9,11 +9,11 @@ from typing import Any, Iterable
 
 from trellis.constrain.formats import format_ir
 from trellis.constrain.json_schema.limits import CHUNK, MAX_STRING
-from trellis.constrain.pattern import _matcher, pattern_ir, pattern_matches
+from trellis.constrain.pattern import pattern_ir, pattern_matches, regex_matcher
 from trellis.constrain.ranges import NumSpec
-from trellis.constrain.regex_ir import (ANY, ANYSTAR, JSON_CONTENT, JSON_UNIT, MAX_REPEAT, NONE, _empty_fsm, _group,
-                                        _quant, _Unsupported, alt, dec_regex, enc_regex, fsm_and, fsm_regex, fsm_sub,
-                                        ir_fsm, ir_len, lit, rep)
+from trellis.constrain.regex_ir import (ANY, ANYSTAR, JSON_CONTENT, JSON_UNIT, MAX_REPEAT, NONE, Unsupported, alt,
+                                        dec_regex, empty_fsm, enc_regex, fsm_and, fsm_regex, fsm_sub, ir_fsm, ir_len,
+                                        lit, quantifier, regex_atom, rep)
 
 
 # ============================================================================ strings
@@ -41,7 +41,7 @@ class StrSpec:
             return False
         if any(m.contains(s) for m in self.minus):
             return False
-        return all(_matcher(dec_regex(format_ir(f))).fullmatch(s) for f in self.formats)
+        return all(regex_matcher(dec_regex(format_ir(f))).fullmatch(s) for f in self.formats)
 
     def __and__(self, o: "StrSpec") -> "StrSpec":
         values = self.values if o.values is None else (o.values if self.values is None else self.values & o.values)
@@ -73,9 +73,9 @@ class StrSpec:
         """interegular FSM of the decoded strings."""
         if self.values is not None:
             vs = [v for v in self.values if self.contains(v)]
-            return ir_fsm(alt(*[lit(v) for v in vs])) if vs else _empty_fsm()
+            return ir_fsm(alt(*[lit(v) for v in vs])) if vs else empty_fsm()
         if self.min_len > MAX_STRING or (self.max_len or 0) > MAX_STRING:
-            raise _Unsupported(f"string length bound above {MAX_STRING} in an automaton")
+            raise Unsupported(f"string length bound above {MAX_STRING} in an automaton")
         irs = self._irs() or [ANYSTAR]
         f = ir_fsm(irs[0])
         for x in irs[1:]:
@@ -88,7 +88,7 @@ class StrSpec:
 
     def chunked(self) -> tuple[int, int | None] | None:
         """(min, max) when this is a long length-only spec, compiled as chunk rules (see
-        ``_Emitter._chunk_rules``) rather than as one regex."""
+        ``ScalarRules._chunk_rules``) rather than as one regex."""
         if self.values is not None or self.patterns or self.formats or self.exclude or self.minus:
             return None
         if self.min_len > CHUNK or (self.max_len is not None and self.max_len > CHUNK):
@@ -96,10 +96,10 @@ class StrSpec:
         return None
 
     def _check_lengths(self) -> None:
-        """_Unsupported when a length bound of this spec, or of one it subtracts, is too long for
+        """Unsupported when a length bound of this spec, or of one it subtracts, is too long for
         one automaton (chunk rules count long lengths, but only alone: see ``chunked``)."""
         if any(max(ir_len(x)[0], ir_len(x)[1] or 0) > MAX_REPEAT for x in self._irs()):
-            raise _Unsupported(f"string length bound above {MAX_REPEAT} with a pattern, format or negation")
+            raise Unsupported(f"string length bound above {MAX_REPEAT} with a pattern, format or negation")
         for m in self.minus:
             m._check_lengths()
 
@@ -113,7 +113,7 @@ class StrSpec:
                 return JSON_CONTENT
             if self.max_len is not None and self.max_len < self.min_len:
                 return None
-            return _group(JSON_UNIT) + _quant(self.min_len, self.max_len)
+            return regex_atom(JSON_UNIT) + quantifier(self.min_len, self.max_len)
         self._check_lengths()
         irs = self._irs()
         if len(irs) == 1 and not self.exclude and not self.minus:
@@ -179,10 +179,12 @@ class Shallow:
 
 ANY_SHALLOW = Shallow(True, True, True, (NumSpec(),), (StrSpec(),), (ArrSpec(),), (ObjSpec(),))
 NEVER_SHALLOW = Shallow()
-_GENERIC = {"nums": NumSpec(), "strs": StrSpec(), "arrs": ArrSpec(), "objs": ObjSpec()}
+# The unconstrained spec of each Shallow field: an alternative list holding it is just that spec.
+GENERIC_SPECS = {"nums": NumSpec(), "strs": StrSpec(), "arrs": ArrSpec(), "objs": ObjSpec()}
 
 
-def _alts(xs: Iterable, generic: Any) -> tuple:
+def distinct_specs(xs: Iterable, generic: Any) -> tuple:
+    """The distinct specs of ``xs`` in order, or only ``generic`` when it is one of them."""
     out = []
     for x in xs:
         if x == generic:
@@ -194,4 +196,4 @@ def _alts(xs: Iterable, generic: Any) -> tuple:
 
 def union(*shs: Shallow) -> Shallow:
     return Shallow(any(s.null for s in shs), any(s.true for s in shs), any(s.false for s in shs),
-                   *[_alts([x for s in shs for x in getattr(s, f)], g) for f, g in _GENERIC.items()])
+                   *[distinct_specs([x for s in shs for x in getattr(s, f)], g) for f, g in GENERIC_SPECS.items()])
