@@ -418,7 +418,7 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
 
-    from trellis.generate import language_model
+    from trellis.hf_lm import language_model
     from trellis.models import load
 
     t0 = time.perf_counter()

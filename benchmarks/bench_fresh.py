@@ -46,8 +46,8 @@ trellis accepts is dropped for that input and reported):
 
 Fresh means the input is new to the process (``--isolation grammar``, default): the run's
 ``TRELLIS_CACHE_DIR`` is a new empty temporary folder, and before every timed trellis compile
-the in-process memos keyed by grammar text are cleared (``compile._COMPILED``,
-``regex._DFA_MEMO``, ``regex._PARTS_MEMO``) and the grammar-keyed disk entries (compiled tables) removed. What trellis
+the in-process memos keyed by grammar text are cleared (``compile.COMPILED``,
+``regex.DFA_MEMO``, ``regex.PARTS_MEMO``) and the grammar-keyed disk entries (compiled tables) removed. What trellis
 shares across grammars (``walk_cache.SHARED`` and ``<cache>/walks``: vocabulary walks of common
 terminals; the regex -> FSM, pattern, fraction-range, scaled-DFA and format memos) carries over
 from EARLIER inputs of the run, as in a server that has served them, but is reset before each
@@ -136,12 +136,12 @@ MIN_WALK_TOKENS = 5
 # cleared before a trellis compile; SHARED_MEMOS hold pieces many grammars share (regex -> FSM,
 # vocabulary walks of common terminals): kept across inputs with --isolation grammar (never
 # warmed by the input itself), cleared with --isolation process. Absent ones are skipped.
-GRAMMAR_MEMOS = [("trellis.constrain.compile", "_COMPILED"), ("trellis.constrain.regex", "_DFA_MEMO"),
-                 ("trellis.constrain.regex", "_PARTS_MEMO")]
+GRAMMAR_MEMOS = [("trellis.constrain.compile", "COMPILED"), ("trellis.constrain.regex", "DFA_MEMO"),
+                 ("trellis.constrain.regex", "PARTS_MEMO")]
 SHARED_MEMOS = [("trellis.constrain.walk_cache", "SHARED"), ("trellis.constrain.regex_ir", "_FSM_CACHE"),
                 ("trellis.constrain.pattern", "_MATCHERS"), ("trellis.constrain.ranges", "_FRAC_MEMO"),
                 ("trellis.constrain.rest_walk", "_SCALED"), ("trellis.constrain.formats", "_FORMAT_IR"),
-                ("trellis.constrain.grammar_ir", "_IMPORTS"), ("trellis.constrain.scannerless", "_SHAPES")]
+                ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.scannerless", "_SHAPES")]
 SHARED_DISK = ("walks",)  # cache-dir entries that are not keyed by a grammar (walk_cache.py)
 
 

@@ -27,7 +27,7 @@ engine in the row accepts; documents a peer rejects are dropped and counted):
   (recursive) and is skipped.
 
 Measured per engine: compile cold (no cache: empty TRELLIS_CACHE_DIR, cleared in-process memos
-``trellis.constrain.compile._COMPILED`` and ``trellis.constrain.regex._DFA_MEMO``; the tables'
+``trellis.constrain.compile.COMPILED`` and ``trellis.constrain.regex.DFA_MEMO``; the tables'
 disk write runs on a background thread and is awaited before the warm compile, untimed; fresh
 xgrammar compiler without cache; a new LLMatcher; a new outlines ``Index``; ``--cold-repeats N``
 reports the median of N cold compiles, outlines-core excepted) and warm (trellis: disk-cached tables, memo cleared; xgrammar: its
@@ -69,7 +69,7 @@ from torch import Tensor
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from trellis.constrain.compile import load_grammar_text  # noqa: E402
-from trellis.constrain.regex import _DFA_MEMO  # noqa: E402
+from trellis.constrain.regex import DFA_MEMO  # noqa: E402
 from trellis.mask import allocate_bitmask  # noqa: E402
 from trellis.tokens import Vocabulary  # noqa: E402
 
@@ -280,13 +280,13 @@ def trellis_engines(name: str, vocab: Vocabulary) -> tuple[list[EngineResult], l
 
         try:
             default_cold, _ = timed_cold(lambda: tc.compile(name, vocab), clear)
-            tc._COMPILED.clear()
+            tc.COMPILED.clear()
             c_default = tc.compile(name, vocab)
-            tc._COMPILED.clear()
+            tc.COMPILED.clear()
             c_default2 = tc.compile(name, vocab, cache=False)  # its own LRU, emptied before each mask
             cold, _ = timed_cold(lambda: tc.compile(name, vocab, precompute=True, progress=False, engine="lalr"),
                                  clear)
-            tc._COMPILED.clear()
+            tc.COMPILED.clear()
             tc.wait_for_cache_writes()  # tables are written in the background, off the compile's path
             warm, c = timed(lambda: tc.compile(name, vocab, precompute=True, progress=False, engine="lalr"))
         finally:
@@ -294,7 +294,7 @@ def trellis_engines(name: str, vocab: Vocabulary) -> tuple[list[EngineResult], l
                 os.environ.pop("TRELLIS_CACHE_DIR", None)
             else:
                 os.environ["TRELLIS_CACHE_DIR"] = old
-    tc._COMPILED.clear()
+    tc.COMPILED.clear()
     res = [EngineResult("trellis", default_cold, None, note="default: Earley, lazy tables"),
            EngineResult("trellis/nocache", default_cold, None, note="mask LRU emptied before every mask"),
            EngineResult("trellis-lalr", cold, warm, note="engine=lalr, precompute=True")]

@@ -52,7 +52,7 @@ def main() -> None:
 
     from trellis import Decoder, HFLanguageModel, load
     from trellis.constrain import JsonSchema, compile
-    from trellis.constrain.budget import Budgeted
+    from trellis.constrain.finish import Budgeted
     from trellis.search import MCTS, Beam, BestOfN, DiverseBeam, EntropyGate, Greedy, Lookahead, Sample
 
     h = load()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from trellis.decoder import Decoder
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.models import load
 from trellis.search import MCTS, Beam, DiverseBeam, EntropyGate
 from trellis.viz import write_tree

@@ -19,12 +19,12 @@ from fakes import assert_greedy_equal_up_to_ties, tiny_gemma3, tiny_llama
 from trellis import generate
 from trellis.constrain import compile
 from trellis.decoder import Decoder
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.mask import apply_bitmask_, bitmask_to_bool
 from trellis.models import ModelHandle
 from trellis.search import Beam, Greedy
 from trellis.speculate import ModelDrafter, PromptLookup, Speculative, TokenRecycling
-from trellis.speculate.budget import DraftBudget
+from trellis.speculate.node_budget import DraftBudget
 from trellis.tokens import Vocabulary
 
 # TRELLIS_TEST_DEVICE=cpu runs the same logic on the host (a dry run of this file without a GPU).

@@ -8,7 +8,7 @@ import torch
 from fakes import HashLM, assert_greedy_equal_up_to_ties, tiny_gemma3, tiny_llama
 from trellis.constrain.base import Unconstrained
 from trellis.decoder import Decoder
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.search import Greedy, Sample
 from trellis.tokens import Vocabulary
 

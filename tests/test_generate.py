@@ -92,6 +92,6 @@ def test_cli_generate_and_info_on_gemma():
 
 
 def test_cli_stop_strings_accept_backslash_escapes():
-    from trellis.cli import _unescape
+    from trellis.cli import unescape
 
-    assert _unescape(r"\n") == "\n" and _unescape(r"é\t}") == "é\t}" and _unescape("plain") == "plain"
+    assert unescape(r"\n") == "\n" and unescape(r"é\t}") == "é\t}" and unescape("plain") == "plain"

@@ -232,11 +232,11 @@ def test_messages_use_the_chat_template_with_one_bos(gemma) -> None:
     assert pasted.count(tok.bos_token_id) == 1
     res = generate(gemma, messages=msgs, max_new_tokens=4, logprobs=2)
     assert res.tokens and len(res.logprobs) == len(res.tokens)
-    from trellis.generate import _suppressed
+    from trellis.generate import suppressed_ids
 
     img = tok.convert_tokens_to_ids("<start_of_image>")
-    assert img != tok.unk_token_id and _suppressed(["<start_of_image>"], gemma.vocab, tok) == {img}
-    special = _suppressed("special", gemma.vocab, tok)
+    assert img != tok.unk_token_id and suppressed_ids(["<start_of_image>"], gemma.vocab, tok) == {img}
+    special = suppressed_ids("special", gemma.vocab, tok)
     assert tok.convert_tokens_to_ids("<start_of_turn>") in special and not special & gemma.vocab.eos
     with pytest.raises(ValueError, match="not a token"):
         generate(gemma, "x", max_new_tokens=1, suppress_tokens=["<no_such_token>"])

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import trellis.kernels as kernels
 from fakes import tiny_gemma3
 from trellis.kernels import KERNELS, TunedLinears, buckets
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.tokens import TokenTree
 
 
@@ -184,23 +184,21 @@ def test_int8_blocks_refuses_weights_that_are_not_blocks(make):
 def test_qlinear_every_instruction_set_matches_the_float_product():
     """Plain C, AVX2 and AVX-512 (where the CPU has them) against F.linear on the dequantised
     weights, for row counts on and off the tiles (1..13) and output counts off the 4-wide tiles."""
-    from trellis import _qlinear
-
     torch.manual_seed(0)
     for n_out, k, g in ((262, 64, 32), (37, 48, 16), (4096, 640, 32)):
         w = q8_0(torch.randn(n_out, k), g)
         q, d, g2 = kernels.int8_blocks(w)
-        for isa in range(_qlinear.isa() + 1):
+        for isa in range(kernels.qlinear_isa() + 1):
             for b in (1, 2, 3, 4, 5, 7, 8, 9, 13):
                 x = torch.randn(b, k)
                 y = torch.full((b, n_out), float("nan"))
-                _qlinear.linear(x.numpy(), q.numpy(), d.numpy(), y.numpy(), b, k, n_out, g2, 2, isa)
+                kernels.int8_linear(x, q, d, g2, threads=2, isa=isa, out=y)
                 ref = F.linear(x, w)
                 assert torch.allclose(y, ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max())), (isa, n_out, b)
-    with pytest.raises(ValueError):
-        _qlinear.linear(x.numpy(), q.numpy(), d.numpy(), y.numpy(), b, 20, n_out, 16, 1)  # K not a multiple of 16
-    with pytest.raises(ValueError):  # a buffer shorter than the shapes say
-        _qlinear.linear(x[:1].numpy(), q.numpy(), d.numpy(), y.numpy(), b, k, n_out, g2, 1)
+    with pytest.raises(ValueError):  # K not a multiple of 16
+        kernels.int8_linear(torch.randn(b, 20), q, d, 16, threads=1, out=y)
+    with pytest.raises(ValueError):  # an output buffer shorter than the shapes say
+        kernels.int8_linear(x, q, d, g2, threads=1, out=y[:1])
 
 
 @needs_qlinear

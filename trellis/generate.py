@@ -5,18 +5,18 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence, Union
 
 import torch
 
 from trellis.constrain.base import Constraint, Unconstrained, is_unconstrained
-from trellis.constrain.budget import Budgeted
+from trellis.constrain.finish import Budgeted
 from trellis.constrain.tools import (Tool, ToolCall, ToolCallError, as_tool, format_tools_prompt, parse_tool_calls,
                                      tool_constraint)
 from trellis.decoder import Decoder, Hypothesis
-from trellis.lm import HFLanguageModel, LanguageModel
+from trellis.hf_lm import language_model
+from trellis.lm_proxy import lm_stats
 from trellis.search.base import BatchStrategy, StepwiseStrategy, Strategy
 from trellis.search.greedy import Greedy
 from trellis.search.names import strategy_from_name
@@ -81,20 +81,6 @@ class GenerationResult:
     tool_calls: tuple[ToolCall, ...] = ()
     stop_reason: StopReason = "length"
     logprobs: tuple[TokenLogprob, ...] | None = None
-
-
-_LMS: "weakref.WeakKeyDictionary[Any, HFLanguageModel]" = weakref.WeakKeyDictionary()
-
-
-def language_model(model: Any) -> LanguageModel:
-    """The cached ``HFLanguageModel`` of a transformers model (one KV cache per model object), or
-    ``model`` itself when it already implements ``LanguageModel``."""
-    if isinstance(model, LanguageModel):
-        return model
-    lm = _LMS.get(model)
-    if lm is None:
-        lm = _LMS[model] = HFLanguageModel(model)
-    return lm
 
 
 def _constraint(grammar: Any, vocab: Vocabulary | None) -> Constraint:
@@ -174,7 +160,7 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     Budget: an output that runs out of ``max_new_tokens`` comes back as it stood, ``finished=False``
     and ``stop_reason="length"`` (a constrained one is then a prefix of the language, not a
     member). ``finish_in_budget=True`` (constrained only) instead steers near the end of the budget
-    towards a short completion so the output parses (``trellis.constrain.budget.Budgeted``): it
+    towards a short completion so the output parses (``trellis.constrain.finish.Budgeted``): it
     changes the distribution there (truncated to tokens that can still finish, EOS forced last),
     and a result it changed says ``stop_reason="steered"``.
     """
@@ -220,7 +206,7 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     decoder = Decoder(language_model(handle.model), constraint, temperature=temperature,
                       top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
                       stop=tuple(s.encode() for s in stops), vocab=vocab,
-                      suppress=_suppressed(suppress_tokens, vocab, tok), bad_words=_bad_words(bad_words, tok))
+                      suppress=suppressed_ids(suppress_tokens, vocab, tok), bad_words=_bad_words(bad_words, tok))
     roots = [decoder.start(i) for i in ids for _ in range(n)]
     if stream:
         holder = GenerationStream(iter(()))
@@ -298,7 +284,9 @@ def _samples(strategy: Any) -> bool:
     return dataclasses.is_dataclass(strategy) and "generator" in {f.name for f in dataclasses.fields(strategy)}
 
 
-def _suppressed(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
+def suppressed_ids(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
+    """The token ids ``generate(suppress_tokens=...)`` bans: ids, token strings (``ValueError`` for
+    one that is not a single token), or ``"special"`` (every special token but EOS)."""
     if tokens == "special":  # every special/control token but EOS (<start_of_image>, <pad>, <unk>, ...)
         if vocab is None:
             raise ValueError('suppress_tokens="special" needs the model\'s vocabulary')
@@ -382,7 +370,7 @@ def _then_parse_calls(chunks: Iterator[str], holder: GenerationStream, tools: Se
 
 
 def _lm_stats(lm: Any) -> dict[str, int]:
-    stats = getattr(lm, "stats", None)
+    stats = lm_stats(lm)
     return stats.snapshot() if stats is not None else {}
 
 

@@ -155,15 +155,32 @@ def _int8_prepare(w: Tensor, rows: int) -> Any:
     return int8_blocks(w)
 
 
-def _int8_run(x: Tensor, prep: Any, w: Tensor, rows: int) -> Tensor:
+def qlinear_isa() -> int:
+    """The instruction set the C int8 kernel uses on this CPU: 0 plain C, 1 AVX2+FMA, 2 AVX-512."""
     from trellis import _qlinear
 
-    q, d, g = prep
+    return int(_qlinear.isa())
+
+
+def int8_linear(x: Tensor, q: Tensor, d: Tensor, g: int, *, threads: int | None = None, isa: int | None = None,
+                out: Tensor | None = None) -> Tensor:
+    """``x @ (d x q).T`` in float32 for int8 blocks ``(q, d, g)`` of ``int8_blocks`` (C kernel, GIL
+    released): ``x`` [n, K] float32, result [n, N]. ``isa`` forces a lower instruction set than
+    ``qlinear_isa()`` (tests); ``out`` is written in place. Bad shapes raise ``ValueError``."""
+    from trellis import _qlinear
+
     x = x.detach().contiguous().float()
     n, k = x.shape
-    y = torch.empty(n, q.shape[0], dtype=torch.float32)
-    _qlinear.linear(x.numpy(), q.numpy(), d.numpy(), y.numpy(), n, k, q.shape[0], g, torch.get_num_threads())
+    y = torch.empty(n, q.shape[0], dtype=torch.float32) if out is None else out
+    args = [x.numpy(), q.numpy(), d.numpy(), y.numpy(), n, k, q.shape[0], g,
+            torch.get_num_threads() if threads is None else threads]
+    _qlinear.linear(*args, *([] if isa is None else [isa]))
     return y
+
+
+def _int8_run(x: Tensor, prep: Any, w: Tensor, rows: int) -> Tensor:
+    q, d, g = prep
+    return int8_linear(x, q, d, g)
 
 
 _RUN: dict[str, Callable[[Tensor, Any, Tensor, int], Tensor]] = {

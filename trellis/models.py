@@ -48,6 +48,24 @@ class DefaultModelMissing(ImportError):
     """The embedded default model's package is not installed (and no converted copy exists)."""
 
 
+class ModelExtraMissing(ImportError):
+    """Model loading needs the ``model`` extra (transformers, gguf, ...), which a core-only install
+    (``pip install trellis-decoding``: the constraint engine, search, speculation) leaves out."""
+
+
+_MODEL_PACKAGES = ("transformers", "accelerate", "gguf", "safetensors", "tokenizers")
+
+
+def _require_model_extra() -> None:
+    import importlib.util
+
+    missing = [m for m in _MODEL_PACKAGES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModelExtraMissing(
+            f"loading a model needs {', '.join(missing)}: install the model extra, "
+            "pip install 'trellis-decoding[model]' (from a checkout: pip install -e '.[model]')")
+
+
 @dataclass(frozen=True, eq=False)
 class ModelHandle:
     """A loaded causal LM with its tokenizer and exact token bytes.
@@ -107,6 +125,7 @@ def load(model: Any = None, *, tokenizer: PreTrainedTokenizerBase | str | os.Pat
     """
     if isinstance(model, ModelHandle):
         return model
+    _require_model_extra()
     tok = _load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     from transformers import PreTrainedModel
 

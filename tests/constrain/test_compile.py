@@ -51,13 +51,13 @@ def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
 
     memo = sys.modules["trellis.constrain.compile"]
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(memo, "_COMPILED", OrderedDict())  # earlier tests compiled json.lark too
+    monkeypatch.setattr(memo, "COMPILED", OrderedDict())  # earlier tests compiled json.lark too
     v = vocab()
     c1 = compile("json.lark", v, precompute=True, progress=False, engine="lalr")
     memo.wait_for_cache_writes()  # tables are written in the background
     files = sorted(p.name[:2] for p in tmp_path.rglob("*.pkl"))
     assert files == ["g-", "t-"]
-    memo._COMPILED.clear()  # the second compile must come from disk, not the process memo
+    memo.COMPILED.clear()  # the second compile must come from disk, not the process memo
     t = time.perf_counter()
     c2 = compile("json.lark", v, precompute=True, progress=False, engine="lalr")
     warm = time.perf_counter() - t
@@ -74,12 +74,12 @@ def test_tables_on_disk_never_meet_a_differently_numbered_grammar(tmp_path, monk
 
     memo = sys.modules["trellis.constrain.compile"]
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(memo, "_COMPILED", OrderedDict())
+    monkeypatch.setattr(memo, "COMPILED", OrderedDict())
     v = vocab()
     compile("json.lark", v, precompute=True, progress=False, engine="lalr")
     for p in tmp_path.rglob("g-*.pkl"):
         p.unlink()
-    memo._COMPILED.clear()
+    memo.COMPILED.clear()
     c = compile("json.lark", v, precompute=True, progress=False, engine="lalr")
     ref = compile("json.lark", v, cache=False, precompute=False, engine="lalr")
     same_masks_along(ref, c, b'{"k": [true, -1.5e3, "x", null], "b": {}}', len(v))
@@ -98,7 +98,7 @@ def test_tree_masks_prunes_forbidden_nodes() -> None:
 def test_table_cache_is_bounded_lru(tmp_path, monkeypatch) -> None:
     import os
 
-    from trellis.constrain.compile import _prune
+    from trellis.constrain.compile import prune_cache_dir
 
     monkeypatch.setenv("TRELLIS_GRAMMAR_CACHE_MB", str(2.5 / 1024))  # 2.5 KiB
     for i in range(4):
@@ -106,7 +106,7 @@ def test_table_cache_is_bounded_lru(tmp_path, monkeypatch) -> None:
         p.write_bytes(b"x" * 1024)
         os.utime(p, (1000 + i, 1000 + i))
     (tmp_path / "g-keep.pkl").write_bytes(b"x" * 4096)  # grammar tables are small: never pruned
-    _prune(tmp_path)
+    prune_cache_dir(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g-keep.pkl", "t-2.pkl", "t-3.pkl"]
 
 
@@ -153,12 +153,12 @@ def test_continuations_equal_a_byte_by_byte_walk_of_every_rest() -> None:
 
 
 def test_walk_equals_a_byte_by_byte_run() -> None:
-    """``walks._walk`` (strings walked longest first, dead ones parked in a sink state and
+    """``walks.walk_tokens`` (strings walked longest first, dead ones parked in a sink state and
     compacted once they are the majority) against a plain loop, on random DFAs and strings: where
     each ends, the first byte without a transition, the state before it and that byte."""
     import numpy as np
 
-    from trellis.constrain.walks import TokenMatrix, _walk, scaled
+    from trellis.constrain.walks import TokenMatrix, walk_tokens, scaled
 
     rng = np.random.default_rng(0)
     for trial in range(40):
@@ -175,7 +175,7 @@ def test_walk_equals_a_byte_by_byte_run() -> None:
         keep = tm.lengths[ids] > j0
         ids = ids[keep]
         start = rng.integers(0, n_states, len(ids))
-        end, bpos, bst, bbyte = _walk(scaled(trans), start, tm.lengths[ids], tm, tm.rank[ids], j0=j0)
+        end, bpos, bst, bbyte = walk_tokens(scaled(trans), start, tm.lengths[ids], tm, tm.rank[ids], j0=j0)
         for k, i in enumerate(ids.tolist()):
             s, want = int(start[k]), (-1, -1, -1, 0)
             for j, b in enumerate(toks[i][j0:], start=j0):

@@ -117,20 +117,20 @@ def test_import_memo_keys_on_the_file_its_text_and_the_statement(tmp_path) -> No
     folder with its own common.lark each give what Lark itself gives."""
     from tests.constrain.test_grammars import accepts, byte_vocab
     from trellis.constrain import compile
-    from trellis.constrain.grammar_ir import _IMPORTS
+    from trellis.constrain.grammar_ir import IMPORTS_MEMO
 
     v = byte_vocab()
     a = compile('start: WS_INLINE "a"\n%import common.WS_INLINE\n', v, cache=False)
     b = compile('start: SP "b"\n%import common.WS_INLINE -> SP\n', v, cache=False)
     assert accepts(a, b" a") and accepts(b, b"  b") and not accepts(b, b" a")
-    assert any(k[2] == ("common",) for k in _IMPORTS)
+    assert any(k[2] == ("common",) for k in IMPORTS_MEMO)
     (tmp_path / "lib.lark").write_text('X: "x"\n')
     main = tmp_path / "main.lark"
     main.write_text('start: X\n%import .lib.X\n')
     assert accepts(compile(str(main), v, cache=False), b"x")
     (tmp_path / "lib.lark").write_text('X: "y"\n')  # same path, new text: not the memo's old definition
-    from trellis.constrain.compile import _COMPILED
-    _COMPILED.clear()
+    from trellis.constrain.compile import COMPILED
+    COMPILED.clear()
     c = compile(str(main), v, cache=False)
     assert accepts(c, b"y") and not accepts(c, b"x")
     # a folder with a common.lark of its own: whichever file Lark itself reads, trellis reads
@@ -140,7 +140,7 @@ def test_import_memo_keys_on_the_file_its_text_and_the_statement(tmp_path) -> No
     for stmt in ("%import common.WS_INLINE", "%import .common.WS_INLINE"):
         own = tmp_path / "own.lark"
         own.write_text(f'start: WS_INLINE "a"\n{stmt}\n')
-        _COMPILED.clear()
+        COMPILED.clear()
         c = compile(str(own), v, cache=False)
         lk = lark.Lark(own.read_text(), parser="earley", lexer="dynamic_complete", source_path=str(own))
         for s in ("~a", " a"):

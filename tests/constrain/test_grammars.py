@@ -197,14 +197,14 @@ def test_viability_from_the_stack_top_equals_the_whole_stack(name: str) -> None:
     every byte of random sentences, for every state of the current lexer and every depth, that
     answer must equal the whole-stack search. Tops of 1 and 2 states share answers far more
     aggressively than the shipped one, so they exercise the unknown (pops below the top, EOS) paths."""
-    from trellis.constrain.cfg import VIABILITY_DEPTH, VIABILITY_TOP, _Runtime, build_top_table, compile_lark
+    from trellis.constrain.cfg import VIABILITY_DEPTH, VIABILITY_TOP, LalrRuntime, build_top_table, compile_lark
 
     text, _ = load_grammar_text(name)
     g = compile_lark(text, source=name)
-    whole = _Runtime(g, top=1 << 30)
+    whole = LalrRuntime(g, top=1 << 30)
     build_top_table(g)  # answers ahead of time (where within budget) ...
-    tops = [_Runtime(g, top=k) for k in sorted({1, 2, VIABILITY_TOP})]
-    lazy = _Runtime(g)
+    tops = [LalrRuntime(g, top=k) for k in sorted({1, 2, VIABILITY_TOP})]
+    lazy = LalrRuntime(g)
     lazy._table = {}  # ... and on first use
     tops.append(lazy)
     lk = lark.Lark(text, parser="lalr")
@@ -235,11 +235,11 @@ def test_viability_from_the_stack_top_equals_the_whole_stack(name: str) -> None:
 def test_top_table_equals_answers_found_on_first_use(name: str) -> None:
     """``build_top_table`` answers every stack top's viability questions at compile time; each
     recorded answer must be the one a runtime without the table finds on first use."""
-    from trellis.constrain.cfg import _DECODE, _TD, _Runtime, build_top_table, compile_lark
+    from trellis.constrain.cfg import TOP_DECODE, TOP_DEPTHS, LalrRuntime, build_top_table, compile_lark
 
     g = compile_lark(load_grammar_text(name)[0], source=name)
     build_top_table(g)
-    lazy = _Runtime(g)
+    lazy = LalrRuntime(g)
     assert lazy._table == g.top_table and not lazy._top_viable
     lazy._table = {}
     if not g.top_table:  # over TOP_TABLE_BUDGET: answered on first use only
@@ -249,7 +249,7 @@ def test_top_table_equals_answers_found_on_first_use(name: str) -> None:
     for top, row in g.top_table.items():
         for i, code in enumerate(row):
             if code != 3:
-                assert lazy._viable_top(top, i // _TD, i % _TD) is _DECODE[code], (top, i // _TD, i % _TD)
+                assert lazy._viable_top(top, i // TOP_DEPTHS, i % TOP_DEPTHS) is TOP_DECODE[code], (top, i // TOP_DEPTHS, i % TOP_DEPTHS)
                 checked += 1
     assert checked >= 100
 

@@ -610,7 +610,7 @@ NARROWINGS = {
 def run_suite(files: list[str], whitespace: str = "compact", dialect: str | None = None) -> dict:
     """``dialect``: a ``$schema`` URI given to every root schema that names none (the suite's draft
     folders leave it implicit)."""
-    from trellis.constrain.cfg import _Runtime, compile_lark
+    from trellis.constrain.cfg import LalrRuntime, compile_lark
 
     stats = {"schemas": 0, "refused": 0, "instances": 0}
     wrong = []
@@ -630,7 +630,7 @@ def run_suite(files: list[str], whitespace: str = "compact", dialect: str | None
                 stats["refused"] += 1
                 continue
             g = compile_lark(text)
-            rt = _Runtime(g)
+            rt = LalrRuntime(g)
             for t in case["tests"]:
                 inst = order_keys(schema, t["data"])
                 for flex in ((False, True) if whitespace == "flexible" else (False,)):

@@ -279,10 +279,10 @@ def test_fast_determinise_and_minimise_paths_equal_the_general_ones() -> None:
         edges, finals = regex_nfa(p)
         det = R._already_deterministic(edges, finals, 0)
         if det is not None:
-            sub = R._subsets(edges, finals, 0)
+            sub = R.subset_construction(edges, finals, 0)
             assert np.array_equal(det[0], sub[0]) and np.array_equal(det[1], sub[1]), p
             shortcuts["deterministic"] += 1
-        trans, final = R._subsets(edges, finals, 0)
+        trans, final = R.subset_construction(edges, finals, 0)
         fast = R._minimal_acyclic(trans, final, name="t", pattern=p)
         if fast is not None:
             slow = R.minimise(R.trim(trans, final))

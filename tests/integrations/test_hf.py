@@ -14,7 +14,7 @@ from trellis.constrain import compile
 from trellis.decoder import Decoder
 from trellis.integrations import GrammarLogitsProcessor
 from trellis.integrations.hf import DEAD, FINISHED
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.mask import allocate_bitmask, allowed_ids
 from trellis.search.greedy import Greedy
 from trellis.tokens import Vocabulary

@@ -11,7 +11,7 @@ import torch
 from fakes import HashLM, tiny_gemma3, tiny_llama
 from tests.search.tasks import letters_vocab
 from trellis.decoder import Decoder
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.search import Beam, DiverseBeam
 
 SCORE_TOL = 1e-4

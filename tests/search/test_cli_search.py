@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trellis.cli import STRATEGIES, _Observed, _search_strategy, build_parser
+from trellis.cli import STRATEGIES, ObservedSearch, search_strategy, build_parser
 from trellis.search import MCTS, Beam, BestOfN, DiverseBeam, EntropyGate, Greedy, Lookahead, Sample
 
 
@@ -12,8 +12,8 @@ from trellis.search import MCTS, Beam, BestOfN, DiverseBeam, EntropyGate, Greedy
 def test_every_strategy_name_builds(name):
     args = build_parser().parse_args(["generate", "hi", "--strategy", name, "--width", "4", "--include", "x",
                                       "--seed", "1", "--temperature", "0.5"])
-    s = _search_strategy(args)
-    inner = s.strategy if isinstance(s, _Observed) else s
+    s = search_strategy(args)
+    inner = s.strategy if isinstance(s, ObservedSearch) else s
     expected = {"greedy": Greedy, "sample": Sample, "beam": Beam, "diverse-beam": DiverseBeam,
                 "lookahead": Lookahead, "mcts": MCTS, "best-of-n": BestOfN, "entropy-gate": EntropyGate}[name]
     assert isinstance(inner, expected)
@@ -22,7 +22,7 @@ def test_every_strategy_name_builds(name):
 
 
 def test_default_is_generates_own_choice():
-    assert _search_strategy(build_parser().parse_args(["generate", "hi"])) is None
+    assert search_strategy(build_parser().parse_args(["generate", "hi"])) is None
 
 
 @pytest.mark.model

@@ -79,7 +79,7 @@ def test_accepted_helper_rejects_violations():
 @pytest.mark.slow  # ~1 s per Gemma forward on the shared CPU
 def test_strategies_under_the_real_json_grammar_on_gemma(gemma):
     compile_mod = pytest.importorskip("trellis.constrain.compile")
-    from trellis.lm import HFLanguageModel
+    from trellis.hf_lm import HFLanguageModel
 
     con = compile_mod.compile("json.lark", gemma.vocab)
     dec = Decoder(HFLanguageModel(gemma.model), con, vocab=gemma.vocab)

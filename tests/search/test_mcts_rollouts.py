@@ -11,7 +11,7 @@ import torch
 from fakes import tiny_gemma3
 from tests.search.tasks import trap_task
 from trellis.decoder import Decoder
-from trellis.lm import HFLanguageModel
+from trellis.hf_lm import HFLanguageModel
 from trellis.lm_proxy import LMProxy
 from trellis.search import MCTS
 from trellis.speculate.base import Speculative

@@ -71,7 +71,7 @@ def test_mcts_caches_mean_no_rollout_is_recomputed():
 
 def test_mcts_token_budget_is_respected():
     from fakes import tiny_llama
-    from trellis.lm import HFLanguageModel
+    from trellis.hf_lm import HFLanguageModel
 
     lm = HFLanguageModel(tiny_llama())
     dec = Decoder(lm)
@@ -175,7 +175,7 @@ def test_best_of_n_samples_follow_the_warped_distribution_chi_square():
     from scipy.stats import chisquare
 
     from fakes import tiny_llama
-    from trellis.lm import HFLanguageModel
+    from trellis.hf_lm import HFLanguageModel
 
     lm = HFLanguageModel(tiny_llama(seed=3))
     dec = Decoder(lm, temperature=0.7, top_k=3)

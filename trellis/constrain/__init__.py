@@ -9,7 +9,7 @@ scannerless Earley engine (``EarleyConstraint``: any context-free grammar, table
 
 from trellis.constrain.base import (Constraint, State, Unconstrained, advance_many, fill_masks, forced_tokens,
                                     is_unconstrained, tree_masks)
-from trellis.constrain.cfg import CFGConstraint, CompiledGrammar, compile_lark
+from trellis.constrain.cfg import CFGConstraint, GrammarTables, compile_lark
 from trellis.constrain.compile import compile, load_grammar_text, shipped_grammars
 from trellis.constrain.gbnf import Gbnf
 from trellis.constrain.scannerless import EarleyConstraint
@@ -18,7 +18,7 @@ from trellis.constrain.json_schema import IgnoredKeyword, JsonSchema
 from trellis.constrain.regex import ByteDFA, Regex, RegexConstraint, regex_to_byte_dfa
 
 __all__ = [
-    "ByteDFA", "CFGConstraint", "CompiledGrammar", "Constraint", "ConstraintError", "ConstraintUsageError",
+    "ByteDFA", "CFGConstraint", "GrammarTables", "Constraint", "ConstraintError", "ConstraintUsageError",
     "EarleyConstraint", "Gbnf",
     "GrammarError", "IgnoredKeyword", "JsonSchema", "Regex", "RegexConstraint", "SchemaError", "State", "Unconstrained", "advance_many",
     "compile", "compile_lark", "fill_masks", "forced_tokens", "is_unconstrained", "load_grammar_text",

@@ -1,7 +1,20 @@
-"""The Constraint protocol and helpers that work for every constraint.
+"""The Constraint protocol, its optional capabilities, and helpers that work for every constraint.
 
 States are immutable, hashable values: forking a hypothesis keeps a reference, and a rejected
 token (``advance`` returning ``None``) leaves no trace.
+
+A ``Constraint`` only promises ``start``/``advance``/``fill_mask``/``is_accepting``. Optional
+capabilities are declared as protocols, so a caller asks ``isinstance(c, ForcesTokens)`` instead of
+probing for an attribute, and a wrapper (``Budgeted``, ``EitherConstraint``) states which it offers:
+
+- ``ForcesTokens``: ``forced_tokens(state)``, the tokens of the continuation the grammar forces
+  (jump-forward proposals for ``GrammarForced``).
+- ``Refines``: ``refine(states, scores)``, a constraint that also steers by the masked scores
+  (``Budgeted``).
+- ``HintsCompletion``: ``completion_hint(state)``, a lower-is-closer estimate of how far ``state``
+  is from acceptance (the budget's completion search uses it as its A* heuristic).
+- ``HasByteClasses``: ``byte_classes()``, [256] ints, bytes of one class move every state alike
+  (the budget's completion search tries one byte per class).
 """
 
 from __future__ import annotations
@@ -58,6 +71,35 @@ class Unconstrained:
         return "Unconstrained()"
 
 
+@runtime_checkable
+class ForcesTokens(Protocol):
+    def forced_tokens(self, state: State) -> list[int]:
+        """A canonical (greedy longest-token) tokenisation of the bytes the grammar forces from
+        ``state``, each token allowed step by step; ``[]`` when nothing is forced."""
+        ...
+
+
+@runtime_checkable
+class Refines(Protocol):
+    def refine(self, states: Sequence[State | None], scores: Tensor) -> Tensor:
+        """``scores`` [B, V] (already masked) adjusted for row states ``states`` (``None``: pruned)."""
+        ...
+
+
+@runtime_checkable
+class HintsCompletion(Protocol):
+    def completion_hint(self, state: State) -> int:
+        """How far ``state`` is from acceptance (e.g. parser stack depth): lower is closer."""
+        ...
+
+
+@runtime_checkable
+class HasByteClasses(Protocol):
+    def byte_classes(self) -> Any:
+        """[256] integer array: bytes with equal class move every state to the same state."""
+        ...
+
+
 def is_unconstrained(constraint: Any) -> bool:
     return isinstance(constraint, Unconstrained)
 
@@ -103,18 +145,13 @@ def tree_masks(constraint: Constraint, root: State, tree: TokenTree, vocab_size:
 
 
 def forced_tokens(constraint: Any, state: State) -> list[int]:
-    """Tokens of the continuation the grammar forces from ``state`` (jump-forward), or ``[]``.
-
-    Uses ``constraint.forced_tokens(state)`` when the constraint has it: a canonical (greedy
-    longest-token) tokenisation of the forced bytes, each token allowed step by step. These are
-    proposals for a drafter to have verified by the model, never insertions.
-    """
-    fn = getattr(constraint, "forced_tokens", None)
-    return list(fn(state)) if fn is not None else []
+    """Tokens of the continuation the grammar forces from ``state`` (jump-forward), or ``[]`` for a
+    constraint that is not ``ForcesTokens``. These are proposals for a drafter to have verified by
+    the model, never insertions."""
+    return list(constraint.forced_tokens(state)) if isinstance(constraint, ForcesTokens) else []
 
 
 def refine_scores(constraint: Any, states: Sequence[State | None], scores: Tensor) -> Tensor:
     """``constraint.refine(states, scores)`` for a constraint that also steers by the masked scores
     (``Budgeted``), else ``scores`` unchanged. ``states[i]`` is row i's state (``None``: pruned)."""
-    fn = getattr(constraint, "refine", None)
-    return fn(states, scores) if fn is not None else scores
+    return constraint.refine(states, scores) if isinstance(constraint, Refines) else scores

@@ -89,17 +89,17 @@ from trellis.tokens import Vocabulary
 
 VIABILITY_DEPTH = 3
 # viable() first asks the top VIABILITY_TOP states of the stack (answers shared by every stack with
-# that top, see _Runtime._viable_top); only when the answer needs deeper states does it use the
+# that top, see LalrRuntime._viable_top); only when the answer needs deeper states does it use the
 # whole stack. 3 measured best on python_call.lark (first-visit mask time, 10 Gemma walks: 3 -> 0.75x
 # of whole-stack viability, 4 -> 0.87x, 6 -> 0.92x).
 VIABILITY_TOP = 3
 # A precomputed compile answers every depth-VIABILITY_DEPTH question on every possible stack top
-# ahead of time (``CompiledGrammar.top_table``) when there are at most this many: python_call.lark
+# ahead of time (``GrammarTables.top_table``) when there are at most this many: python_call.lark
 # has 6.7k (~70 ms, once per grammar, disk-cached with it), sql_select.lark 57k (~0.7 s, and a
 # pickle too big for its 50 ms warm compile), so sql_select answers them on first use.
 TOP_TABLE_BUDGET = 10_000
-_TD = VIABILITY_DEPTH + 1  # depths 0..VIABILITY_DEPTH per state in a top_table row
-_DECODE = (False, True, None)  # top_table codes; 3 = not computed
+TOP_DEPTHS = VIABILITY_DEPTH + 1  # depths 0..VIABILITY_DEPTH per state in a top_table row
+TOP_DECODE = (False, True, None)  # top_table codes; 3 = not computed
 
 Stack = tuple[int, ...]
 CfgState = tuple[Stack, int]
@@ -109,7 +109,7 @@ CfgState = tuple[Stack, int]
 
 
 @dataclass(eq=False)
-class CompiledGrammar:
+class GrammarTables:
     """Vocabulary-independent tables of a Lark grammar (picklable).
 
     ``actions[p][T]``: ``>= 0`` shift to that state, ``< 0`` reduce rule ``-1 - a``; terminal id
@@ -130,7 +130,7 @@ class CompiledGrammar:
     lexers: list[LexerDFA]
     gtrans: np.ndarray  # [G, 256] int32: the lexer states of all lexers, numbered by ``globalize``
     gfinal: np.ndarray  # [G] bool
-    # top_table[top][d * _TD + depth]: ``_Runtime._viable_top(top, d, depth)`` answered ahead of
+    # top_table[top][d * TOP_DEPTHS + depth]: ``LalrRuntime._viable_top(top, d, depth)`` answered ahead of
     # time (0 False, 1 True, 2 unknown, 3 not computed), for every LALR path of 3 states as ``top``
     # (``build_top_table``; None: not built, only precomputed compiles build it).
     top_table: dict[tuple[int, ...], bytes] | None = None
@@ -149,7 +149,7 @@ def _locate(text: str, pattern: str) -> tuple[int | None, int | None]:
     return line, col
 
 
-def _lark_error(e: Exception, text: str, source: str) -> GrammarError:
+def lark_error(e: Exception, text: str, source: str) -> GrammarError:
     """Convert any Lark exception into a GrammarError with the best location we can find."""
     msg = str(e).strip()
     line = getattr(e, "line", None)
@@ -229,7 +229,7 @@ def _validate_terminals(defs: list, ignore: set[str], text: str, source: str) ->
                                   text, source)
 
 
-def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") -> CompiledGrammar:
+def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") -> GrammarTables:
     """Compile Lark grammar text into vocabulary-independent tables; errors -> ``GrammarError``."""
     import lark
     from lark.parsers.lalr_analysis import Shift
@@ -241,7 +241,7 @@ def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") 
         # below check the same things on our byte DFAs.
         lk = lark.Lark(text, parser="lalr", lexer=_no_lexer(), start=start, strict=True)
     except Exception as e:  # lark raises GrammarError, LexError, UnexpectedInput, ConfigurationError ...
-        raise _lark_error(e, text, source) from None
+        raise lark_error(e, text, source) from None
     pt = lk.parser.parser.parser.parse_table
     term_defs = {t.name: t for t in lk.terminals}
     used: set[str] = set(lk.ignore_tokens)
@@ -298,27 +298,27 @@ def compile_lark(text: str, *, source: str = "<grammar>", start: str = "start") 
     except TerminalCollision as e:
         raise _terminal_error(str(e), term_defs[e.names[0]], text, source) from None
     gtrans, gfinal = globalize(lexers)
-    g = CompiledGrammar(text, source, terms, ignore, end, actions, rules, gotos, pt.start_states[start],
+    g = GrammarTables(text, source, terms, ignore, end, actions, rules, gotos, pt.start_states[start],
                         pt.end_states[start], lexer_of, lexers, gtrans, gfinal)
-    probe = _Runtime(g)
+    probe = LalrRuntime(g)
     if not probe.viable(((g.start_state,), 0), depth=VIABILITY_DEPTH + 2):
         raise GrammarError("the grammar's language is empty (under greedy contextual lexing)",
                            source=source, text=text, line=1, column=1)
     return g
 
 
-def build_top_table(g: CompiledGrammar, budget: int = TOP_TABLE_BUDGET) -> None:
+def build_top_table(g: GrammarTables, budget: int = TOP_TABLE_BUDGET) -> None:
     """Set ``g.top_table`` (empty when it would take more than ``budget`` questions)."""
-    g.top_table = _Runtime(g).top_table(budget)
+    g.top_table = LalrRuntime(g).top_table(budget)
 
 
 # ----------------------------------------------------------------------------- parser runtime
 
 
-class _Runtime:
-    """Stack operations and viability on a CompiledGrammar (no vocabulary involved)."""
+class LalrRuntime:
+    """Stack operations and viability on a GrammarTables (no vocabulary involved)."""
 
-    def __init__(self, g: CompiledGrammar, *, top: int = VIABILITY_TOP) -> None:
+    def __init__(self, g: GrammarTables, *, top: int = VIABILITY_TOP) -> None:
         self.g = g
         self.top = top
         self._feed_cache: dict[tuple[Stack, int], Stack | None] = {}
@@ -439,7 +439,7 @@ class _Runtime:
         """``_viable_top`` at depth ``VIABILITY_DEPTH`` for every class of every possible top of
         ``self.top`` states (an LALR stack's adjacent states are joined by a shift or a goto, so
         the paths of that many states hold every real top), with the lower depths its searches
-        answered on the way, encoded as ``CompiledGrammar.top_table``; empty when that is more than
+        answered on the way, encoded as ``GrammarTables.top_table``; empty when that is more than
         ``budget`` questions. First visits of new stacks then find their top's answer ready: on
         python_call.lark ~150 of a worst mask's ~270 top questions were new tops."""
         g = self.g
@@ -455,11 +455,11 @@ class _Runtime:
                 self._viable_top(t, d, VIABILITY_DEPTH)
         rows: dict[Stack, bytearray] = {}
         for (top, d, depth), v in self._top_viable.items():
-            if depth < _TD:
+            if depth < TOP_DEPTHS:
                 row = rows.get(top)
                 if row is None:
-                    row = rows[top] = bytearray([3]) * (len(g.lexers[g.lexer_of[top[-1]]].accept) * _TD)
-                row[d * _TD + depth] = 2 if v is None else int(v)
+                    row = rows[top] = bytearray([3]) * (len(g.lexers[g.lexer_of[top[-1]]].accept) * TOP_DEPTHS)
+                row[d * TOP_DEPTHS + depth] = 2 if v is None else int(v)
         return {t: bytes(r) for t, r in rows.items()}
 
     def _viable_top(self, top: Stack, d: int, depth: int) -> bool | None:
@@ -469,8 +469,8 @@ class _Runtime:
         shared by all stacks with that top, so a first visit of a deep stack (nested calls, SQL
         subqueries) mostly finds its viability already known instead of searching again."""
         row = self._table.get(top)
-        if row is not None and depth < _TD and row[d * _TD + depth] != 3:
-            return _DECODE[row[d * _TD + depth]]
+        if row is not None and depth < TOP_DEPTHS and row[d * TOP_DEPTHS + depth] != 3:
+            return TOP_DECODE[row[d * TOP_DEPTHS + depth]]
         key = (top, d, depth)
         c = self._top_viable.get(key, 0)
         if c != 0:
@@ -585,11 +585,11 @@ class CFGConstraint:
     are kept in an LRU of ``cache_size`` rows (4·ceil(V/32) bytes each).
     """
 
-    def __init__(self, grammar: CompiledGrammar, vocab: Vocabulary, *, cache_size: int = 2048,
+    def __init__(self, grammar: GrammarTables, vocab: Vocabulary, *, cache_size: int = 2048,
                  tables: dict[int, WalkTable] | None = None) -> None:
         self.vocab = vocab
         self.grammar = grammar
-        self.rt = _Runtime(grammar)
+        self.rt = LalrRuntime(grammar)
         self.tm = TokenMatrix.of(vocab)
         self.tables: dict[int, WalkTable] = dict(tables or {})  # by global lexer state
         self._views: dict[tuple[int, int], StateTable] = {}

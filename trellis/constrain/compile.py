@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Union
 
-from trellis.constrain.cfg import CFGConstraint, CompiledGrammar, build_top_table, compile_lark
+from trellis.constrain.cfg import CFGConstraint, GrammarTables, build_top_table, compile_lark
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.json_schema import JsonSchema
 from trellis.constrain.grammar_ir import load_bnf, load_lark
@@ -46,7 +46,7 @@ GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]  # or a trellis.constra
 
 
 @functools.cache
-def _version() -> str:
+def cache_version() -> str:
     """Package version plus a digest of the engine's source: pickled tables are only valid for
     the code that built them, and a checkout between releases must not meet stale ones."""
     try:
@@ -61,7 +61,7 @@ def _version() -> str:
     return f"{v}+{h.hexdigest()[:12]}"
 
 
-def cache_dir() -> Path | None:
+def grammar_cache_dir() -> Path | None:
     """The compiled-grammar cache directory, or None when caching is disabled."""
     env = os.environ.get("TRELLIS_CACHE_DIR")
     if env is not None:
@@ -118,7 +118,7 @@ def _key(*parts: str) -> str:
     return h.hexdigest()[:40]
 
 
-def _read(path: Path, *, wait: bool = True) -> object | None:
+def read_cache_file(path: Path, *, wait: bool = True) -> object | None:
     """The pickle at ``path`` or None. ``wait``: first let this process' background writes finish
     (a file it is still writing would be a miss; shared walks skip that: their own entry is in
     memory already, and waiting for unrelated writes cost 1.8 s of 14 schema compiles)."""
@@ -127,7 +127,7 @@ def _read(path: Path, *, wait: bool = True) -> object | None:
     try:
         with open(path, "rb") as f:
             obj = pickle.load(f)
-        os.utime(path)  # the LRU in _prune goes by access time; relatime mounts may not update it
+        os.utime(path)  # the LRU in prune_cache_dir goes by access time; relatime mounts may not update it
         return obj
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
         return None
@@ -144,7 +144,7 @@ def _write(path: Path, obj: object) -> None:
         _UNPRUNED += os.path.getsize(path)
         if _UNPRUNED >= PRUNE_EVERY_BYTES:  # a directory scan per small walk file was quadratic
             _UNPRUNED = 0
-            _prune(path.parent.parent if path.parent.name == "walks" else path.parent)
+            prune_cache_dir(path.parent.parent if path.parent.name == "walks" else path.parent)
     except OSError:
         pass  # a read-only cache dir only costs speed
 
@@ -156,7 +156,7 @@ _UNPRUNED = PRUNE_EVERY_BYTES  # the first write of a process prunes
 
 
 class _Writer:
-    """One background thread that writes cache files in order (``_write_later``).
+    """One background thread that writes cache files in order (``write_cache_later``).
 
     A thread per file cost ~0.6 ms to start (the caller waits for it to run) and the writers
     fought the decoding thread for the GIL: 480 walk files over 39 fresh schemas spent 0.29 s in
@@ -192,7 +192,7 @@ _WRITER = _Writer()
 atexit.register(_WRITER.wait)
 
 
-def _write_later(path: Path, obj: object) -> None:
+def write_cache_later(path: Path, obj: object) -> None:
     """``_write`` on the background writer: pickling and writing a 262k-vocabulary table (~25 MB)
     takes ~20 ms that a cold compile need not wait for."""
     _WRITER.put(path, obj)
@@ -203,17 +203,17 @@ def clear_caches() -> None:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
     from trellis.constrain import rest_walk, scannerless
-    from trellis.constrain.grammar_ir import _IMPORTS
-    from trellis.constrain.regex import _DFA_MEMO, _PARTS_MEMO
-    from trellis.constrain.walk_cache import _LISTED, SHARED
+    from trellis.constrain.grammar_ir import IMPORTS_MEMO
+    from trellis.constrain.regex import DFA_MEMO, PARTS_MEMO
+    from trellis.constrain.walk_cache import LISTED, SHARED
 
     wait_for_cache_writes()
-    _LISTED.clear()
-    _COMPILED.clear()
-    _DFA_MEMO.clear()
-    _PARTS_MEMO.clear()
+    LISTED.clear()
+    COMPILED.clear()
+    DFA_MEMO.clear()
+    PARTS_MEMO.clear()
     SHARED.clear()
-    _IMPORTS.clear()
+    IMPORTS_MEMO.clear()
     rest_walk._SCALED.clear()
     scannerless.clear_shapes()
 
@@ -223,7 +223,7 @@ def wait_for_cache_writes() -> None:
     _WRITER.wait()
 
 
-def _prune(d: Path) -> None:
+def prune_cache_dir(d: Path) -> None:
     """Delete the least recently used vocabulary tables (LALR ``t-*``, shared walks ``walks/w-*``)
     beyond ``TRELLIS_GRAMMAR_CACHE_MB``.
 
@@ -249,13 +249,13 @@ def _prune(d: Path) -> None:
 
 
 def compile_grammar(text: str, *, source: str = "<grammar>", start: str = "start",
-                    cache: bool = True, top_table: bool = False) -> CompiledGrammar:
+                    cache: bool = True, top_table: bool = False) -> GrammarTables:
     """Vocabulary-independent tables of Lark grammar text (disk-cached); ``top_table``: with the
     viability answers of every stack top (``cfg.build_top_table``; for precomputed compiles)."""
-    d = cache_dir() if cache else None
-    path = d / f"g-{_key(text, start, _version())}.pkl" if d else None
-    g = _read(path) if path is not None else None
-    if isinstance(g, CompiledGrammar):
+    d = grammar_cache_dir() if cache else None
+    path = d / f"g-{_key(text, start, cache_version())}.pkl" if d else None
+    g = read_cache_file(path) if path is not None else None
+    if isinstance(g, GrammarTables):
         g.source = source
         if not top_table or g.top_table is not None:
             return g
@@ -355,9 +355,9 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     # One constraint per (grammar, vocabulary) per process: its tables and mask cache are the
     # expensive part, and states are immutable values, so callers can share it.
     key = (text, source, start, vocab.fingerprint(), precompute, engine) + ((ignored,) if ignored else ())
-    hit = _COMPILED.get(key)
+    hit = COMPILED.get(key)
     if hit is not None:
-        _COMPILED.move_to_end(key)
+        COMPILED.move_to_end(key)
         return hit
     if engine == "earley":
         ir = None
@@ -372,13 +372,13 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
     if isinstance(grammar, JsonSchema):
         c.ignored_keywords = ignored  # type: ignore[union-attr]
-    _COMPILED[key] = c
-    while len(_COMPILED) > _COMPILED_MAX:
-        _COMPILED.popitem(last=False)
+    COMPILED[key] = c
+    while len(COMPILED) > _COMPILED_MAX:
+        COMPILED.popitem(last=False)
     return c
 
 
-_COMPILED: "OrderedDict[tuple[str, str, str, str, bool], CFGConstraint]" = OrderedDict()
+COMPILED: "OrderedDict[tuple[str, str, str, str, bool], CFGConstraint]" = OrderedDict()
 _COMPILED_MAX = 8  # each holds vocabulary tables (tens of MB on a 262k vocabulary)
 
 
@@ -387,18 +387,18 @@ def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache
     g = compile_grammar(text, source=source, start=start, cache=cache, top_table=precompute)
     if not precompute:
         return CFGConstraint(g, vocab)
-    d = cache_dir() if cache else None
+    d = grammar_cache_dir() if cache else None
     # Keyed by the global lexer table, not the text: the tables are a function of (gtrans, gfinal,
     # vocabulary) alone, while lark numbers LALR states differently from one process to the next
     # (set orders), so a grammar recompiled after its g-*.pkl was lost must not meet old tables.
     lex = hashlib.sha256(g.gtrans.tobytes() + g.gfinal.tobytes()).hexdigest()
-    path = d / f"t-{_key(lex, vocab.fingerprint(), _version())}.pkl" if d else None
-    tables = _read(path) if path is not None else None
+    path = d / f"t-{_key(lex, vocab.fingerprint(), cache_version())}.pkl" if d else None
+    tables = read_cache_file(path) if path is not None else None
     c = CFGConstraint(g, vocab, tables=tables if isinstance(tables, dict) else None)
     if not isinstance(tables, dict):
         precompute_tables(c, progress=progress)
         if path is not None:
-            _write_later(path, dict(c.tables))
+            write_cache_later(path, dict(c.tables))
     return c
 
 

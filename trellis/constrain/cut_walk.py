@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trellis.constrain.literal_walk import SortedVocab, _successor
+from trellis.constrain.literal_walk import SortedVocab, prefix_successor
 from trellis.constrain.regex import ByteDFA
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.walks import TokenMatrix
@@ -134,7 +134,7 @@ def affected_rests(paths: list[bytes], tm: TokenMatrix) -> np.ndarray:
         lo = bisect_left(keys, p)
         if lo == n or not keys[lo].startswith(p):
             continue
-        succ = _successor(p)
+        succ = prefix_successor(p)
         hi = n if succ is None else bisect_left(keys, succ, lo)
         runs.append(sv.rest[lo:hi])
     return np.unique(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)

@@ -80,7 +80,7 @@ def _declared(text: str) -> tuple[int, int] | None:
 # (all of common.lark, ~60 definitions mangled, then pruned to the few used: half of Lark's load
 # time for arithmetic.lark). The pruned definitions depend only on the file found, its text and
 # the import statement, so they are kept per process, keyed by all of those, and deep-copied out.
-_IMPORTS: dict[tuple, tuple[dict, dict]] = {}
+IMPORTS_MEMO: dict[tuple, tuple[dict, dict]] = {}
 _IMPORTS_MAX = 256
 
 
@@ -116,15 +116,15 @@ def _install_import_memo() -> None:
         joined, text = found
         key = (joined, lg.sha256_digest(text), tuple(dotted_path), tuple(sorted(aliases.items())),
                bool(self.global_keep_all_tokens))
-        hit = _IMPORTS.get(key)
+        hit = IMPORTS_MEMO.get(key)
         if hit is None:
             before, used_before = set(self._definitions), dict(self.used_files)
             original(self, dotted_path, base_path, aliases, base_mangle)
             new = {k: v for k, v in self._definitions.items() if k not in before}
             used = {k: v for k, v in self.used_files.items() if k not in used_before}
-            if len(_IMPORTS) >= _IMPORTS_MAX:
-                _IMPORTS.clear()
-            _IMPORTS[key] = (copy.deepcopy(new), used)
+            if len(IMPORTS_MEMO) >= _IMPORTS_MAX:
+                IMPORTS_MEMO.clear()
+            IMPORTS_MEMO[key] = (copy.deepcopy(new), used)
             return None
         defs, used = hit
         for k, h in used.items():
@@ -152,7 +152,7 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
     from lark import exceptions as lark_exc
     from lark.load_grammar import load_grammar
 
-    from trellis.constrain.cfg import _lark_error
+    from trellis.constrain.cfg import lark_error
 
     _install_import_memo()
     decl = _declared(text)
@@ -176,7 +176,7 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
         raise GrammarError(f"%import: grammar file {name or '?'} not found {where}", source=source, text=text,
                            line=line, column=1 if m else None) from None
     except (lark_exc.LarkError, KeyError, AssertionError, RecursionError, ValueError, TypeError) as e:
-        raise _lark_error(e, text, source) from None
+        raise lark_error(e, text, source) from None
     if not any(r.origin.name == start for r in rules):
         defined = [name for name, *_ in g.rule_defs if not name.startswith("_")]
         raise GrammarError(f"start rule {start!r} is not defined (rules: {', '.join(defined[:12]) or 'none'}; "
@@ -456,7 +456,7 @@ def literal_pattern(literal: str) -> object:
     return PatternRE(value, flags, raw=literal)
 
 
-class _TermDef:
+class TermDef:
     __slots__ = ("name", "pattern", "priority")
 
     def __init__(self, name: str, pattern: object, priority: int) -> None:
@@ -472,7 +472,7 @@ def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
     Lark's grammar parser is itself an LALR parser in Python: on a 186 KB schema grammar
     (Kubernetes kb_1007) it took 3.7 s of a 6.6 s compile, this reader ~0.05 s."""
     rules: list = []
-    terms: dict[str, _TermDef] = {}
+    terms: dict[str, TermDef] = {}
     for line in text.splitlines():
         if not line:
             continue
@@ -490,7 +490,7 @@ def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
             pat = literal_pattern(m.group(3))
         except Exception:
             return None
-        terms[m.group(1)] = _TermDef(m.group(1), pat, int(m.group(2) or 0))
+        terms[m.group(1)] = TermDef(m.group(1), pat, int(m.group(2) or 0))
     if not any(origin == start for origin, _ in rules):
         return None
     used = {n for _, exp in rules for n, is_t in exp if is_t}

@@ -314,14 +314,14 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
     if start not in rules_src:
         raise _Bail
 
-    from trellis.constrain.grammar_ir import _TermDef
+    from trellis.constrain.grammar_ir import TermDef
 
     terms = []
     for name, (prio, tree) in defs.items():
         p = _pattern(tree, defs)
         if p.min_width == 0:  # Lark refuses empty terminals: let it say so
             raise _Bail
-        terms.append(_TermDef(name, p, prio))
+        terms.append(TermDef(name, p, prio))
     by_pattern = {t.pattern: t.name for t in terms}
     anon = 0
 
@@ -334,7 +334,7 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
                 raise _Bail
             name = by_pattern[p] = f"__ANON_{anon}"
             anon += 1
-            terms.append(_TermDef(name, p, 0))
+            terms.append(TermDef(name, p, 0))
         return name
 
     rules: list = []
@@ -407,7 +407,7 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
                 if p.min_width == 0:
                     raise _Bail
                 name = f"__IGNORE_{len(ignore)}"
-                terms.append(_TermDef(name, p, 0))
+                terms.append(TermDef(name, p, 0))
                 ignore.append(name)
     return terms, rules, ignore
 

@@ -106,7 +106,7 @@ class SortedVocab:
         return hit
 
 
-def _successor(p: bytes) -> bytes | None:
+def prefix_successor(p: bytes) -> bytes | None:
     """The least byte string greater than every string that starts with ``p`` (None: none)."""
     p = p.rstrip(b"\xff")
     return p[:-1] + bytes([p[-1] + 1]) if p else None
@@ -144,7 +144,7 @@ def walk_literal_vocabulary(lit: Literal, rs: RestSet, tm: TokenMatrix,
         eq = bisect_right(keys, p, lo)
         inside[sv.rest[lo:eq]] = True  # tokens equal to p: a prefix of s
         if k in ends:
-            succ = _successor(p)
+            succ = prefix_successor(p)
             hi = n if succ is None else bisect_left(keys, succ, eq)
             if hi > eq:  # tokens longer than p that start with it: the terminal can end after k
                 r = sv.rest[eq:hi]

@@ -72,9 +72,9 @@ def _dfa(edges: list, finals: set[int]) -> tuple[np.ndarray, np.ndarray]:
     """Trimmed DFA (a dead end is -1: no continuation can match); X matching nothing gives one
     non-final state with no moves."""
     from trellis.constrain.errors import GrammarError
-    from trellis.constrain.regex import _subsets, trim
+    from trellis.constrain.regex import subset_construction, trim
 
-    trans, final = _subsets(edges, finals, 0)
+    trans, final = subset_construction(edges, finals, 0)
     try:
         d = trim(trans, final, name="lookaround", pattern="")
     except GrammarError:

@@ -105,7 +105,7 @@ _REWRITES = {
 }
 
 
-_DFA_MEMO: dict[str, ByteDFA] = {}  # pattern -> DFA; generated grammars repeat terminals
+DFA_MEMO: dict[str, ByteDFA] = {}  # pattern -> DFA; generated grammars repeat terminals
 _DFA_MEMO_MAX = 4096
 # Subset states past which a regex is refused by name rather than determinised for minutes. The
 # largest real terminal seen is ~20k states (``[a-zA-Z_]\w{0,63}`` with Unicode ``\w``: 0.7 s);
@@ -127,14 +127,14 @@ def literal_dfa(data: bytes) -> ByteDFA:
 def regex_to_byte_dfa(pattern: str, *, name: str = "regex") -> ByteDFA:
     """Compile a Python-syntax regex into a trimmed ``ByteDFA`` over UTF-8 bytes (memoised per
     process: DFAs are never mutated, and a failure is raised again, with this ``name``)."""
-    dfa = _DFA_MEMO.get(pattern)
+    dfa = DFA_MEMO.get(pattern)
     if dfa is None:
         dfa = _regex_to_byte_dfa(pattern, name=name)
         dfa.trans.setflags(write=False)  # shared from now on
         dfa.final.setflags(write=False)
-        if len(_DFA_MEMO) >= _DFA_MEMO_MAX:
-            _DFA_MEMO.clear()
-        _DFA_MEMO[pattern] = dfa
+        if len(DFA_MEMO) >= _DFA_MEMO_MAX:
+            DFA_MEMO.clear()
+        DFA_MEMO[pattern] = dfa
     return dfa
 
 
@@ -164,7 +164,7 @@ def _automaton(pattern: str, *, name: str, ordered: bool = False) -> tuple[np.nd
             return automaton(pattern)
         # chains such as flexible JSON whitespace are deterministic already
         det = _already_deterministic(edges, finals, 0)
-        trans, final = det if det is not None else _subsets(edges, finals, 0)
+        trans, final = det if det is not None else subset_construction(edges, finals, 0)
         return trans, final, None
     except RegexTooLarge as e:  # from any stage: the NFA, the subsets, the lookaround automaton
         raise GrammarError(f"{name}: regex too large ({e}) in /{pattern}/") from None
@@ -176,10 +176,10 @@ def _automaton(pattern: str, *, name: str, ordered: bool = False) -> tuple[np.nd
 
 def _determinise(edges: list[list[tuple[int, int, int]]], finals: set[int], start: int, *,
                  name: str, pattern: str) -> ByteDFA:
-    return _minimal(*_subsets(edges, finals, start), name=name, pattern=pattern)
+    return _minimal(*subset_construction(edges, finals, start), name=name, pattern=pattern)
 
 
-def _subsets(edges: list[list[tuple[int, int, int]]], finals: set[int],
+def subset_construction(edges: list[list[tuple[int, int, int]]], finals: set[int],
              start: int) -> tuple[np.ndarray, np.ndarray]:
     """Subset construction: (trans [S, 256], final [S]), states numbered breadth-first."""
     key0 = frozenset([start])
@@ -239,7 +239,7 @@ def _run_table(runs_to: list[int], runs_len: list[int]) -> np.ndarray:
 def _already_deterministic(edges: list[list[tuple[int, int, int]]], finals: set[int],
                            start: int) -> tuple[np.ndarray, np.ndarray] | None:
     """The NFA as a DFA table when no state has two edges on one byte, else None: what
-    ``_subsets`` would build (states numbered in the same breadth-first, byte-ascending
+    ``subset_construction`` would build (states numbered in the same breadth-first, byte-ascending
     order, each subset a single state), without its per-state Python work. Linear patterns whose
     items cannot overlap are such NFAs (``[ \t\n\r]{0,64},[ \t\n\r]{0,64}``: 130 states)."""
     srt = []
@@ -529,7 +529,7 @@ class RegexConstraint:
 # ----------------------------------------------------------------------------- grammar terminals
 
 
-def _strip_lazy(pattern: str) -> str:
+def strip_lazy(pattern: str) -> str:
     """``pattern`` with every lazy quantifier (``*?``, ``+?``, ``??``, ``{m,n}?``) made greedy:
     the same set of strings (a regex's language does not depend on laziness)."""
     out, i, n, in_class = [], 0, len(pattern), False
@@ -602,7 +602,7 @@ def shortest_matches(dfa: ByteDFA) -> ByteDFA:
     return trim(trans, dfa.final.copy(), name="lazy terminal")
 
 
-_PARTS_MEMO: dict[str, list] = {}
+PARTS_MEMO: dict[str, list] = {}
 
 
 def terminal_parts(pattern: str, *, name: str) -> list[tuple[ByteDFA, "FollowGuard | None"]]:
@@ -618,19 +618,19 @@ def terminal_parts(pattern: str, *, name: str) -> list[tuple[ByteDFA, "FollowGua
     ``/\/\*(.|\n)*?\*\//`` (Lark's C_COMMENT) or ``/".*?"/`` stops at the first closing literal,
     and Lark's own REGEXP ``/\/(?!\/)(\\\/|\\\\|[^\/])*?\/[imslux]*/`` keeps its flags.
     Memoised per pattern (the DFAs are shared, never mutated)."""
-    hit = _PARTS_MEMO.get(pattern)
+    hit = PARTS_MEMO.get(pattern)
     if hit is None:
         hit = _terminal_parts(pattern, name=name)
-        if len(_PARTS_MEMO) >= _DFA_MEMO_MAX:
-            _PARTS_MEMO.clear()
-        _PARTS_MEMO[pattern] = hit
+        if len(PARTS_MEMO) >= _DFA_MEMO_MAX:
+            PARTS_MEMO.clear()
+        PARTS_MEMO[pattern] = hit
     return hit
 
 
 def _terminal_parts(pattern: str, *, name: str) -> list:
-    lazy = pattern not in _REWRITES and _strip_lazy(pattern) != pattern
+    lazy = pattern not in _REWRITES and strip_lazy(pattern) != pattern
     if lazy and _lazy_form(pattern) is None:  # literal, lazy loop over characters, literal: 10x cheaper
-        return [(shortest_matches(regex_to_byte_dfa(_strip_lazy(pattern), name=name)), None)]
+        return [(shortest_matches(regex_to_byte_dfa(strip_lazy(pattern), name=name)), None)]
     trans, final, guards = _automaton(_REWRITES.get(pattern, pattern), name=name, ordered=lazy)
     parts = []
     if final.any():
@@ -663,9 +663,9 @@ def restrict_first_char(dfa: ByteDFA, allowed: tuple) -> ByteDFA | None:
     """The DFA of the strings of ``dfa`` whose first character is in ``allowed`` (code point
     ranges), or None when there is none: a product of ``dfa`` with the UTF-8 automaton of
     ``allowed`` over the first character, then ``dfa`` itself."""
-    from trellis.constrain.regex_compile import _utf8_dawg
+    from trellis.constrain.regex_compile import utf8_dawg
 
-    nodes = _utf8_dawg(tuple(allowed))
+    nodes = utf8_dawg(tuple(allowed))
     n = dfa.num_states
     ids: dict[tuple[int, int], int] = {(0, 0): n}  # (dawg node, dfa state) mid first character
     order = [(0, 0)]

@@ -247,9 +247,9 @@ class _NFA:
 
     def chars(self, s: int, e: int, ranges: Ranges) -> None:
         """Edges s -> e over the UTF-8 encodings of ``ranges``: a copy of the set's byte automaton
-        (``_utf8_dawg``), deterministic, so the subset construction pairs at most one of its
+        (``utf8_dawg``), deterministic, so the subset construction pairs at most one of its
         states with each state of the other sets met along the same bytes."""
-        nodes = _utf8_dawg(ranges)
+        nodes = utf8_dawg(ranges)
         ids = [s] + [self.new() for _ in nodes[1:]]
         for i, row in enumerate(nodes):
             out = self.edges[ids[i]]
@@ -347,7 +347,7 @@ def one_char_set(items: list, flags: int) -> Ranges | None:
 
 
 @lru_cache(maxsize=4096)
-def _utf8_dawg(ranges: Ranges) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+def utf8_dawg(ranges: Ranges) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     """The minimal acyclic byte automaton of the UTF-8 encodings of ``ranges``: nodes (node 0 the
     root) of edges (first byte, last byte, target node; -1 the end). ``codepoint_ranges_to_utf8``
     splits ranges so that at any prefix two sequences' next byte ranges are equal or disjoint

@@ -156,7 +156,7 @@ def _starts(rs: RestSet, live: np.ndarray) -> np.ndarray:
 _SCALED: dict[int, tuple[np.ndarray, np.ndarray, np.int64, np.ndarray]] = {}
 
 
-def _scaled(trans: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.int64]:
+def scaled_dfa(trans: np.ndarray, final: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.int64]:
     """(flat table with states scaled by 256 and a sink state S for missing transitions, so one
     step is ``t[state + byte]`` with no branch; final per scaled state; the sink's scaled id),
     memoised per DFA. The entry holds ``trans`` itself, so its id cannot be reused by another
@@ -185,10 +185,10 @@ def walk(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMat
     a, b = _walkc.walk_rests(c_table(trans), c_bool(final), int(q), rows(tm), tm.mat_t.shape[0], stride,
                              rs.base, rs.length, rs.lo, None if follow is None else c_bool(follow), inside)
     ci, cj = np.frombuffer(a, dtype=np.int64), np.frombuffer(b, dtype=np.int64)
-    return _with_crossings(inside, ci, cj, rs, tm)
+    return with_crossings(inside, ci, cj, rs, tm)
 
 
-def _with_crossings(inside: np.ndarray, ci: np.ndarray, cj: np.ndarray, rs: RestSet, tm: TokenMatrix) -> Walk:
+def with_crossings(inside: np.ndarray, ci: np.ndarray, cj: np.ndarray, rs: RestSet, tm: TokenMatrix) -> Walk:
     """The ``Walk`` of crossings (rest ``ci[k]`` ends the terminal after ``cj[k]`` bytes) of rests
     that do not stay inside."""
     if not len(ci):
@@ -233,7 +233,7 @@ def walk_numpy(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: To
     none = np.zeros(0, dtype=np.int64)
     if not len(idx):
         return Walk(inside, None, none, none)
-    t_sc, fin, sink = _scaled(trans, final)
+    t_sc, fin, sink = scaled_dfa(trans, final)
     flat = tm.mat_t.reshape(-1)
     stride = tm.mat_t.shape[1]
     length = rs.length[idx]
@@ -274,4 +274,4 @@ def walk_numpy(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: To
     if not cross_i:
         return Walk(inside, None, none, none)
     ci, cj = drop_inside(inside, np.concatenate(cross_i), np.concatenate(cross_j))
-    return _with_crossings(inside, ci, cj, rs, tm)
+    return with_crossings(inside, ci, cj, rs, tm)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trellis.constrain import rest_walk
-from trellis.constrain.rest_walk import RestSet, Walk, _scaled, _with_crossings, c_bool, c_table, concat_ranges, drop_inside
+from trellis.constrain.rest_walk import RestSet, Walk, scaled_dfa, with_crossings, c_bool, c_table, concat_ranges, drop_inside
 from trellis.constrain.walks import TokenMatrix
 
 
@@ -143,7 +143,7 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
                               None if follow is None else c_bool(follow), inside, levels)
     lo, hi = np.frombuffer(a, dtype=np.int64), np.frombuffer(b, dtype=np.int64)
     ci, cj = drop_inside(inside, trie.lex[concat_ranges(lo, hi)], np.repeat(np.frombuffer(c, dtype=np.int64), hi - lo))
-    return _with_crossings(inside, ci, cj, rs, tm)
+    return with_crossings(inside, ci, cj, rs, tm)
 
 
 def walk_vocabulary_numpy(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
@@ -158,7 +158,7 @@ def walk_vocabulary_numpy(trans: np.ndarray, final: np.ndarray, q: int, rs: Rest
     none = np.zeros(0, dtype=np.int64)
     if not trie.byte:
         return Walk(inside, None, none, none)
-    t_sc, fin, sink = _scaled(trans, final)
+    t_sc, fin, sink = scaled_dfa(trans, final)
     st = t_sc[(np.int64(q) << 8) + trie.byte[0]]
     cross_lo: list[np.ndarray] = []
     cross_hi: list[np.ndarray] = []
@@ -185,4 +185,4 @@ def walk_vocabulary_numpy(trans: np.ndarray, final: np.ndarray, q: int, rs: Rest
         return Walk(inside, None, none, none)
     lo, hi = np.concatenate(cross_lo), np.concatenate(cross_hi)
     ci, cj = drop_inside(inside, trie.lex[concat_ranges(lo, hi)], np.repeat(np.concatenate(cross_j), hi - lo))
-    return _with_crossings(inside, ci, cj, rs, tm)
+    return with_crossings(inside, ci, cj, rs, tm)

@@ -65,7 +65,7 @@ class SharedWalks:
             hit = build()
             if path is not None and time.perf_counter() - t0 >= PERSIST_MIN_S:
                 _write_later(path, _snapshot(hit))
-                _LISTED.setdefault(path.parent, set()).add(path.name)
+                LISTED.setdefault(path.parent, set()).add(path.name)
         self._put(key, hit)
         return hit
 
@@ -90,27 +90,27 @@ PERSIST_MIN_S = 0.002
 # File names present in each walks folder, listed once per process (then kept up to date with this
 # process' own writes): a miss costs no open(). Files another process writes later are not seen
 # until the next process; that only costs a rebuild.
-_LISTED: dict[Path, set[str]] = {}
+LISTED: dict[Path, set[str]] = {}
 
 
 def _on_disk(path: Path) -> bool:
-    names = _LISTED.get(path.parent)
+    names = LISTED.get(path.parent)
     if names is None:
         try:
             names = set(os.listdir(path.parent))
         except OSError:
             names = set()
-        _LISTED[path.parent] = names
+        LISTED[path.parent] = names
     return path.name in names
 
 
 def _path(vocab_fp: str, shape: Hashable) -> Path | None:
-    from trellis.constrain.compile import _version, cache_dir
+    from trellis.constrain.compile import cache_version, grammar_cache_dir
 
-    d = cache_dir()
+    d = grammar_cache_dir()
     if d is None:
         return None
-    return d / "walks" / f"w-{key_digest((vocab_fp, _version(), shape), 20).hex()}.pkl"
+    return d / "walks" / f"w-{key_digest((vocab_fp, cache_version(), shape), 20).hex()}.pkl"
 
 
 def key_digest(key: Hashable, size: int = 16) -> bytes:
@@ -149,13 +149,13 @@ def _snapshot(e: Entry) -> Entry:
 
 
 def _read(path: Path) -> Entry | None:
-    from trellis.constrain.compile import _read as read
+    from trellis.constrain.compile import read_cache_file as read
 
     obj = read(path, wait=False)
     return obj if isinstance(obj, tuple) and len(obj) == 2 else None
 
 
 def _write_later(path: Path, e: Entry) -> None:
-    from trellis.constrain.compile import _write_later as write_later
+    from trellis.constrain.compile import write_cache_later as write_later
 
     write_later(path, e)

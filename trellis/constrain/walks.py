@@ -168,7 +168,7 @@ def byte_fallback_ids(tokens: Sequence[bytes]) -> range:
 
 
 def scaled(trans: np.ndarray) -> np.ndarray:
-    """[(S + 1) * 256] int32 ``trans`` with states scaled by 256, so that in ``_walk`` (state, byte)
+    """[(S + 1) * 256] int32 ``trans`` with states scaled by 256, so that in ``walk_tokens`` (state, byte)
     -> next is one add and one gather; a missing transition leads to an absorbing sink state ``S``
     (``_sink(t256)``), so a walk needs no branch per byte. Built once per table, not per walk."""
     s = trans.shape[0]
@@ -188,7 +188,7 @@ def _running(lens: np.ndarray) -> np.ndarray:
     return np.searchsorted(-lens, -np.arange(int(lens[0]) + 1, dtype=np.int16), side="left")
 
 
-def _walk(t256: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "TokenMatrix", base: np.ndarray,
+def walk_tokens(t256: np.ndarray, start: int | np.ndarray, lengths: np.ndarray, tm: "TokenMatrix", base: np.ndarray,
           j0: int = 0) -> tuple[np.ndarray, ...]:
     """Run a DFA (``scaled(trans)``) from ``start`` over ``len(lengths)`` byte strings of the
     token matrix at once.
@@ -266,7 +266,7 @@ _SCALED = "scaled"
 def walk_live(trans: np.ndarray, start: int, tm: TokenMatrix, memo: WalkMemo | None = None) -> tuple[np.ndarray, ...]:
     """Run ``trans`` from ``start`` over every token whose first byte has a transition.
 
-    Returns (ids [n] int64, end, bpos, bstate, bbyte) with ``_walk``'s meaning. Tokens whose first byte
+    Returns (ids [n] int64, end, bpos, bstate, bbyte) with ``walk_tokens``'s meaning. Tokens whose first byte
     is dead are not listed (see ``dead_first_bits``): in most lexer states that is nearly the
     whole vocabulary, so this costs O(tokens walked), not O(V).
 
@@ -294,7 +294,7 @@ def _walk_buckets(t256: np.ndarray, succ: np.ndarray, bs: np.ndarray, lo: np.nda
                   memo: dict) -> tuple[np.ndarray, ...]:
     """Walk the strings of first-byte buckets ``bs`` (bucket ``b`` = positions ``lo[b]:lo[b+1]``
     of some ordering), those of bucket ``b`` from state ``succ[k]`` (after their first byte).
-    ``items(positions)`` gives (what to report, lengths, ``_walk`` bases). ``memo[(u, b)]`` keeps
+    ``items(positions)`` gives (what to report, lengths, ``walk_tokens`` bases). ``memo[(u, b)]`` keeps
     each bucket's walk (a slice of one batch), so states and lexers that enter the same state on
     a byte share it. Returns (items, end, bpos, bstate, bbyte) over the buckets in order."""
     su, sb = succ.tolist(), bs.tolist()
@@ -305,7 +305,7 @@ def _walk_buckets(t256: np.ndarray, succ: np.ndarray, bs: np.ndarray, lo: np.nda
         n = int(counts.sum())
         pos = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(n, dtype=np.int64)
         what, lengths, base = items(pos)
-        end, bpos, bst, bbyte = _walk(t256, np.repeat(succ[need], counts), lengths, tm, base, j0=1)
+        end, bpos, bst, bbyte = walk_tokens(t256, np.repeat(succ[need], counts), lengths, tm, base, j0=1)
         batch = (what, end, bpos, bst, bbyte)
         stops = np.cumsum(counts).tolist()
         for u, b, a, z in zip(succ[need].tolist(), nb.tolist(), [0] + stops[:-1], stops):

@@ -1,7 +1,8 @@
 """Search strategies over token trees; each is a frozen dataclass implementing ``Strategy``.
 
-Beyond ``Greedy``/``Sample`` each strategy has ``search(...) -> SearchResult`` returning the
-hypotheses with their ranking scores and the explored tree (``networkx.DiGraph``; see ``tree``).
+Every built-in strategy is also a ``TreeSearch``: ``search(...) -> SearchResult`` returns the
+hypotheses with their ranking scores and the explored tree (``networkx.DiGraph``; see ``tree``;
+for ``Greedy``/``Sample`` the one path they took).
 """
 
 from trellis.search.base import StepwiseStrategy, Strategy
@@ -13,10 +14,10 @@ from trellis.search.lookahead import Lookahead, must_include
 from trellis.search.mcts import MCTS
 from trellis.search.names import STRATEGIES, strategy_from_name
 from trellis.search.sample import Sample
-from trellis.search.tree import SearchResult, TreeRecorder, path_tree
+from trellis.search.tree import SearchResult, TreeRecorder, TreeSearch, path_tree
 
 __all__ = [
     "MCTS", "STRATEGIES", "Beam", "BestOfN", "DiverseBeam", "EntropyGate", "Greedy", "Lookahead", "Sample",
-    "SearchResult", "StepwiseStrategy", "Strategy", "TreeRecorder", "must_include", "ngram_f1", "path_tree",
+    "SearchResult", "StepwiseStrategy", "Strategy", "TreeRecorder", "TreeSearch", "must_include", "ngram_f1", "path_tree",
     "strategy_from_name",
 ]

@@ -16,7 +16,7 @@ picks tau so that a requested fraction of greedy steps on held-out prompts would
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -111,20 +111,21 @@ class EntropyGate:
     @classmethod
     def calibrate(cls, decoder: Decoder, prompts: Sequence[Sequence[int]], *, pause_rate: float,
                   max_new_tokens: int, k: int = 3, depth: int = 4, iterations: int = 12,
-                  **options: Any) -> "EntropyGate":
+                  clauses: tuple[Clause, ...] = (), value: Callable[[Hypothesis], float] | None = None,
+                  lam: float = 1.0) -> "EntropyGate":
         """An ``EntropyGate`` that pauses on about ``pause_rate`` of its steps on held-out ``prompts``.
 
         The rate is measured on the gate's *own* trajectories: reranking steers towards confident
         continuations, so a quantile of greedy-decoding entropies would overshoot the threshold
         (measured: 0.19 instead of 0.30 on a fake LM). Starting from that quantile, tau is bisected
         (``iterations`` runs over the prompts) until the gate's pause fraction is ``pause_rate``.
-        ``options`` (``clauses``, ``value``, ``lam``) go to the gate, for calibration and the result.
+        ``clauses``, ``value`` and ``lam`` go to the gate, for calibration and the result.
         """
         if not 0.0 <= pause_rate <= 1.0:
             raise ValueError(f"pause_rate must be in [0, 1], got {pause_rate}")
 
         def run(tau: float) -> tuple[float, list[float]]:
-            gate = cls(threshold=tau, k=k, depth=depth, **options)
+            gate = cls(threshold=tau, k=k, depth=depth, clauses=clauses, value=value, lam=lam)
             seen, paused = [], 0
             for p in prompts:
                 root = decoder.start(p)
@@ -140,9 +141,9 @@ class EntropyGate:
 
         _, greedy = run(float("inf"))
         if pause_rate == 0.0:
-            return cls(threshold=float("inf"), k=k, depth=depth, **options)
+            return cls(threshold=float("inf"), k=k, depth=depth, clauses=clauses, value=value, lam=lam)
         if pause_rate == 1.0:
-            return cls(threshold=float("-inf"), k=k, depth=depth, **options)
+            return cls(threshold=float("-inf"), k=k, depth=depth, clauses=clauses, value=value, lam=lam)
         lo, hi = min(greedy) - 1e-6, max(greedy)  # rate(lo) ~ 1, rate(hi) = 0
         tau = float(np.quantile(np.asarray(greedy), 1.0 - pause_rate))
         best = (float("inf"), tau)
@@ -154,4 +155,4 @@ class EntropyGate:
             else:
                 hi = tau
             tau = (lo + hi) / 2
-        return cls(threshold=best[1], k=k, depth=depth, **options)
+        return cls(threshold=best[1], k=k, depth=depth, clauses=clauses, value=value, lam=lam)

@@ -11,6 +11,7 @@ import torch
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import sample
 from trellis.search.base import lockstep, run_steps
+from trellis.search.tree import SearchResult, TreeRecorder, stepwise_search
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ class Sample:
 
     def __call__(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> list[Hypothesis]:
         return run_steps(self, decoder, root, max_new_tokens)
+
+    def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
+               recorder: TreeRecorder | None = None) -> SearchResult:
+        """The same path as ``__call__``, with its tree (``TreeSearch``)."""
+        return stepwise_search(self, decoder, root, max_new_tokens, recorder)
 
     def batch(self, decoder: Decoder, roots: Sequence[Hypothesis], *, max_new_tokens: int) -> list[Hypothesis]:
         """Ancestral sampling for every root at once, one batched forward per step

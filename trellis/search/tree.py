@@ -19,13 +19,16 @@ the root. Node attributes (``None`` where a strategy has nothing to say):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
-import networkx as nx
 import torch
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import log_softmax
+from trellis.search.base import StepwiseStrategy
+
+if TYPE_CHECKING:  # networkx is imported when a tree is first made (``import trellis`` stays light)
+    import networkx as nx
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,14 @@ class SearchResult:
     hypotheses: tuple[Hypothesis, ...]
     scores: tuple[float, ...]
     tree: nx.DiGraph
+
+
+@runtime_checkable
+class TreeSearch(Protocol):
+    """A strategy that returns its explored tree with its hypotheses (every built-in strategy)."""
+
+    def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
+               recorder: "TreeRecorder | None" = None) -> SearchResult: ...
 
 
 class Searching:
@@ -62,6 +73,8 @@ class TreeRecorder:
         self.decoder, self.root, self.enabled, self.pruned_top_k = decoder, root, enabled, pruned_top_k
         self._base = len(root.tokens)
         self._ids: dict[tuple[int, ...], int] = {}
+        import networkx as nx
+
         self.graph = nx.DiGraph()
         if enabled:
             self._ids[()] = 0
@@ -151,3 +164,15 @@ def path_tree(decoder: Decoder, root: Hypothesis, hyps: Sequence[Hypothesis]) ->
     """The tree of the paths to ``hyps`` (for strategies without ``search``, e.g. Greedy)."""
     rec = TreeRecorder(decoder, root)
     return rec.result(list(hyps), [h.logprob for h in hyps]).tree
+
+
+def stepwise_search(strategy: StepwiseStrategy, decoder: Decoder, root: Hypothesis, max_new_tokens: int,
+                    recorder: TreeRecorder | None = None) -> SearchResult:
+    """``search`` of a one-path strategy (``Greedy``, ``Sample``): the path its ``steps`` took, each
+    node with its token's log-prob; the last hypothesis is the result."""
+    rec = recorder if recorder is not None else TreeRecorder(decoder, root)
+    last = root
+    for hyp in strategy.steps(decoder, root, max_new_tokens=max_new_tokens):
+        rec.add(hyp, logprob=hyp.logprob - last.logprob)
+        last = hyp
+    return rec.result([last], [last.logprob])

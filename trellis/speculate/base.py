@@ -19,7 +19,7 @@ from trellis.decoder import Decoder, Hypothesis
 from trellis.lm_proxy import Committing
 from trellis.sampling import log_softmax
 from trellis.search.base import run_steps
-from trellis.speculate.budget import DraftBudget
+from trellis.speculate.node_budget import DraftBudget
 from trellis.tokens import TokenTree
 
 
@@ -46,6 +46,18 @@ class Drafter(Protocol):
     """Proposes continuations of ``hyp``: at most ``max_nodes`` nodes, paths at most ``max_depth`` long."""
 
     def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft: ...
+
+
+@runtime_checkable
+class NamedDrafter(Drafter, Protocol):
+    """A drafter that names itself in ``Draft.sources`` (acceptance statistics per drafter)."""
+
+    name: str
+
+
+def drafter_name(drafter: Drafter) -> str:
+    """``drafter.name`` for a ``NamedDrafter``, else its class name."""
+    return drafter.name if isinstance(drafter, NamedDrafter) else type(drafter).__name__
 
 
 @runtime_checkable

@@ -13,9 +13,9 @@ from torch import Tensor
 
 from trellis.constrain.base import advance_many, forced_tokens
 from trellis.decoder import Decoder, Hypothesis
-from trellis.lm import LMHead
+from trellis.lm_head import LMHead
 from trellis.sampling import sample
-from trellis.speculate.base import Draft, Drafter, LearningDrafter
+from trellis.speculate.base import Draft, Drafter, LearningDrafter, drafter_name
 from trellis.speculate.draft_exit import AdaptiveDraftExit
 from trellis.speculate.tree import grow, select
 from trellis.tokens import TokenTree
@@ -93,7 +93,7 @@ class GrammarForced:
         k = len(toks)
         parents = torch.where(sub.tree.parents < 0, torch.full_like(sub.tree.parents, k - 1), sub.tree.parents + k)
         tree = TokenTree(torch.cat([chain.tree.tokens, sub.tree.tokens]), torch.cat([chain.tree.parents, parents]))
-        sources = (self.name,) * k + (sub.sources or (getattr(self.then, "name", type(self.then).__name__),) * len(sub))
+        sources = (self.name,) * k + (sub.sources or (drafter_name(self.then),) * len(sub))
         return Draft(tree, None, sources)
 
     def observe(self, hyp: Hypothesis, draft: Draft, target: Tensor, path: Sequence[int]) -> None:
@@ -186,7 +186,7 @@ class ModelDrafter:
     """A smaller model sharing the target's tokenizer drafts a chain from the SAME masked, warped
     distribution (same constraint, temperature, top-k/p), so rejection sampling stays exact.
 
-    ``model`` is anything ``trellis.generate.language_model`` accepts (a transformers model gets its
+    ``model`` is anything ``trellis.hf_lm.language_model`` accepts (a transformers model gets its
     own KV-cached ``HFLanguageModel``). Greedy targets get argmax drafts; sampling targets get
     samples and their distributions in ``Draft.probs``.
 
@@ -212,7 +212,7 @@ class ModelDrafter:
     _capped: bool = field(init=False, repr=False, default=False)  # the last chain ran to its cap
 
     def __post_init__(self) -> None:
-        from trellis.generate import language_model
+        from trellis.hf_lm import language_model
 
         if self.width < 1:
             raise ValueError(f"width must be >= 1, got {self.width}")
@@ -355,7 +355,7 @@ class LayerSkip:
     _dims: tuple[int, int, int] = field(init=False, repr=False, default=(0, 0, 0))
 
     def __post_init__(self) -> None:
-        from trellis.lm import HFLanguageModel
+        from trellis.hf_lm import HFLanguageModel
 
         cfg = self.model.config.get_text_config(decoder=True) if hasattr(self.model.config, "get_text_config") \
             else self.model.config
@@ -436,7 +436,7 @@ class Composite:
             if len(sub) == 0:
                 continue
             toks = sub.tree.tokens.tolist()
-            srcs = sub.sources or (getattr(d, "name", type(d).__name__),) * len(sub)
+            srcs = sub.sources or (drafter_name(d),) * len(sub)
             kids = {i for i in sub.tree.parents.tolist() if i >= 0}
             for leaf in (i for i in range(len(sub)) if i not in kids):
                 paths.append(([toks[j] for j in sub.tree.path_to(leaf)], srcs[leaf]))

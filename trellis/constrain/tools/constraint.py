@@ -9,6 +9,7 @@ from typing import Any, Callable, Hashable, Literal, Sequence, Union
 
 from torch import Tensor
 
+from trellis.constrain.base import forced_tokens
 from trellis.constrain.tools.calls import Tool, as_tools
 from trellis.constrain.tools.schema import SchemaBuilder, rewrite_refs
 from trellis.tokens import Vocabulary
@@ -93,8 +94,7 @@ class EitherConstraint:
         if sa is not None and sb is not None:
             return []  # two live branches: nothing is forced
         c, s = (self.a, sa) if sb is None else (self.b, sb)
-        fn = getattr(c, "forced_tokens", None)
-        return list(fn(s)) if fn is not None else []
+        return forced_tokens(c, s)
 
     def __repr__(self) -> str:
         return f"EitherConstraint({self.a!r}, {self.b!r})"

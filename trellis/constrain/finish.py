@@ -40,13 +40,16 @@ from typing import Any, Hashable, Sequence
 import torch
 from torch import Tensor
 
-from trellis.constrain.base import Constraint, State, forced_tokens
+from trellis.constrain.base import Constraint, HasByteClasses, HintsCompletion, State, forced_tokens
 from trellis.constrain.walks import TokenMatrix
 from trellis.mask import allocate_bitmask, bool_to_bitmask
 
 # Shortest completions are a property of the inner constraint's states: share them across the
 # Budgeted wrappers of one constraint (one per generate call).
 _PLANS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+_NOT_FORWARDED = frozenset({"completion_hint", "byte_classes"})
 
 
 class Budgeted:
@@ -72,10 +75,9 @@ class Budgeted:
         self._edge_t = torch.tensor(sorted(by_byte.values()), dtype=torch.long)
         # With byte classes, one byte per class is enough (same next state): the search then skips
         # the mask and tries a handful of advances per state. Printable ASCII represents a class.
-        classes = getattr(inner, "byte_classes", None)
         self._reps: list[int] | None = None
-        if classes is not None:
-            cls = classes()
+        if isinstance(inner, HasByteClasses):
+            cls = inner.byte_classes()
             reps: dict[int, int] = {}
             for b in sorted(by_byte, key=lambda b: (not 0x21 <= b < 0x7F, b)):
                 reps.setdefault(int(cls[b]), by_byte[b])
@@ -122,7 +124,10 @@ class Budgeted:
         return bool(steered) or left <= 1
 
     def __getattr__(self, name: str) -> Any:  # ignored_keywords, tables, ... of the inner constraint
-        if name.startswith("_"):
+        # Not the inner constraint's state-taking capabilities: they read inner states, and this
+        # constraint's states are (inner state, left, steered) (``ForcesTokens``/``Refines`` are
+        # implemented above; the others are not offered, so ``isinstance`` says so).
+        if name.startswith("_") or name in _NOT_FORWARDED:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -153,9 +158,8 @@ class Budgeted:
         # search dives towards closing instead of sweeping every equally long branch (values,
         # strings, arrays under an any-schema: ~20 per level). The plan is short, not always
         # shortest: an upper bound, which is all the budget needs.
-        hint = getattr(self.inner, "completion_hint", None)
-        w = self.greed
-        h = (lambda s: w * hint(s)) if hint is not None else (lambda _s: 0)
+        w, inner = self.greed, self.inner
+        h = (lambda s: w * inner.completion_hint(s)) if isinstance(inner, HintsCompletion) else (lambda _s: 0)
         parent: dict[Hashable, tuple[Hashable, int] | None] = {s0: None}
         tie = count()
         heap = [(h(s0), 0, next(tie), s0)]  # (length + hint, -length: deeper first on ties, tie, state)

@@ -10,7 +10,7 @@ import torch
 
 from fakes import HashLM
 from trellis.constrain import compile
-from trellis.constrain.budget import Budgeted
+from trellis.constrain.finish import Budgeted
 from trellis.decoder import Decoder
 from trellis.mask import allocate_bitmask
 from trellis.search import Greedy, Sample
