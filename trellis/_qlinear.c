@@ -55,26 +55,34 @@ static void run_plain(const job *j) {
 #include <immintrin.h>
 #define HAVE_X86 1
 
-/* ------------------------------------------------------------------------------ AVX-512 */
-#define TILE512(NB, RB)                                                                           \
-    static __attribute__((target("avx512f"))) void tile512_##NB##_##RB(const job *j, int64_t n,     \
-                                                                         int64_t r) {              \
+/* One tile: NB output rows x RB input rows, accumulated over K in steps of 16 int8 weights.
+   Each instruction set supplies its vector type V, ZERO, the scaled weights of one step
+   (WEIGHTS: from the 16 raw int8 and the block scale, declared once per output row) and the
+   multiply-add of one input row (FMA), and the horizontal sum HSUM. */
+#define TILE(PREFIX, TARGET, V, ZERO, SET1, WEIGHTS, FMA, HSUM, NB, RB)                           \
+    static __attribute__((target(TARGET))) void PREFIX##_##NB##_##RB(const job *j, int64_t n,       \
+                                                                      int64_t r) {                 \
         const int64_t K = j->K, G = j->G, nb = K / G;                                              \
-        __m512 acc[NB][RB];                                                                        \
+        V acc[NB][RB];                                                                             \
         for (int a = 0; a < NB; a++)                                                               \
-            for (int b = 0; b < RB; b++) acc[a][b] = _mm512_setzero_ps();                          \
+            for (int b = 0; b < RB; b++) acc[a][b] = ZERO();                                       \
         for (int64_t k = 0; k < K; k += 16) {                                                      \
             for (int a = 0; a < NB; a++) {                                                         \
                 const __m128i raw = _mm_loadu_si128((const __m128i *)(j->q + (n + a) * K + k));    \
-                const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)),      \
-                                               _mm512_set1_ps(j->d[(n + a) * nb + k / G]));        \
-                for (int b = 0; b < RB; b++)                                                       \
-                    acc[a][b] = _mm512_fmadd_ps(w, _mm512_loadu_ps(j->x + (r + b) * K + k), acc[a][b]); \
+                const V s = SET1(j->d[(n + a) * nb + k / G]);                                      \
+                WEIGHTS(raw, s)                                                                    \
+                for (int b = 0; b < RB; b++) FMA(acc[a][b], j->x + (r + b) * K + k)                \
             }                                                                                      \
         }                                                                                          \
         for (int a = 0; a < NB; a++)                                                               \
-            for (int b = 0; b < RB; b++) j->y[(r + b) * j->N + n + a] = _mm512_reduce_add_ps(acc[a][b]); \
+            for (int b = 0; b < RB; b++) j->y[(r + b) * j->N + n + a] = HSUM(acc[a][b]);           \
     }
+
+/* ------------------------------------------------------------------------------ AVX-512 */
+#define W512(raw, s) const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)), s);
+#define FMA512(acc, xb) acc = _mm512_fmadd_ps(w, _mm512_loadu_ps(xb), acc);
+#define TILE512(NB, RB) TILE(tile512, "avx512f", __m512, _mm512_setzero_ps, _mm512_set1_ps, W512, FMA512, \
+                             _mm512_reduce_add_ps, NB, RB)
 TILE512(2, 8)
 TILE512(2, 7)
 TILE512(2, 6)
@@ -108,30 +116,17 @@ static inline __attribute__((target("avx2,fma"))) float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-#define TILE256(NB, RB)                                                                           \
-    static __attribute__((target("avx2,fma"))) void tile256_##NB##_##RB(const job *j, int64_t n,    \
-                                                                          int64_t r) {             \
-        const int64_t K = j->K, G = j->G, nb = K / G;                                              \
-        __m256 acc[NB][RB];                                                                        \
-        for (int a = 0; a < NB; a++)                                                               \
-            for (int b = 0; b < RB; b++) acc[a][b] = _mm256_setzero_ps();                          \
-        for (int64_t k = 0; k < K; k += 16) {                                                      \
-            for (int a = 0; a < NB; a++) {                                                         \
-                const __m128i raw = _mm_loadu_si128((const __m128i *)(j->q + (n + a) * K + k));    \
-                const __m256 s = _mm256_set1_ps(j->d[(n + a) * nb + k / G]);                      \
-                const __m256 lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw)), s);  \
-                const __m256 hi = _mm256_mul_ps(                                                   \
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8))), s);          \
-                for (int b = 0; b < RB; b++) {                                                     \
-                    const float *xb = j->x + (r + b) * K + k;                                      \
-                    acc[a][b] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xb), acc[a][b]);               \
-                    acc[a][b] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xb + 8), acc[a][b]);           \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        for (int a = 0; a < NB; a++)                                                               \
-            for (int b = 0; b < RB; b++) j->y[(r + b) * j->N + n + a] = hsum256(acc[a][b]);        \
+/* 16 int8 weights are two 8-wide halves */
+#define W256(raw, s)                                                                              \
+    const __m256 lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw)), s);            \
+    const __m256 hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8))), s);
+#define FMA256(acc, xb)                                                                           \
+    {                                                                                             \
+        acc = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xb), acc);                                      \
+        acc = _mm256_fmadd_ps(hi, _mm256_loadu_ps((xb) + 8), acc);                                \
     }
+#define TILE256(NB, RB) TILE(tile256, "avx2,fma", __m256, _mm256_setzero_ps, _mm256_set1_ps, W256, FMA256, \
+                             hsum256, NB, RB)
 TILE256(2, 4)
 TILE256(2, 3)
 TILE256(2, 2)

@@ -35,7 +35,7 @@ from trellis.search.best_of_n import BestOfN
 from trellis.search.entropy import EntropyGate
 from trellis.search.greedy import Greedy
 from trellis.search.mcts import MCTS
-from trellis.search.tree import SearchResult, TreeRecorder, path_tree
+from trellis.search.tree import SearchResult, TreeRecorder, TreeSearch, path_tree
 from trellis.speculate.base import Drafter, Speculative
 from trellis.speculate.drafters import Composite, PromptLookup, TokenRecycling
 from trellis.speculate.verify import GreedyVerifier
@@ -308,12 +308,12 @@ class TestGuided:
         inner = self._inner(reward, decoder.lm.vocab_size)
         stoppable = isinstance(inner, MCTS)  # the only search that rewards while it has budget left to spend
         rec = recorder if recorder is not None else TreeRecorder(dec, root)
-        searching = hasattr(inner, "search")
+        searching = isinstance(inner, TreeSearch)
         bar = _Progress(self.progress, f"solve ({name})", len(self.tests), self.budget_tokens)
         try:
             try:
                 if searching:
-                    res = inner.search(dec, root, max_new_tokens=max_new_tokens, recorder=rec)  # type: ignore[attr-defined]
+                    res = inner.search(dec, root, max_new_tokens=max_new_tokens, recorder=rec)
                     hyps, tree = list(res.hypotheses), res.tree
                 else:
                     hyps, tree = inner(dec, root, max_new_tokens=max_new_tokens), nx.DiGraph()
