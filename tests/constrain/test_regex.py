@@ -117,37 +117,39 @@ def test_minimised_byte_dfas_keep_the_language_and_merge_utf8_copies() -> None:
     on random byte strings including split UTF-8, and JSON's STRING interior is one state."""
     import random
 
+    import trellis.constrain.dfa_minimise as M
     import trellis.constrain.regex as R
 
     pats = [r'"(?:[^"\\\x00-\x1f]|\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4})*"', r"(ab|ac)*d?", r"\w+é|x.{2,5}y",
             r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", r"[0-9]{4}-[0-9]{2}"]
     rng = random.Random(0)
     for p in pats:
-        small = R._regex_to_byte_dfa(p, name="t")
-        orig = R.minimise
-        R.minimise = lambda d, **k: d
+        small = R.build_byte_dfa(p, name="t")
+        orig = M.minimise
+        M.minimise = lambda d, **k: d
         try:
-            big = R._regex_to_byte_dfa(p, name="t")
+            big = R.build_byte_dfa(p, name="t")
         finally:
-            R.minimise = orig
+            M.minimise = orig
         assert small.num_states <= big.num_states
         assert R.minimise(small).num_states == small.num_states  # idempotent: already minimal
         alpha = sorted(set(p.encode()) | set(b'a0"\\ x\xc3\xa9y-.e'))
         for _ in range(4000):
             s = bytes(rng.choice(alpha) for _ in range(rng.randint(0, 9)))
             assert big.matches(s) == small.matches(s), (p, s)
-    string = R._regex_to_byte_dfa(pats[0], name="STRING")
+    string = R.build_byte_dfa(pats[0], name="STRING")
     assert string.num_states == 15  # 83 unminimised: every way into the interior was a copy
 
 
 def test_hashed_refinement_equals_exact_refinement() -> None:
     """``minimise`` refines partitions by hashed row signatures; the partition must be the exact
-    one (``_refine_exact``, rows compared whole) on the shipped grammars' terminals and on the
+    one (``refine_exact``, rows compared whole) on the shipped grammars' terminals and on the
     long chains of flexible-whitespace schema terminals, and a degenerate hash (successors
     ignored) must fail the bisimulation check so that the exact refinement is used instead."""
     import lark
     import numpy as np
 
+    import trellis.constrain.dfa_minimise as M
     import trellis.constrain.regex as R
     from trellis.constrain.compile import load_grammar_text
     from trellis.constrain.json_schema import schema_to_lark
@@ -162,24 +164,24 @@ def test_hashed_refinement_equals_exact_refinement() -> None:
     def canon(cls):  # each state -> the first state of its class
         return np.unique(cls, return_index=True, return_inverse=True)[1][cls]
 
-    orig = R.minimise
+    orig = M.minimise
     merged = 0
     for p in sorted(pats):
-        R.minimise = lambda d, **k: d
+        M.minimise = lambda d, **k: d
         try:
-            raw = R._regex_to_byte_dfa(p, name="t")
+            raw = R.build_byte_dfa(p, name="t")
         finally:
-            R.minimise = orig
+            M.minimise = orig
         _, first = np.unique(np.ascontiguousarray(raw.trans.T), axis=0, return_index=True)
         tc = raw.trans[:, np.sort(first)]
-        exact, hashed = R._refine_exact(tc, raw.final, 200), R._refine_hashed(tc, raw.final, 200)
+        exact, hashed = M.refine_exact(tc, raw.final, 200), M.refine_hashed(tc, raw.final, 200)
         assert exact is not None and hashed is not None, p
         assert np.array_equal(canon(exact), canon(hashed)), p
         merged += int(exact.max()) + 1 < len(raw.final)
         blind = np.zeros(tc.shape[1] + 1, dtype=np.uint64)
         blind[0] = 1  # hashes finality only
         if int(exact.max()) + 1 > 2:
-            assert R._refine_hashed(tc, raw.final, 200, weights=blind) is None, p
+            assert M.refine_hashed(tc, raw.final, 200, weights=blind) is None, p
     assert merged  # some terminal DFAs do shrink
 
 
@@ -209,6 +211,7 @@ def test_compiled_dfas_equal_interegulars_on_patterns_both_read() -> None:
 
     import interegular
 
+    import trellis.constrain.dfa_minimise as M
     import trellis.constrain.regex as R
 
     ws = "[ \t\n\r]"  # real characters, as lark hands schema terminals over
@@ -220,8 +223,8 @@ def test_compiled_dfas_equal_interegulars_on_patterns_both_read() -> None:
     for p in pats:
         if "\\w" in p or "\\d" in p or "\\s" in p or "(?i" in p:  # ſ matches s under re's i
             continue
-        new = R._regex_to_byte_dfa(p, name="t")
-        old = R._determinise(*_interegular_nfa(interegular.parse_pattern(p).to_fsm()), name="t", pattern=p)
+        new = R.build_byte_dfa(p, name="t")
+        old = M.determinise(*_interegular_nfa(interegular.parse_pattern(p).to_fsm()), name="t", pattern=p)
         assert _same_language(new, old), p
         rx = re.compile(p)
         for _ in range(300):
@@ -255,14 +258,15 @@ def _interegular_nfa(fsm):  # type: ignore[no-untyped-def]
 
 def test_fast_determinise_and_minimise_paths_equal_the_general_ones() -> None:
     """Two shortcuts must build the very DFA (same numbering) the general path builds:
-    ``_already_deterministic`` (an NFA with no byte on two edges of one state is its own DFA) vs
-    the subset construction, and ``_minimal_acyclic`` (bottom-up minimisation of a DFA without
+    ``already_deterministic`` (an NFA with no byte on two edges of one state is its own DFA) vs
+    the subset construction, and ``minimal_acyclic`` (bottom-up minimisation of a DFA without
     cycles) vs ``minimise(trim(...))``. Patterns: linear ones (both shortcuts apply to chains
     such as flexible whitespace) and random ones with alternation and loops."""
     import random
 
     import numpy as np
 
+    import trellis.constrain.dfa_minimise as M
     import trellis.constrain.regex as R
     from trellis.constrain.regex_compile import regex_nfa
 
@@ -277,13 +281,13 @@ def test_fast_determinise_and_minimise_paths_equal_the_general_ones() -> None:
     shortcuts = {"deterministic": 0, "acyclic": 0}
     for p in pats:
         edges, finals = regex_nfa(p)
-        det = R._already_deterministic(edges, finals, 0)
+        det = M.already_deterministic(edges, finals, 0)
         if det is not None:
             sub = R.subset_construction(edges, finals, 0)
             assert np.array_equal(det[0], sub[0]) and np.array_equal(det[1], sub[1]), p
             shortcuts["deterministic"] += 1
         trans, final = R.subset_construction(edges, finals, 0)
-        fast = R._minimal_acyclic(trans, final, name="t", pattern=p)
+        fast = M.minimal_acyclic(trans, final, name="t", pattern=p)
         if fast is not None:
             slow = R.minimise(R.trim(trans, final))
             assert np.array_equal(fast.trans, slow.trans) and np.array_equal(fast.final, slow.final), p

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trellis.constrain.byte_dfa import ByteDFA
 from trellis.constrain.literal_walk import SortedVocab, prefix_successor
-from trellis.constrain.regex import ByteDFA
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.walks import TokenMatrix
 

@@ -47,9 +47,9 @@ from typing import Iterable
 
 import numpy as np
 
+from trellis.constrain.byte_dfa import ByteDFA, difference, intersects, restrict_first_char
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, bool_to_bits
 from trellis.constrain.lookaround import FollowGuard
-from trellis.constrain.regex import ByteDFA, difference, intersects, restrict_first_char
 
 ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trellis.constrain import lark_reader
+from trellis.constrain.byte_dfa import ByteDFA, literal_dfa
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.lookaround import FollowGuard
-from trellis.constrain.regex import ByteDFA, literal_dfa, terminal_parts
+from trellis.constrain.regex import terminal_parts
 
 
 @dataclass(eq=False)
@@ -152,7 +153,7 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
     from lark import exceptions as lark_exc
     from lark.load_grammar import load_grammar
 
-    from trellis.constrain.cfg import lark_error
+    from trellis.constrain.lalr_tables import lark_error
 
     _install_import_memo()
     decl = _declared(text)

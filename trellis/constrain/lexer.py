@@ -16,7 +16,8 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from trellis.constrain.regex import ByteDFA, unique_rows
+from trellis.constrain.byte_dfa import ByteDFA
+from trellis.constrain.dfa_minimise import unique_rows
 
 # ----------------------------------------------------------------------------- terminals
 

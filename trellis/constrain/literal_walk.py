@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trellis.constrain.regex import ByteDFA
+from trellis.constrain.byte_dfa import ByteDFA
 from trellis.constrain.rest_walk import RestSet, Walk, drop_inside
 from trellis.constrain.walks import TokenMatrix
 

@@ -72,7 +72,8 @@ def _dfa(edges: list, finals: set[int]) -> tuple[np.ndarray, np.ndarray]:
     """Trimmed DFA (a dead end is -1: no continuation can match); X matching nothing gives one
     non-final state with no moves."""
     from trellis.constrain.errors import GrammarError
-    from trellis.constrain.regex import subset_construction, trim
+    from trellis.constrain.byte_dfa import trim
+    from trellis.constrain.dfa_minimise import subset_construction
 
     trans, final = subset_construction(edges, finals, 0)
     try:

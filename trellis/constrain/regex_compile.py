@@ -354,7 +354,7 @@ def utf8_dawg(ranges: Ranges) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     (a lead range wider than one byte is followed only by full continuation ranges), so the trie
     of the sequences is deterministic; equal subtrees are then merged (Unicode ``\\w``: 734 ranges,
     ~1,000 sequences, a few hundred nodes)."""
-    from trellis.constrain.regex import codepoint_ranges_to_utf8
+    from trellis.constrain.byte_dfa import codepoint_ranges_to_utf8
 
     trie: dict = {}
     for seq in codepoint_ranges_to_utf8(list(ranges)):

@@ -1,0 +1,277 @@
+"""llama.cpp GBNF -> Lark, reading stage: GBNF text -> rule bodies (``Alt`` trees).
+
+The node types (``Lit``, ``Chars``, ``Ref``, ``Repeat``, ``Seq``, ``Alt``) and ``GbnfParser``,
+a recursive descent that tokenises and parses GBNF the way llama.cpp's ``llama_grammar_parser``
+does, refusing what ``gbnf.py``'s module docstring lists with a located ``GrammarError``. The
+Lark text is written by ``gbnf.py`` (with ``gbnf_fusion.py``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from typing import Union
+
+from trellis.constrain.errors import GrammarError
+
+MAX_REPETITION = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A string literal; ``""`` is epsilon."""
+    text: str
+
+
+@dataclass(frozen=True)
+class Chars:
+    """One code point in (or, negated, not in) the inclusive ranges; ``ANY`` is ``.``."""
+    ranges: tuple[tuple[int, int], ...]
+    negated: bool = False
+
+
+ANY = Chars((), negated=True)
+
+
+@dataclass(frozen=True)
+class Ref:
+    name: str
+    line: int = field(default=0, compare=False)
+    column: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class Repeat:
+    item: "Node"
+    min: int
+    max: int | None  # None: unbounded
+
+
+@dataclass(frozen=True)
+class Seq:
+    items: tuple["Node", ...]
+
+
+@dataclass(frozen=True)
+class Alt:
+    """A rule body or a parenthesised group."""
+    options: tuple[Seq, ...]
+
+
+Node = Union[Lit, Chars, Ref, Repeat, Seq, Alt]
+
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-"}
+_HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
+POSTFIX = {"*": (0, None), "+": (1, None), "?": (0, 1)}
+
+
+class GbnfParser:
+    """Recursive descent mirroring llama.cpp's parse_rule / parse_alternates / parse_sequence."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.text, self.source = text, source
+        self.rules: dict[str, Alt] = {}
+        self.defined_at: dict[str, int] = {}
+        self.refs: list[Ref] = []
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def where(self, pos: int) -> tuple[int, int]:
+        """1-based (line, column) of offset ``pos``."""
+        line = bisect.bisect_right(self.line_starts, pos)
+        return line, pos - self.line_starts[line - 1] + 1
+
+    def error(self, message: str, pos: int) -> GrammarError:
+        line, column = self.where(pos)
+        return GrammarError(message, source=self.source, text=self.text, line=line, column=column)
+
+    def peek(self, pos: int) -> str:
+        return self.text[pos] if pos < len(self.text) else ""
+
+    def space(self, pos: int, newline_ok: bool) -> int:
+        t = self.text
+        while pos < len(t):
+            if t[pos] == "#":
+                while pos < len(t) and t[pos] not in "\r\n":
+                    pos += 1
+            elif t[pos] in " \t" or (newline_ok and t[pos] in "\r\n"):
+                pos += 1
+            else:
+                break
+        return pos
+
+    def name_end(self, pos: int) -> int:
+        while self.peek(pos) in _WORD:
+            pos += 1
+        return pos
+
+    def parse(self) -> dict[str, Alt]:
+        pos = self.space(0, True)
+        while pos < len(self.text):
+            pos = self.rule(pos)
+        undefined = [r for r in self.refs if r.name not in self.rules]
+        if undefined:
+            first = min(undefined, key=lambda r: (r.line, r.column))
+            names = sorted({r.name for r in undefined} - {first.name})
+            more = f" (also undefined: {', '.join(names)})" if names else ""
+            raise GrammarError(f"undefined rule {first.name!r}{more}", source=self.source, text=self.text,
+                               line=first.line, column=first.column)
+        if "root" not in self.rules:
+            raise self.error("no 'root' rule: a GBNF grammar starts at the rule named root",
+                             min(self.defined_at.values(), default=0))
+        return self.rules
+
+    def rule(self, pos: int) -> int:
+        start, end = pos, self.name_end(pos)
+        if end == pos:
+            hint = (" (a newline ends a rule unless it follows '|' or '::=' or is inside parentheses)"
+                    if self.peek(pos) == "|" else "")
+            raise self.error(f"expecting a rule name, got {self.peek(pos)!r}{hint}", pos)
+        name = self.text[start:end]
+        if name in self.rules:
+            line, _ = self.where(self.defined_at[name])
+            raise self.error(f"rule {name!r} is defined twice (first at line {line})", start)
+        pos = self.space(end, False)
+        if not self.text.startswith("::=", pos):
+            raise self.error(f"expecting '::=' after rule name {name!r}", pos)
+        body, pos = self.alternates(self.space(pos + 3, True), nested=False)
+        self.rules[name], self.defined_at[name] = body, start
+        c = self.peek(pos)
+        if c == "\r":
+            pos += 2 if self.peek(pos + 1) == "\n" else 1
+        elif c == "\n":
+            pos += 1
+        elif c:
+            raise self.error(f"unexpected {c!r}" + (" (no matching '(')" if c == ")" else ""), pos)
+        return self.space(pos, True)
+
+    def alternates(self, pos: int, nested: bool) -> tuple[Alt, int]:
+        seq, pos = self.sequence(pos, nested)
+        options = [seq]
+        while self.peek(pos) == "|":
+            seq, pos = self.sequence(self.space(pos + 1, True), nested)
+            options.append(seq)
+        return Alt(tuple(options)), pos
+
+    def sequence(self, pos: int, nested: bool) -> tuple[Seq, int]:
+        items: list[Node] = []
+        repeatable = False  # llama.cpp: a postfix needs a preceding element ("" pushes none)
+        while pos < len(self.text):
+            c, start = self.text[pos], pos
+            if c == '"':
+                text, pos = self.literal(pos)
+                items.append(Lit(text))
+                repeatable = bool(text)
+            elif c == "[":
+                node, pos = self.char_class(pos)
+                items.append(node)
+                repeatable = True
+            elif c in "<!":
+                raise self.error("token references (<...>, !<...>) are not supported: they match "
+                                 "tokenizer tokens, not text", pos)
+            elif c in _WORD:
+                pos = self.name_end(pos)
+                ref = Ref(self.text[start:pos], *self.where(start))
+                self.refs.append(ref)
+                items.append(ref)
+                repeatable = True
+            elif c == "(":
+                group, pos = self.alternates(self.space(pos + 1, True), nested=True)
+                if self.peek(pos) != ")":
+                    raise self.error("unclosed '('", start) if pos >= len(self.text) else \
+                        self.error(f"expecting ')', got {self.peek(pos)!r}", pos)
+                items.append(group)
+                pos += 1
+                repeatable = True
+            elif c == ".":
+                items.append(ANY)
+                pos += 1
+                repeatable = True
+            elif c in POSTFIX or c == "{":
+                if c == "{":
+                    lo, hi, pos = self.braces(pos, nested)
+                else:
+                    (lo, hi), pos = POSTFIX[c], pos + 1
+                if not repeatable:
+                    raise self.error(f"nothing before {c!r} to repeat", start)
+                items[-1] = Repeat(items[-1], lo, hi)
+            else:
+                break
+            pos = self.space(pos, nested)
+        return Seq(tuple(items)), pos
+
+    def char(self, pos: int, what: str, start: int) -> tuple[str, int]:
+        """One (possibly escaped) character of a literal or class that began at ``start``."""
+        t = self.text
+        if pos >= len(t):
+            raise self.error(f"unterminated {what}", start)
+        if t[pos] != "\\":
+            return t[pos], pos + 1
+        e = self.peek(pos + 1)
+        if e in _HEX_ESCAPES:
+            n = _HEX_ESCAPES[e]
+            digits = t[pos + 2:pos + 2 + n]
+            if len(digits) != n or not set(digits) <= _HEX:
+                raise self.error(f"expecting {n} hex digits after '\\{e}'", pos)
+            if int(digits, 16) > 0x10FFFF:
+                raise self.error(f"code point {digits} is beyond U+10FFFF", pos)
+            return chr(int(digits, 16)), pos + 2 + n
+        if e in _SIMPLE_ESCAPES:
+            return _SIMPLE_ESCAPES[e], pos + 2
+        if not e:
+            raise self.error(f"unterminated {what}", start)
+        raise self.error(f"unknown escape '\\{e}'", pos)
+
+    def literal(self, pos: int) -> tuple[str, int]:
+        start, pos, out = pos, pos + 1, []
+        while self.peek(pos) != '"':
+            c, pos = self.char(pos, "string literal", start)
+            out.append(c)
+        return "".join(out), pos + 1
+
+    def char_class(self, pos: int) -> tuple[Chars, int]:
+        start, pos = pos, pos + 1
+        negated = self.peek(pos) == "^"
+        pos += 1 if negated else 0
+        ranges: list[tuple[int, int]] = []
+        while self.peek(pos) != "]":
+            lo_at = pos
+            lo, pos = self.char(pos, "character class", start)
+            hi = lo
+            if self.peek(pos) == "-" and self.peek(pos + 1) != "]":  # llama.cpp: "-]" is a literal '-'
+                hi, pos = self.char(pos + 1, "character class", start)
+                if hi < lo:
+                    raise self.error(f"reversed range {lo!r}-{hi!r} in character class", lo_at)
+            ranges.append((ord(lo), ord(hi)))
+        if not ranges:
+            raise self.error("empty character class", start)
+        return Chars(tuple(ranges), negated), pos + 1
+
+    def braces(self, pos: int, nested: bool) -> tuple[int, int | None, int]:
+        start = pos
+        lo, pos = self.integer(self.space(pos + 1, nested), nested)
+        if self.peek(pos) == "}" and lo is not None:
+            hi: int | None = lo
+        elif self.peek(pos) == ",":
+            hi, pos = self.integer(self.space(pos + 1, nested), nested)
+            if self.peek(pos) != "}":
+                raise self.error(f"expecting '}}' in repetition, got {self.peek(pos)!r}", pos)
+            if lo is None and hi is None:
+                raise self.error("repetition '{,}' needs a bound", start)
+            lo = lo or 0
+        else:
+            wanted = "an integer" if lo is None else "',' or '}'"
+            raise self.error(f"expecting {wanted} in repetition, got {self.peek(pos)!r}", pos)
+        if hi is not None and hi < lo:
+            raise self.error(f"repetition {{{lo},{hi}}} has max < min", start)
+        if max(lo, hi or 0) > MAX_REPETITION:
+            raise self.error(f"repetition bound over llama.cpp's limit of {MAX_REPETITION}", start)
+        return lo, hi, pos + 1
+
+    def integer(self, pos: int, nested: bool) -> tuple[int | None, int]:
+        end = pos
+        while self.peek(end).isascii() and self.peek(end).isdigit():
+            end += 1
+        return (int(self.text[pos:end]) if end > pos else None), self.space(end, nested)
