@@ -23,7 +23,7 @@ import torch
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import entropy
-from trellis.search.base import run_steps
+from trellis.search.base import lockstep, run_steps
 from trellis.search.lookahead import Clause, heuristic_bonus
 from trellis.search.tree import SearchResult, TreeRecorder
 
@@ -66,17 +66,7 @@ class EntropyGate:
     def _lookahead_scores(self, decoder: Decoder, parent: Hypothesis, cands: list[Hypothesis],
                           steps: int) -> list[float]:
         """Mean log-prob of each candidate token plus its greedy lookahead (all advanced together)."""
-        looks = list(cands)
-        for _ in range(steps):
-            idx = [i for i, h in enumerate(looks) if not h.finished]
-            if not idx:
-                break
-            lp = decoder.log_probs([looks[i] for i in idx])  # [B, V]
-            best = lp.argmax(-1)  # [B]
-            for row, i in enumerate(idx):
-                t = int(best[row])
-                if torch.isfinite(lp[row, t]):
-                    looks[i] = decoder.extend(looks[i], t, float(lp[row, t]))
+        looks = lockstep(decoder, cands, steps, lambda lp: lp.argmax(-1).tolist())
         return [(h.logprob - parent.logprob) / (len(h.tokens) - len(parent.tokens))
                 + self.lam * heuristic_bonus(decoder, h, self.clauses, self.value) for h in looks]
 
