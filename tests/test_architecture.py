@@ -49,7 +49,8 @@ def test_no_public_module_over_the_line():
 
 
 def test_no_private_name_is_imported_across_modules():
-    """``from trellis.x import _name`` (or ``import trellis.x._mod``) anywhere in the package,
+    """``from trellis.x import _name``, ``from trellis._x import ...`` or ``import trellis.x._mod``
+    anywhere in the package,
     the tests or the benchmarks; the compiled extensions are imported by their one wrapper module
     each (``kernels.py``, ``constrain/rest_walk.py``)."""
     wrappers = {"trellis/kernels.py": "_qlinear", "trellis/constrain/rest_walk.py": "_walkc"}
@@ -60,6 +61,7 @@ def test_no_private_name_is_imported_across_modules():
             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
                 m = re.match(r"\s*from (trellis[\w.]*) import (.*)", line)
                 names = re.findall(r"\b(_\w+)", m.group(2).split("#")[0]) if m else []
+                names += re.findall(r"\.(_[a-z]\w*)", m.group(1)) if m else []  # a private module
                 names += re.findall(r"^\s*import trellis\.[\w.]*\.(_\w+)", line)
                 names = [x for x in names if not (x.startswith("__") or wrappers.get(rel) == x)]
                 if names:

@@ -23,7 +23,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from trellis._hf_vocab import bytes_to_unicode, decoder_steps, token_scheme
+from trellis.hf_vocab import bytes_to_unicode, decoder_steps, token_scheme
 from trellis.tokens import Vocabulary
 
 CORPUS = [

@@ -60,7 +60,7 @@ class Vocabulary:
 
         ``extra_eos``: EOS ids besides ``tokenizer.eos_token_id`` (a generation config's).
         """
-        from trellis._hf_vocab import vocabulary_from_hf
+        from trellis.hf_vocab import vocabulary_from_hf
 
         return vocabulary_from_hf(cls, tokenizer, vocab_size, extra_eos=extra_eos)
 

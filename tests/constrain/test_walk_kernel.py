@@ -68,8 +68,8 @@ def test_the_kernel_refuses_arrays_of_the_wrong_dtype() -> None:
     dfa = regex_to_byte_dfa(r"[a-z]+")
     inside = np.zeros(len(rs), dtype=bool)
     with pytest.raises(ValueError, match="wrong size or dtype"):
-        rest_walk._walkc.walk_rests(dfa.trans, dfa.final, 0, rest_walk.rows(tm), tm.mat_t.shape[0],
+        rest_walk.walkc.walk_rests(dfa.trans, dfa.final, 0, rest_walk.rows(tm), tm.mat_t.shape[0],
                                     tm.mat_t.shape[1], rs.base, rs.length.astype(np.int64), rs.lo, None, inside)
     with pytest.raises(ValueError, match="wrong size or dtype"):
-        rest_walk._walkc.walk_rests(dfa.trans, dfa.final, 5, rest_walk.rows(tm), tm.mat_t.shape[0],
+        rest_walk.walkc.walk_rests(dfa.trans, dfa.final, 5, rest_walk.rows(tm), tm.mat_t.shape[0],
                                     tm.mat_t.shape[1], rs.base, rs.length, rs.lo, None, inside)

@@ -22,15 +22,17 @@ import numpy as np
 
 from trellis.constrain.walks import TokenMatrix
 
-try:  # the C kernel (setup.py builds it; an install without a compiler runs the numpy walks)
-    from trellis.constrain import _walkc
+# ``walkc``: the C kernel module (setup.py builds it; an install without a compiler runs the numpy
+# walks), or None.
+try:
+    from trellis.constrain import _walkc as walkc
 except ImportError:  # pragma: no cover - depends on the install
-    _walkc = None
+    walkc = None
 if os.environ.get("TRELLIS_WALK_KERNEL", "").lower() == "numpy":
-    _walkc = None
+    walkc = None
 # Which implementation runs the walks: "c" or "numpy" (equal results, element for element:
 # tests/constrain/test_walk_kernel.py). ``TRELLIS_WALK_KERNEL=numpy`` forces numpy.
-KERNEL = "c" if _walkc is not None else "numpy"
+KERNEL = "c" if walkc is not None else "numpy"
 
 
 @dataclass(eq=False)
@@ -178,11 +180,11 @@ def walk(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMat
     """Run DFA (``trans`` [S, 256], -1 dead; ``final`` [S]) from ``q`` over every rest of ``rs``
     (``walk_numpy``'s contract), in C where the kernel is built: each rest walked on its own to
     its end or death, instead of one numpy step per byte column over every running rest."""
-    if _walkc is None:
+    if walkc is None:
         return walk_numpy(trans, final, q, rs, tm, follow)
     inside = np.zeros(len(rs), dtype=bool)
     stride = tm.mat_t.shape[1]
-    a, b = _walkc.walk_rests(c_table(trans), c_bool(final), int(q), rows(tm), tm.mat_t.shape[0], stride,
+    a, b = walkc.walk_rests(c_table(trans), c_bool(final), int(q), rows(tm), tm.mat_t.shape[0], stride,
                              rs.base, rs.length, rs.lo, None if follow is None else c_bool(follow), inside)
     ci, cj = np.frombuffer(a, dtype=np.int64), np.frombuffer(b, dtype=np.int64)
     return with_crossings(inside, ci, cj, rs, tm)

@@ -130,7 +130,7 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
 
     In C where the kernel is built (``walk_vocabulary_numpy``'s result, element for element): a
     depth-first walk of the trie that jumps over a dead node's subtree."""
-    walkc = rest_walk._walkc
+    walkc = rest_walk.walkc
     if walkc is None:
         return walk_vocabulary_numpy(trans, final, q, rs, tm, follow)
     trie = TokenTrie.of(tm)

@@ -4,7 +4,7 @@
     c = compile_llguidance({"type": "object"}, vocab, syntax="json_schema")
 
 States are tuples of consumed token ids; one ``LLMatcher`` is rolled back and replayed to the
-state asked about (cost: ``trellis/integrations/_replay.py``). The tokenizer view is either
+state asked about (cost: ``trellis/integrations/replay.py``). The tokenizer view is either
 trellis' own token bytes (default, so both engines see the same bytes) or, with ``tokenizer=``,
 ``llguidance.hf.from_tokenizer`` (llguidance's own view: it treats every added token, e.g.
 Gemma 3's ``<table>``, as special).
@@ -25,7 +25,7 @@ from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
 from trellis.integrations import optional_package
-from trellis.integrations._replay import ReplayConstraint
+from trellis.integrations.replay import ReplayConstraint
 from trellis.tokens import Vocabulary
 
 __all__ = ["LLGuidanceConstraint", "compile_llguidance", "lark_for_llguidance", "lltokenizer"]

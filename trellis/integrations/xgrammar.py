@@ -5,7 +5,7 @@
     c = compile_xgrammar({"type": "object"}, vocab, syntax="json_schema")
 
 States are tuples of consumed token ids; one ``GrammarMatcher`` is rolled back and replayed to
-the state asked about (cost: ``trellis/integrations/_replay.py``). The tokenizer view is either
+the state asked about (cost: ``trellis/integrations/replay.py``). The tokenizer view is either
 trellis' own token bytes (default: ``VocabType.RAW`` from ``vocab.tokens``, so both engines see
 the same bytes and any mask difference is a grammar-engine difference) or, with
 ``tokenizer=``, xgrammar's ``TokenizerInfo.from_huggingface`` (its own decoding of the tokens).
@@ -19,7 +19,7 @@ from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
 from trellis.integrations import optional_package
-from trellis.integrations._replay import ReplayConstraint
+from trellis.integrations.replay import ReplayConstraint
 from trellis.tokens import Vocabulary
 
 __all__ = ["JSON_EBNF", "XGrammarConstraint", "compile_xgrammar", "tokenizer_info"]

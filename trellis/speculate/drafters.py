@@ -218,6 +218,11 @@ class ModelDrafter:
             raise ValueError(f"width must be >= 1, got {self.width}")
         self._lm = language_model(self.model)
 
+    @property
+    def lm(self) -> Any:
+        """The language model it drafts with (``language_model(model)``: its own KV cache)."""
+        return self._lm
+
     def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
         dec = replace(decoder, lm=self._lm)
         if self.width > 1:
@@ -398,9 +403,9 @@ class LayerSkip:
     def draft(self, decoder: Decoder, hyp: Hypothesis, *, max_nodes: int, max_depth: int) -> Draft:
         if decoder.vocab is not None:
             if self._head is None:
-                self._head = self._arms[0]._lm.set_head(default_head(decoder.vocab, self.head_size))
+                self._head = self._arms[0].lm.set_head(default_head(decoder.vocab, self.head_size))
                 for arm in self._arms[1:]:
-                    arm._lm.set_head(self._head)  # one copy of the rows for every arm
+                    arm.lm.set_head(self._head)  # one copy of the rows for every arm
             # The prompt's tokens, and tokens the target chose outside the head, are likely next.
             self._head.grow(hyp.tokens)
         self._last = self._pick()
