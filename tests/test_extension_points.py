@@ -108,3 +108,22 @@ def test_load_without_the_model_extra_says_which_extra(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
     with pytest.raises(models.ModelExtraMissing, match=r"gguf.*trellis-decoding\[model\]"):
         models.load("/nonexistent")
+
+
+def test_misuse_raises_a_typed_usage_error_that_is_still_a_value_error():
+    from trellis import TrellisError, UsageError
+    from trellis.constrain.errors import GrammarError
+    from trellis.search import MCTS, strategy_from_name
+    from trellis.speculate import Speculative
+
+    cases = [lambda: Decoder(HashLM(len(VOCAB)), JSON, repetition_penalty=0, vocab=VOCAB),
+             lambda: strategy_from_name("no-such-strategy"),
+             lambda: MCTS(reward=lambda h: 0.0, k=0),
+             lambda: Budgeted(JSON, 0),
+             lambda: compile("json.lark", VOCAB, engine="no-such-engine")]
+    for make in cases:
+        with pytest.raises(UsageError) as info:
+            make()
+        assert isinstance(info.value, ValueError) and isinstance(info.value, TrellisError)
+    assert issubclass(GrammarError, TrellisError)
+    assert Speculative  # (imported to keep the public names in one place)

@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 from trellis.constrain.base import Constraint, Unconstrained
 from trellis.decoder import Decoder, Hypothesis
+from trellis.errors import TrellisError, UsageError
 from trellis.generate import GenerationResult, GenerationStream, generate
 from trellis.hf_lm import HFLanguageModel
 from trellis.lm import LanguageModel
@@ -32,6 +33,7 @@ def load(model: Any = None, *, tokenizer: Any = None, dtype: torch.dtype | None 
 
 __all__ = [
     "Constraint", "Decoder", "GenerationResult", "GenerationStream", "Greedy", "HFLanguageModel",
-    "Hypothesis", "LanguageModel", "Sample", "Strategy", "TokenTree", "Unconstrained", "Vocabulary",
+    "Hypothesis", "LanguageModel", "Sample", "Strategy", "TokenTree", "TrellisError", "Unconstrained", "UsageError",
+    "Vocabulary",
     "__version__", "generate", "load",
 ]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from trellis.errors import UsageError
+
 GEMMA3_TEMPLATE = (
     "{{ bos_token }}"
     "{% if messages[0]['role'] == 'system' %}"
@@ -31,16 +33,16 @@ def chat_prompt(tokenizer: Any, messages: Sequence[Mapping[str, str]], template:
     """The prompt text of a conversation (``[{"role": "user", "content": ...}, ...]``), ending with
     the opening of the assistant's turn."""
     if not messages or not all(isinstance(m, Mapping) and "role" in m and "content" in m for m in messages):
-        raise ValueError('messages must be a non-empty list of {"role": ..., "content": ...} dicts')
+        raise UsageError('messages must be a non-empty list of {"role": ..., "content": ...} dicts')
     if template is None and getattr(tokenizer, "chat_template", None) is None:
         if tokenizer.convert_tokens_to_ids("<start_of_turn>") in (None, tokenizer.unk_token_id):
-            raise ValueError("this tokenizer has no chat template: pass chat_template= (a Jinja template)")
+            raise UsageError("this tokenizer has no chat template: pass chat_template= (a Jinja template)")
         template = GEMMA3_TEMPLATE
     try:
         return str(tokenizer.apply_chat_template(list(messages), chat_template=template, tokenize=False,
                                                  add_generation_prompt=True))
     except Exception as e:  # jinja's TemplateError / the template's raise_exception
-        raise ValueError(f"chat template: {e}") from None
+        raise UsageError(f"chat template: {e}") from None
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:

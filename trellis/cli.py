@@ -9,6 +9,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from trellis.errors import UsageError
+
 
 def _threads(n: int | None) -> None:
     import torch
@@ -35,7 +37,7 @@ def _check_generate(args: argparse.Namespace) -> Any:
     _check_device(args.device)
     for ok, message in checks:
         if not ok:
-            raise ValueError(message)
+            raise UsageError(message)
     if args.schema is not None:
         from trellis.constrain.json_schema import JsonSchema
 
@@ -67,13 +69,13 @@ def _check_device(device: str | None) -> None:
     try:
         dev = torch.device(device)
     except RuntimeError as e:
-        raise ValueError(f"--device: {e}") from None
+        raise UsageError(f"--device: {e}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: this torch ({torch.__version__}) sees no CUDA device")
+        raise UsageError(f"--device {device}: this torch ({torch.__version__}) sees no CUDA device")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")
+        raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {device}: MPS is not available")
+        raise UsageError(f"--device {device}: MPS is not available")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

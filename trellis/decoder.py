@@ -18,6 +18,7 @@ from trellis.lm import LanguageModel
 from trellis.mask import apply_bitmask_
 from trellis.sampling import log_softmax, repetition_penalty, warp
 from trellis.tokens import TokenTree, Vocabulary
+from trellis.errors import UsageError
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +69,14 @@ class Decoder:
 
     def __post_init__(self) -> None:
         if self.repetition_penalty <= 0:
-            raise ValueError("repetition_penalty must be > 0")
+            raise UsageError("repetition_penalty must be > 0")
         warp(torch.zeros(1, 2), temperature=self.temperature, top_p=self.top_p, min_p=self.min_p)  # validates
         if self.stop and self.vocab is None:
-            raise ValueError("stop strings need a vocabulary (Decoder(vocab=...))")
+            raise UsageError("stop strings need a vocabulary (Decoder(vocab=...))")
         if self.vocab is None and getattr(self.constraint, "vocab", None) is not None:
             object.__setattr__(self, "vocab", self.constraint.vocab)
         if any(len(w) == 0 for w in self.bad_words):
-            raise ValueError("bad_words entries must be non-empty token sequences")
+            raise UsageError("bad_words entries must be non-empty token sequences")
         object.__setattr__(self, "_banned", torch.tensor(sorted(self.suppress), dtype=torch.long))
 
     @property
@@ -90,7 +91,7 @@ class Decoder:
         """The root hypothesis for a tokenised prompt."""
         toks = tuple(int(t) for t in prompt)
         if not toks:
-            raise ValueError("empty prompt: a causal LM needs at least one token (e.g. BOS)")
+            raise UsageError("empty prompt: a causal LM needs at least one token (e.g. BOS)")
         return Hypothesis(tokens=toks, prompt_len=len(toks), state=self.constraint.start())
 
     # ------------------------------------------------------------------ distributions
@@ -160,14 +161,14 @@ class Decoder:
         """
         token = int(token)
         if hyp.finished:
-            raise ValueError("cannot extend a finished hypothesis")
+            raise UsageError("cannot extend a finished hypothesis")
         if token in self.eos:
             if self.constrained and not self.constraint.is_accepting(hyp.state):
-                raise ValueError(f"EOS ({token}) before the constraint accepts")
+                raise UsageError(f"EOS ({token}) before the constraint accepts")
             return Hypothesis(hyp.tokens + (token,), hyp.prompt_len, hyp.state, hyp.logprob + logprob, True)
         state = self.constraint.advance(hyp.state, token)
         if state is None:
-            raise ValueError(f"token {token} is not allowed by the constraint here")
+            raise UsageError(f"token {token} is not allowed by the constraint here")
         tokens = hyp.tokens + (token,)
         return Hypothesis(tokens, hyp.prompt_len, state, hyp.logprob + logprob, self._hits_stop(tokens, hyp.prompt_len))
 
@@ -187,7 +188,7 @@ class Decoder:
     def text(self, hyp: Hypothesis) -> str:
         """The generated text (special tokens dropped; cut before a stop string)."""
         if self.vocab is None:
-            raise ValueError("decoding text needs a vocabulary")
+            raise UsageError("decoding text needs a vocabulary")
         data = self.vocab.decode(hyp.new_tokens)
         for s in self.stop:
             k = data.find(s)

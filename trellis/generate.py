@@ -22,6 +22,7 @@ from trellis.search.greedy import Greedy
 from trellis.search.names import strategy_from_name
 from trellis.search.sample import Sample
 from trellis.tokens import TokenTree, Vocabulary
+from trellis.errors import UsageError
 
 
 StopReason = Literal["eos", "stop", "length", "steered"]
@@ -89,7 +90,7 @@ def _constraint(grammar: Any, vocab: Vocabulary | None) -> Constraint:
     if isinstance(grammar, Constraint):
         return grammar  # an already compiled Constraint
     if vocab is None:
-        raise ValueError("a grammar needs the model's vocabulary: load the model with its tokenizer")
+        raise UsageError("a grammar needs the model's vocabulary: load the model with its tokenizer")
     from trellis.constrain.compile import compile as compile_grammar
 
     return compile_grammar(grammar, vocab)
@@ -167,31 +168,31 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     from trellis.models import load
 
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        raise UsageError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        raise UsageError(f"n must be an integer >= 1, got {n!r}")
     if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool) or logprobs < 0):
-        raise ValueError(f"logprobs must be None or an integer >= 0 (alternatives per token), got {logprobs!r}")
+        raise UsageError(f"logprobs must be None or an integer >= 0 (alternatives per token), got {logprobs!r}")
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
     if not all(isinstance(s, str) and s for s in stops):
-        raise ValueError(f"stop must be a non-empty string or a sequence of them, got {stop!r}")
+        raise UsageError(f"stop must be a non-empty string or a sequence of them, got {stop!r}")
     if (prompt is None) == (messages is None):
-        raise ValueError("pass exactly one of prompt= and messages=")
+        raise UsageError("pass exactly one of prompt= and messages=")
     handle = load(model)
     vocab, tok = handle.vocab, handle.tokenizer
     prompts, batched = _prompts(prompt, messages, tok, chat_template)
     if schema is not None:
         if grammar is not None or tools:
-            raise ValueError("pass one of grammar=, schema= or tools=")
+            raise UsageError("pass one of grammar=, schema= or tools=")
         from trellis.constrain.json_schema import JsonSchema
 
         grammar = schema if isinstance(schema, JsonSchema) else JsonSchema(schema)
     tool_list = [as_tool(t) for t in tools] if tools else []
     if tool_list:
         if grammar is not None:
-            raise ValueError("pass either grammar= or tools=, not both (tools= sets the grammar)")
+            raise UsageError("pass either grammar= or tools=, not both (tools= sets the grammar)")
         if vocab is None:
-            raise ValueError("tools need the model's vocabulary: load the model with its tokenizer")
+            raise UsageError("tools need the model's vocabulary: load the model with its tokenizer")
         grammar = tool_constraint(tool_list, vocab, tool_choice=tool_choice, parallel=parallel_tool_calls)
         if tool_prompt is not None:
             prompts = [tool_prompt(tool_list, p) if isinstance(p, str) else p for p in prompts]
@@ -199,7 +200,7 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     strategy = _strategy(strategy, temperature, generator, n)
     if (batched or n > 1) and stream:
-        raise ValueError("stream=True takes one prompt and n=1")
+        raise UsageError("stream=True takes one prompt and n=1")
     constraint = _constraint(grammar, vocab)
     if finish_in_budget and not is_unconstrained(constraint) and constraint.vocab is not None:
         constraint = Budgeted(constraint, max_new_tokens)
@@ -235,7 +236,7 @@ def _prompts(prompt: Any, messages: Any, tok: Any, template: str | None) -> tupl
         from trellis.chat import chat_prompt
 
         if tok is None:
-            raise ValueError("messages= needs the model's tokenizer (its chat template)")
+            raise UsageError("messages= needs the model's tokenizer (its chat template)")
         convs = list(messages)
         batched = bool(convs) and not isinstance(convs[0], Mapping)
         return [chat_prompt(tok, c, template) for c in (convs if batched else [convs])], batched
@@ -243,18 +244,18 @@ def _prompts(prompt: Any, messages: Any, tok: Any, template: str | None) -> tupl
         return [prompt], False
     items = list(prompt)
     if not items:
-        raise ValueError("empty prompt: pass text, token ids, or a non-empty list of prompts")
+        raise UsageError("empty prompt: pass text, token ids, or a non-empty list of prompts")
     if all(isinstance(p, int) or (hasattr(p, "__index__") and not isinstance(p, str)) for p in items):
         return [items], False  # one tokenized prompt
     if all(isinstance(p, str) or (isinstance(p, Sequence) and not isinstance(p, (str, bytes))) for p in items):
         return items, True
-    raise ValueError("prompt must be text, a sequence of token ids, or a list of those")
+    raise UsageError("prompt must be text, a sequence of token ids, or a list of those")
 
 
 def _ids(prompt: Prompt, tok: Any) -> list[int]:
     if isinstance(prompt, str):
         if tok is None:
-            raise ValueError("a text prompt needs a tokenizer; pass token ids for tokenizer-less models")
+            raise UsageError("a text prompt needs a tokenizer; pass token ids for tokenizer-less models")
         from trellis.chat import encode
 
         return encode(tok, prompt)
@@ -269,12 +270,12 @@ def _strategy(strategy: Strategy | str | None, temperature: float, generator: to
         strategy = strategy_from_name(strategy, generator=generator)
     elif generator is not None and _samples(strategy):
         if strategy.generator is not None:  # type: ignore[attr-defined]
-            raise ValueError("seed= and a strategy with its own generator: pass one of them")
+            raise UsageError("seed= and a strategy with its own generator: pass one of them")
         strategy = dataclasses.replace(strategy, generator=generator)  # type: ignore[type-var]
     if not isinstance(strategy, Strategy):
-        raise ValueError(f"strategy must be a Strategy or a strategy name, got {strategy!r}")
+        raise UsageError(f"strategy must be a Strategy or a strategy name, got {strategy!r}")
     if n > 1 and (not _samples(strategy) or temperature == 0):
-        raise ValueError(f"n={n} needs a sampling strategy at temperature > 0 (greedy, beam and the "
+        raise UsageError(f"n={n} needs a sampling strategy at temperature > 0 (greedy, beam and the "
                          "other deterministic searches would return n identical outputs)")
     return strategy
 
@@ -289,7 +290,7 @@ def suppressed_ids(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, 
     one that is not a single token), or ``"special"`` (every special token but EOS)."""
     if tokens == "special":  # every special/control token but EOS (<start_of_image>, <pad>, <unk>, ...)
         if vocab is None:
-            raise ValueError('suppress_tokens="special" needs the model\'s vocabulary')
+            raise UsageError('suppress_tokens="special" needs the model\'s vocabulary')
         return frozenset(vocab.special - vocab.eos)
     if isinstance(tokens, (str, int)):
         tokens = [tokens]
@@ -308,7 +309,7 @@ def suppressed_ids(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, 
 
             hit = TokenMatrix.of(vocab).token_of_bytes(t.encode())
         if hit is None:
-            raise ValueError(f"suppress_tokens: {t!r} is not a token of this vocabulary")
+            raise UsageError(f"suppress_tokens: {t!r} is not a token of this vocabulary")
         out.add(hit)
     return frozenset(out)
 
@@ -320,7 +321,7 @@ def _bad_words(words: Sequence[str | Sequence[int]], tok: Any) -> tuple[tuple[in
     for w in words:
         if isinstance(w, str):
             if tok is None:
-                raise ValueError("bad_words given as strings need the model's tokenizer")
+                raise UsageError("bad_words given as strings need the model's tokenizer")
             for form in (w, " " + w):  # as written, and as a word inside text (HF's advice)
                 ids = tuple(tok(form, add_special_tokens=False).input_ids)
                 if ids and ids not in out:
@@ -328,7 +329,7 @@ def _bad_words(words: Sequence[str | Sequence[int]], tok: Any) -> tuple[tuple[in
         else:
             ids = tuple(int(t) for t in w)
             if not ids:
-                raise ValueError("bad_words: an empty token sequence")
+                raise UsageError("bad_words: an empty token sequence")
             out.append(ids)
     return tuple(out)
 

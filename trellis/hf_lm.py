@@ -25,6 +25,7 @@ from trellis.kv_cache import growable_layer_class
 from trellis.lm import LanguageModel, LMStats
 from trellis.lm_head import LMHead
 from trellis.tokens import TokenTree
+from trellis.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class HFLanguageModel:
             n = int(cfg.num_hidden_layers)
             kl = sorted({int(i) for i in layers})
             if not kl or kl[0] != 0 or kl[-1] >= n:
-                raise ValueError(f"layers must include 0 and lie in [0, {n}), got {list(layers)}")
+                raise UsageError(f"layers must include 0 and lie in [0, {n}), got {list(layers)}")
             self._keep_layers = None if len(kl) == n else kl
         self._decoder = model.get_decoder() if self._keep_layers is None else decoder_view(model.get_decoder(),
                                                                                            self._keep_layers)
@@ -86,14 +87,14 @@ class HFLanguageModel:
             self.set_head(head)
         attn = getattr(model.config, "_attn_implementation", "eager") or "eager"
         if attn not in ("eager", "sdpa"):
-            raise ValueError(
+            raise UsageError(
                 f"HFLanguageModel needs eager or sdpa attention for its 4D tree masks, got {attn!r}; "
                 "load the model with attn_implementation='sdpa'"
             )
         layer_types = list(getattr(cfg, "layer_types", None) or [])
         unknown = set(layer_types) - _SUPPORTED_LAYER_TYPES
         if unknown:
-            raise ValueError(f"HFLanguageModel: unsupported attention layer types {sorted(unknown)}")
+            raise UsageError(f"HFLanguageModel: unsupported attention layer types {sorted(unknown)}")
         self._per_type_masks = "sliding_attention" in layer_types
         self._window: int | None = getattr(cfg, "sliding_window", None) if self._per_type_masks else None
         params = next(model.parameters())
@@ -135,7 +136,7 @@ class HFLanguageModel:
         if not isinstance(head, LMHead):
             head = LMHead(weight, head)
         elif not head.reads(weight):
-            raise ValueError("this LMHead holds rows of another model's output embedding")
+            raise UsageError("this LMHead holds rows of another model's output embedding")
         self._head = head
         return head
 
@@ -175,7 +176,7 @@ class HFLanguageModel:
         self._settle()
         prefs = [tuple(int(t) for t in p) for p in prefixes]
         if not prefs or any(len(p) == 0 for p in prefs):
-            raise ValueError("logits() needs at least one non-empty prefix")
+            raise UsageError("logits() needs at least one non-empty prefix")
         # a copy: callers may mask in place, and the stored rows must stay as computed
         return self._logits_batch(prefs).clone()
 
@@ -190,7 +191,7 @@ class HFLanguageModel:
         self._settle()
         pre = tuple(int(t) for t in prefix)
         if not pre:
-            raise ValueError("tree_logits() needs a non-empty prefix")
+            raise UsageError("tree_logits() needs a non-empty prefix")
         n = len(tree)
         c, used, past_pos = self._prepare([pre], max_reuse=[len(pre) - 1])
         m = int(used[0])
@@ -218,7 +219,7 @@ class HFLanguageModel:
         expected_parent = -1
         for i in path:
             if not 0 <= i < len(pend.tokens) or pend.parents[i] != expected_parent:
-                raise ValueError(f"commit(): {path} is not a root-to-node chain of the tree")
+                raise UsageError(f"commit(): {path} is not a root-to-node chain of the tree")
             expected_parent = i
         p = len(pend.pos)  # cache columns of the prefix (holes included)
         self._keep_tail(p, torch.tensor([p + i for i in path], dtype=torch.long, device=self.device))

@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from trellis.errors import UsageError
+
 if TYPE_CHECKING:
     from trellis.tokens import Vocabulary
 
@@ -123,7 +125,7 @@ def decoder_steps(decoder: dict[str, Any] | None) -> tuple[tuple[_Step, ...], Sc
     BPEDecoder, CTC) or for a tokenizer without a decoder.
     """
     if decoder is None:
-        raise ValueError("the tokenizer has no decoder; trellis needs one to know the bytes of each token")
+        raise UsageError("the tokenizer has no decoder; trellis needs one to know the bytes of each token")
     flat = list(_flatten(decoder))
     steps: list[_Step] = []
     scheme: Scheme = "plain"
@@ -142,7 +144,7 @@ def decoder_steps(decoder: dict[str, Any] | None) -> tuple[tuple[_Step, ...], Sc
             scheme = "sentencepiece" if scheme == "plain" else scheme
         elif kind == "Replace":
             if fused:
-                raise ValueError(f"unsupported decoder: Replace after Fuse/ByteLevel in {flat}")
+                raise UsageError(f"unsupported decoder: Replace after Fuse/ByteLevel in {flat}")
             steps.append(_replace(d["pattern"], d["content"]))
             if d["pattern"].get("String") == "\u2581" and scheme == "plain":
                 scheme = "sentencepiece"
@@ -152,7 +154,7 @@ def decoder_steps(decoder: dict[str, Any] | None) -> tuple[tuple[_Step, ...], Sc
             if not fused:  # before Fuse, Strip acts on every token; after it, only on the text's ends
                 steps.append(_strip(d["content"], d["start"], d["stop"]))
         else:
-            raise ValueError(f"unsupported tokenizer decoder {kind!r}: trellis handles ByteLevel, "
+            raise UsageError(f"unsupported tokenizer decoder {kind!r}: trellis handles ByteLevel, "
                              "ByteFallback, Metaspace, Replace, Fuse and Strip")
     return tuple(steps), scheme
 

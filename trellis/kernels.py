@@ -50,6 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from trellis.errors import UsageError
+
 BLAS_KERNELS = ("plain", "transposed", "mkl_packed", "onednn")  # the float32 ones (before int8_blocks)
 KERNELS = (*BLAS_KERNELS, "int8_blocks")
 MIN_ROWS = 1
@@ -283,12 +285,12 @@ class TunedLinears:
                  timer: Callable[[str, Callable[[], Any], float], float] = _time,
                  kernels: Sequence[str] | None = None) -> None:
         if rows < MIN_ROWS:
-            raise ValueError(f"rows must be >= {MIN_ROWS}, got {rows}")
+            raise UsageError(f"rows must be >= {MIN_ROWS}, got {rows}")
         if kernel is not None and kernel not in KERNELS:
-            raise ValueError(f"unknown kernel {kernel!r}; expected one of {KERNELS}")
+            raise UsageError(f"unknown kernel {kernel!r}; expected one of {KERNELS}")
         unknown = set(kernels or ()) - set(KERNELS)
         if unknown:
-            raise ValueError(f"unknown kernels {sorted(unknown)}; expected some of {KERNELS}")
+            raise UsageError(f"unknown kernels {sorted(unknown)}; expected some of {KERNELS}")
         # ``kernels``: the candidates tuning may choose among (default all this build has); a
         # benchmark restricts them to time the paths before a kernel existed
         self._allowed = None if kernels is None else frozenset(kernels) | {"plain"}

@@ -8,6 +8,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from trellis.errors import UsageError
+
 
 class LMHead:
     """A growable subset of an LM head: token ids and their rows of the output embedding.
@@ -25,7 +27,7 @@ class LMHead:
         self._in = torch.zeros(self.vocab_size, dtype=torch.bool)  # [V]
         self._n = 0
         if not self.grow(ids):
-            raise ValueError("head ids must be non-empty")
+            raise UsageError("head ids must be non-empty")
 
     @property
     def ids(self) -> Tensor:
@@ -45,7 +47,7 @@ class LMHead:
         """Add the ``ids`` not yet in the head; returns how many were new."""
         new = torch.tensor(sorted({int(i) for i in ids}), dtype=torch.long)
         if len(new) and (int(new[-1]) >= self.vocab_size or int(new[0]) < 0):
-            raise ValueError(f"head ids must lie in [0, {self.vocab_size})")
+            raise UsageError(f"head ids must lie in [0, {self.vocab_size})")
         new = new[~self._in[new]]
         n, need = self._n, self._n + len(new)
         if need > len(self._ids):

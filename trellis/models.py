@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trellis.tokens import Vocabulary
+from trellis.errors import UsageError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -156,7 +157,7 @@ def load(model: Any = None, *, tokenizer: PreTrainedTokenizerBase | str | os.Pat
             if tok is None and any((path / f).is_file() for f in _TOKENIZER_FILES):
                 tok = _load_tokenizer(path)
         else:
-            raise ValueError(f"{str(path)!r} is neither a .gguf file nor a directory with a config.json; "
+            raise UsageError(f"{str(path)!r} is neither a .gguf file nor a directory with a config.json; "
                              f"pass {_ACCEPTED}")
         name = str(path)
     else:
@@ -369,7 +370,7 @@ def _assemble_gguf(package: ModuleType, dest: pathlib.Path) -> pathlib.Path:
                     bar.update(len(block))
     if digest.hexdigest() != package.EXPECTED_SHA256:
         dest.unlink()
-        raise ValueError(f"assembled {dest.name} has sha256 {digest.hexdigest()}, expected "
+        raise UsageError(f"assembled {dest.name} has sha256 {digest.hexdigest()}, expected "
                          f"{package.EXPECTED_SHA256}: reinstall with pip install --force-reinstall "
                          f"'trellis-decoding[model]'")
     return dest

@@ -8,6 +8,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from trellis.errors import UsageError
+
 NEG_INF = float("-inf")
 
 
@@ -35,11 +37,11 @@ def warp(logits: Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: flo
     scale alone (greedy takes the argmax, which no filter removes).
     """
     if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+        raise UsageError(f"temperature must be >= 0, got {temperature}")
     if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        raise UsageError(f"top_p must be in (0, 1], got {top_p}")
     if not 0.0 <= min_p < 1.0:
-        raise ValueError(f"min_p must be in [0, 1), got {min_p}")
+        raise UsageError(f"min_p must be in [0, 1), got {min_p}")
     out = logits / temperature if temperature not in (0.0, 1.0) else logits
     if top_k and top_k < out.shape[-1]:
         kth = torch.topk(out, top_k, dim=-1).values[..., -1:]  # [B, 1]
@@ -79,11 +81,11 @@ def draw(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
     dev = generator.device if generator is not None else probs.device
     w = probs.to(dev)
     if w.dim() != 2:
-        raise ValueError(f"draw() takes [B, V] or [V] weights, got shape {tuple(w.shape)}")
+        raise UsageError(f"draw() takes [B, V] or [V] weights, got shape {tuple(w.shape)}")
     cum = w.double().cumsum(-1)  # [B, V]
     total = cum[:, -1:]  # [B, 1]
     if not bool(((total > 0) & torch.isfinite(total)).all()) or bool((w < 0).any()):
-        raise ValueError("draw() needs non-negative, finite weights with a positive sum in every row")
+        raise UsageError("draw() needs non-negative, finite weights with a positive sum in every row")
     u = torch.rand(w.shape[0], 1, generator=generator, device=dev, dtype=torch.float64) * total
     idx = torch.searchsorted(cum, u, right=True).clamp_(max=w.shape[-1] - 1)  # first i with cum_i > u
     bad = w.gather(-1, idx) <= 0  # u rounded up to the total: take the row's last positive weight

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trellis.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Vocabulary:
@@ -28,7 +30,7 @@ class Vocabulary:
     def __post_init__(self) -> None:
         bad = [i for i in self.eos | self.special if not 0 <= i < len(self.tokens)]
         if bad:
-            raise ValueError(f"special/eos ids {sorted(bad)[:5]} outside vocabulary of {len(self.tokens)}")
+            raise UsageError(f"special/eos ids {sorted(bad)[:5]} outside vocabulary of {len(self.tokens)}")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -78,10 +80,10 @@ class TokenTree:
 
     def __post_init__(self) -> None:
         if self.tokens.ndim != 1 or self.parents.shape != self.tokens.shape:
-            raise ValueError("TokenTree: tokens and parents must be 1-D tensors of equal length")
+            raise UsageError("TokenTree: tokens and parents must be 1-D tensors of equal length")
         idx = torch.arange(len(self.parents))
         if bool(((self.parents >= idx) | (self.parents < -1)).any()):
-            raise ValueError("TokenTree: every parent index must satisfy -1 <= parents[i] < i")
+            raise UsageError("TokenTree: every parent index must satisfy -1 <= parents[i] < i")
 
     @classmethod
     def chain(cls, tokens: list[int] | tuple[int, ...]) -> "TokenTree":

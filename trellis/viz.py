@@ -22,6 +22,8 @@ from typing import Any
 
 import networkx as nx
 
+from trellis.errors import UsageError
+
 __all__ = ["MAX_CHILDREN", "MAX_DRAWN_NODES", "MAX_SIDE_PX", "condense", "to_dot", "write_tree"]
 
 MAX_DRAWN_NODES = 80  # boxes in one drawing: about what fits on a screen or two, labels readable
@@ -160,9 +162,9 @@ def condense(tree: nx.DiGraph, *, max_nodes: int = MAX_DRAWN_NODES, max_children
     ``hidden_pruned`` pruned). Raises ``ValueError`` for ``max_nodes`` < 2 (a root and one "+N more")
     or ``max_children`` < 1."""
     if max_nodes < 2:
-        raise ValueError(f"max_nodes must be >= 2 (the root and a '+N more' box), got {max_nodes}")
+        raise UsageError(f"max_nodes must be >= 2 (the root and a '+N more' box), got {max_nodes}")
     if max_children < 1:
-        raise ValueError(f"max_children must be >= 1, got {max_children}")
+        raise UsageError(f"max_children must be >= 1, got {max_children}")
     chains, size = _collapse_chains(tree)
     roots = [v for v in chains.nodes if chains.in_degree(v) == 0]
     key = _priorities(chains, size)
@@ -304,9 +306,9 @@ def write_tree(tree: nx.DiGraph, path: str | Path, *, engine: str = "auto", labe
         path.write_text(to_dot(drawn, label_width=label_width))
         return path
     if fmt not in ("svg", "png", "pdf"):
-        raise ValueError(f"unknown tree format {path.suffix!r}: use .dot, .svg, .png or .pdf")
+        raise UsageError(f"unknown tree format {path.suffix!r}: use .dot, .svg, .png or .pdf")
     if engine not in ("auto", "dot", "matplotlib"):
-        raise ValueError(f"engine must be 'auto', 'dot' or 'matplotlib', got {engine!r}")
+        raise UsageError(f"engine must be 'auto', 'dot' or 'matplotlib', got {engine!r}")
     dot = shutil.which("dot")
     if engine == "dot" or (engine == "auto" and dot is not None):
         if dot is None:

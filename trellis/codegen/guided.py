@@ -39,6 +39,7 @@ from trellis.search.tree import SearchResult, TreeRecorder, TreeSearch, path_tre
 from trellis.speculate.base import Drafter, Speculative
 from trellis.speculate.drafters import Composite, PromptLookup, TokenRecycling
 from trellis.speculate.verify import GreedyVerifier
+from trellis.errors import UsageError
 
 __all__ = ["ROLLOUTS", "SEARCHES", "SPECULATIVE_ROLLOUT", "Rewarded", "TestGuided", "lookup_and_recycling_rollout",
            "prompt_lookup_rollout"]
@@ -182,13 +183,13 @@ class TestGuided:
         if self.entry_point is not None and self.tests.entry_point != self.entry_point:
             object.__setattr__(self, "tests", replace(self.tests, entry_point=self.entry_point))
         if isinstance(self.strategy, str) and self.strategy not in SEARCHES:
-            raise ValueError(f"unknown strategy {self.strategy!r}; one of {', '.join(SEARCHES)} or a Strategy")
+            raise UsageError(f"unknown strategy {self.strategy!r}; one of {', '.join(SEARCHES)} or a Strategy")
         if isinstance(self.rollout, str) and self.rollout not in ROLLOUTS:
-            raise ValueError(f"unknown rollout {self.rollout!r}; one of {', '.join(ROLLOUTS)} or a Drafter")
+            raise UsageError(f"unknown rollout {self.rollout!r}; one of {', '.join(ROLLOUTS)} or a Drafter")
         if not isinstance(self.rollout, (str, Drafter)):
             raise TypeError(f"rollout must be one of {', '.join(ROLLOUTS)} or a Drafter, got {type(self.rollout).__name__}")
         if self.budget_tokens is not None and self.budget_tokens < 0:
-            raise ValueError(f"budget_tokens must be >= 0, got {self.budget_tokens}")
+            raise UsageError(f"budget_tokens must be >= 0, got {self.budget_tokens}")
 
     # ------------------------------------------------------------------ rewards
     def report(self, program: str) -> TestReport:
@@ -207,7 +208,7 @@ class TestGuided:
         if self.prompt is not None:
             return self.prompt
         if decoder.vocab is None:
-            raise ValueError("TestGuided needs the model's vocabulary to read programs")
+            raise UsageError("TestGuided needs the model's vocabulary to read programs")
         return decoder.vocab.decode(root.tokens[:root.prompt_len]).decode("utf-8", errors="replace")
 
     def _rollout_drafter(self, vocab_size: int) -> Drafter | None:
@@ -271,9 +272,9 @@ class TestGuided:
         """``search`` plus the LM proxy (its ``spent()`` tokens, ``ended`` and ``dead`` prefixes) and
         every reward the inner search asked for, in order (``Rewarded``)."""
         if decoder.vocab is None or not decoder.vocab.eos:
-            raise ValueError("TestGuided needs a vocabulary with an EOS token")
+            raise UsageError("TestGuided needs a vocabulary with an EOS token")
         if self.strategy == "best-of-n" and decoder.temperature == 0:
-            raise ValueError("best-of-n samples: it needs temperature > 0 (e.g. generate(..., temperature=0.8))")
+            raise UsageError("best-of-n samples: it needs temperature > 0 (e.g. generate(..., temperature=0.8))")
         prompt = self._prompt(decoder, root)
         name = self.strategy if isinstance(self.strategy, str) else type(self.strategy).__name__
         code_lm = CodeLM(decoder.lm, decoder.vocab, prompt, len(root.tokens), prune_top=self.prune_top,

@@ -21,6 +21,7 @@ from trellis.codegen.suite import TestSuite, parse_tests, split_tests
 from trellis.decoder import Decoder
 from trellis.search.base import Strategy
 from trellis.speculate.base import Drafter
+from trellis.errors import UsageError
 
 __all__ = ["Solution", "entry_point_of", "solve", "visible_and_held_out"]
 
@@ -107,10 +108,10 @@ def solve(model: Any, prompt: str | Sequence[int], tests: str | Sequence[str] | 
     handle = load(model)
     vocab = handle.vocab
     if vocab is None:
-        raise ValueError("solve needs the model's vocabulary (a ModelHandle with vocab)")
+        raise UsageError("solve needs the model's vocabulary (a ModelHandle with vocab)")
     if isinstance(prompt, str):
         if handle.tokenizer is None:
-            raise ValueError("a text prompt needs a tokenizer; pass token ids for tokenizer-less models")
+            raise UsageError("a text prompt needs a tokenizer; pass token ids for tokenizer-less models")
         ids = list(handle.tokenizer(prompt).input_ids)
         text = prompt
     else:

@@ -21,6 +21,8 @@ import textwrap
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from trellis.errors import UsageError
+
 __all__ = ["TestCase", "TestSuite", "parse_tests", "split_tests"]
 
 
@@ -99,7 +101,7 @@ def parse_tests(tests: str | Sequence[str], *, entry_point: str | None = None) -
         for c in cases:
             ast.parse(c.source)  # a broken test is the caller's bug: say so now, not as a failed case
         if not cases:
-            raise ValueError("no tests given")
+            raise UsageError("no tests given")
         return TestSuite(cases=tuple(cases), entry_point=entry_point)
     tree = ast.parse(tests)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"
@@ -116,7 +118,7 @@ def parse_tests(tests: str | Sequence[str], *, entry_point: str | None = None) -
         if arg != "candidate":  # bind whatever the parameter is called
             pre += f"{arg} = candidate\n"
     if not cases:
-        raise ValueError("the test code holds no assert statement")
+        raise UsageError("the test code holds no assert statement")
     return TestSuite(cases=tuple(cases), preamble=pre, entry_point=entry_point)
 
 
@@ -126,7 +128,7 @@ def split_tests(suite: TestSuite, *, visible_fraction: float = 0.5, seed: int = 
     but differs between problems. Both halves keep the original case order; held-out is empty only
     for a single-case suite or ``visible_fraction == 1``."""
     if not 0.0 < visible_fraction <= 1.0:
-        raise ValueError(f"visible_fraction must be in (0, 1], got {visible_fraction}")
+        raise UsageError(f"visible_fraction must be in (0, 1], got {visible_fraction}")
     n = len(suite.cases)
     k = max(1, min(n, int(n * visible_fraction)))
     # str seeds hash with SHA-512 inside random.Random: stable across processes (unlike hash())

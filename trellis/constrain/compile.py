@@ -39,6 +39,7 @@ from trellis.constrain.grammar_ir import load_bnf, load_lark
 from trellis.constrain.regex import Regex, RegexConstraint
 from trellis.constrain.scannerless import EarleyConstraint
 from trellis.tokens import Vocabulary
+from trellis.errors import UsageError
 
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 
@@ -326,7 +327,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     shows a tqdm bar while precomputing (default: when stderr is a terminal).
     """
     if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        raise UsageError(f"engine must be one of {ENGINES}, got {engine!r}")
     if isinstance(grammar, Regex):
         return grammar.compile(vocab)
     from trellis.constrain.gbnf import Gbnf
@@ -349,7 +350,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
             path = source
         engine = "earley" if engine == "auto" else engine
     if precompute and engine != "lalr":
-        raise ValueError("precompute=True applies to engine='lalr' only: the Earley engine builds its "
+        raise UsageError("precompute=True applies to engine='lalr' only: the Earley engine builds its "
                          "vocabulary walks on first use and shares them across grammars and runs")
     precompute = bool(precompute)
     # One constraint per (grammar, vocabulary) per process: its tables and mask cache are the

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from trellis.errors import TrellisError
 
-class ConstraintError(Exception):
+
+class ConstraintError(TrellisError):
     """Base class of trellis constraint errors."""
 
 

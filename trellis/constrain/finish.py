@@ -43,6 +43,7 @@ from torch import Tensor
 from trellis.constrain.base import Constraint, HasByteClasses, HintsCompletion, State, forced_tokens
 from trellis.constrain.walks import TokenMatrix
 from trellis.mask import allocate_bitmask, bool_to_bitmask
+from trellis.errors import UsageError
 
 # Shortest completions are a property of the inner constraint's states: share them across the
 # Budgeted wrappers of one constraint (one per generate call).
@@ -61,7 +62,7 @@ class Budgeted:
     def __init__(self, inner: Constraint, budget: int, *, margin: int = 32, k: int = 8,
                  max_states: int = 2048, greed: float = 2.0) -> None:
         if budget < 1:
-            raise ValueError(f"budget must be >= 1 token, got {budget}")
+            raise UsageError(f"budget must be >= 1 token, got {budget}")
         self.inner, self.budget, self.margin, self.k, self.max_states = inner, budget, margin, k, max_states
         self.greed = greed
         self.vocab = inner.vocab

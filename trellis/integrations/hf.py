@@ -20,6 +20,7 @@ from transformers import LogitsProcessor
 
 from trellis.constrain.base import Constraint, State
 from trellis.mask import allocate_bitmask, apply_bitmask_, bool_to_bitmask
+from trellis.errors import UsageError
 
 __all__ = ["GrammarLogitsProcessor"]
 
@@ -64,7 +65,7 @@ class GrammarLogitsProcessor(LogitsProcessor):
         extra = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else eos_token_id
         vocab = getattr(constraint, "vocab", None)
         if vocab is None:
-            raise ValueError("GrammarLogitsProcessor needs a constraint with a vocabulary (constraint.vocab)")
+            raise UsageError("GrammarLogitsProcessor needs a constraint with a vocabulary (constraint.vocab)")
         self.vocab_size = len(vocab)
         self.eos: frozenset[int] = frozenset(vocab.eos) | frozenset(int(e) for e in extra)
         eos_row = torch.zeros(self.vocab_size, dtype=torch.bool)

@@ -27,6 +27,7 @@ from trellis.constrain.errors import GrammarError
 from trellis.integrations import optional_package
 from trellis.integrations.replay import ReplayConstraint
 from trellis.tokens import Vocabulary
+from trellis.errors import UsageError
 
 __all__ = ["LLGuidanceConstraint", "compile_llguidance", "lark_for_llguidance", "lltokenizer"]
 
@@ -141,7 +142,7 @@ class LLGuidanceConstraint(ReplayConstraint):
 
     def _fill(self, out: Tensor) -> None:
         if not out.is_contiguous() or out.dtype.itemsize != 4:
-            raise ValueError("fill_mask needs a contiguous int32 row")
+            raise UsageError("fill_mask needs a contiguous int32 row")
         self.matcher.unsafe_compute_mask_ptr(out.data_ptr(), out.numel() * 4)
 
     def _accepting(self) -> bool:
@@ -170,7 +171,7 @@ def compile_llguidance(grammar: str | Mapping[str, Any], vocab: Vocabulary, *, s
     elif syntax == "llguidance":
         g = str(grammar)
     else:
-        raise ValueError(f"unknown syntax {syntax!r} (lark, json_schema, regex, llguidance)")
+        raise UsageError(f"unknown syntax {syntax!r} (lark, json_schema, regex, llguidance)")
     is_error, messages = m.validate_grammar_with_warnings(g, lltokenizer(vocab, tokenizer))
     if is_error:
         raise GrammarError(f"llguidance: {messages[0] if messages else 'invalid grammar'}",

@@ -33,6 +33,7 @@ import networkx as nx
 
 from trellis.decoder import Hypothesis
 from trellis.search.best_of_n import BestOfN
+from trellis.errors import UsageError
 
 __all__ = ["VLLMSampler", "best_of_n", "solve_best_of_n", "CODE_STOPS"]
 
@@ -67,7 +68,7 @@ class VLLMSampler:
         from vllm.inputs import TokensPrompt
 
         if temperature <= 0:
-            raise ValueError("best-of-n samples: it needs temperature > 0")
+            raise UsageError("best-of-n samples: it needs temperature > 0")
         keep_logprobs = self.logprobs_processed  # raw ones are not the sampled distribution's: not asked for
         params = SamplingParams(n=n, temperature=temperature, top_k=top_k if top_k > 0 else -1, top_p=top_p,
                                 seed=seed, max_tokens=max_new_tokens, logprobs=0 if keep_logprobs else None,
@@ -92,7 +93,7 @@ def best_of_n(sampler: VLLMSampler, prompt: str | Sequence[int], strategy: BestO
               extra_args: Mapping[str, Any] | None = None) -> tuple[list[Hypothesis], list[float]]:
     """``strategy.n`` samples drawn in one vLLM request, ranked by ``strategy.rank`` (best first)."""
     if strategy.scorer in ("logprob", "mean_logprob") and not sampler.logprobs_processed:
-        raise ValueError(f"scorer {strategy.scorer!r} reads the sampled distribution's log-probs: build the "
+        raise UsageError(f"scorer {strategy.scorer!r} reads the sampled distribution's log-probs: build the "
                          "LLM with logprobs_mode='processed_logprobs' (vLLM's default reports the raw model's)")
     hyps = sampler.sample(prompt, strategy.n, max_new_tokens=max_new_tokens, temperature=temperature,
                           top_k=top_k, top_p=top_p, seed=seed, extra_args=extra_args)

@@ -21,6 +21,7 @@ from trellis.constrain.errors import GrammarError
 from trellis.integrations import optional_package
 from trellis.integrations.replay import ReplayConstraint
 from trellis.tokens import Vocabulary
+from trellis.errors import UsageError
 
 __all__ = ["JSON_EBNF", "XGrammarConstraint", "compile_xgrammar", "tokenizer_info"]
 
@@ -122,7 +123,7 @@ def compile_xgrammar(grammar: str | Mapping[str, Any], vocab: Vocabulary, *, syn
         elif syntax == "builtin_json":
             compiled = compiler.compile_builtin_json_grammar()
         else:
-            raise ValueError(f"unknown syntax {syntax!r} (ebnf, lark, json_schema, regex, builtin_json)")
+            raise UsageError(f"unknown syntax {syntax!r} (ebnf, lark, json_schema, regex, builtin_json)")
     except (RuntimeError, ValueError) as e:
         if isinstance(e, ValueError) and str(e).startswith("unknown syntax"):
             raise

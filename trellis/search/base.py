@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from trellis.decoder import Decoder, Hypothesis
+from trellis.errors import UsageError
 
 
 @runtime_checkable
@@ -43,7 +44,7 @@ def lockstep(decoder: Decoder, roots: Sequence[Hypothesis], max_new_tokens: int 
     hyps = list(roots)
     limits = [max_new_tokens] * len(hyps) if isinstance(max_new_tokens, int) else [int(m) for m in max_new_tokens]
     if len(limits) != len(hyps):
-        raise ValueError(f"{len(limits)} token limits for {len(hyps)} roots")
+        raise UsageError(f"{len(limits)} token limits for {len(hyps)} roots")
     live = [i for i, h in enumerate(hyps) if not h.finished and limits[i] > 0]
     for step in range(max(limits, default=0)):
         live = [i for i in live if step < limits[i]]

@@ -16,6 +16,7 @@ import torch
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.search.tree import Searching, SearchResult, TreeRecorder
+from trellis.errors import UsageError
 
 EarlyStopping = bool | Literal["never"]
 
@@ -59,11 +60,11 @@ class _Finished:
 
 def _validate(width: int, n_best: int | None, length_penalty: float, early_stopping: EarlyStopping) -> None:
     if width < 1:
-        raise ValueError(f"width must be >= 1, got {width}")
+        raise UsageError(f"width must be >= 1, got {width}")
     if n_best is not None and not 1 <= n_best <= width:
-        raise ValueError(f"n_best must be in [1, width={width}], got {n_best}")
+        raise UsageError(f"n_best must be in [1, width={width}], got {n_best}")
     if early_stopping not in (True, False, "never"):
-        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+        raise UsageError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
 
 
 @dataclass(frozen=True)
@@ -160,9 +161,9 @@ class DiverseBeam(Searching):
     def __post_init__(self) -> None:
         _validate(self.width, self.n_best, self.length_penalty, self.early_stopping)
         if self.groups < 1 or self.width % self.groups:
-            raise ValueError(f"groups ({self.groups}) must divide width ({self.width})")
+            raise UsageError(f"groups ({self.groups}) must divide width ({self.width})")
         if self.diversity_penalty < 0:
-            raise ValueError("diversity_penalty must be >= 0")
+            raise UsageError("diversity_penalty must be >= 0")
 
     def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                recorder: TreeRecorder | None = None) -> SearchResult:

@@ -15,6 +15,7 @@ import torch
 from trellis.decoder import Decoder, Hypothesis
 from trellis.sampling import sample
 from trellis.search.tree import Searching, SearchResult, TreeRecorder
+from trellis.errors import UsageError
 
 Scorer = Literal["logprob", "mean_logprob", "mbr"] | Callable[[Hypothesis], float]
 
@@ -54,9 +55,9 @@ class BestOfN(Searching):
 
     def __post_init__(self) -> None:
         if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
+            raise UsageError(f"n must be >= 1, got {self.n}")
         if not callable(self.scorer) and self.scorer not in ("logprob", "mean_logprob", "mbr"):
-            raise ValueError(f"unknown scorer {self.scorer!r}")
+            raise UsageError(f"unknown scorer {self.scorer!r}")
 
     def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                recorder: TreeRecorder | None = None) -> SearchResult:

@@ -26,6 +26,7 @@ from trellis.sampling import entropy
 from trellis.search.base import lockstep, run_steps
 from trellis.search.lookahead import Clause, heuristic_bonus
 from trellis.search.tree import SearchResult, TreeRecorder
+from trellis.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class EntropyGate:
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.depth < 0:
-            raise ValueError("k must be >= 1 and depth >= 0")
+            raise UsageError("k must be >= 1 and depth >= 0")
 
     def steps(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int) -> Iterator[Hypothesis]:
         return self._steps(decoder, root, max_new_tokens, TreeRecorder.off(decoder, root))
@@ -112,7 +113,7 @@ class EntropyGate:
         ``clauses``, ``value`` and ``lam`` go to the gate, for calibration and the result.
         """
         if not 0.0 <= pause_rate <= 1.0:
-            raise ValueError(f"pause_rate must be in [0, 1], got {pause_rate}")
+            raise UsageError(f"pause_rate must be in [0, 1], got {pause_rate}")
 
         def run(tau: float) -> tuple[float, list[float]]:
             gate = cls(threshold=tau, k=k, depth=depth, clauses=clauses, value=value, lam=lam)
@@ -126,7 +127,7 @@ class EntropyGate:
                         seen.append(d["entropy"])
                         paused += d["paused"]
             if not seen:
-                raise ValueError("calibration saw no decoding steps")
+                raise UsageError("calibration saw no decoding steps")
             return paused / len(seen), seen
 
         _, greedy = run(float("inf"))

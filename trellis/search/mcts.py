@@ -38,6 +38,7 @@ from trellis.search.greedy import Greedy
 from trellis.search.sample import Sample
 from trellis.search.tree import Searching, SearchResult, TreeRecorder
 from trellis.tokens import TokenTree
+from trellis.errors import UsageError
 
 
 class _MemoLM(LMProxy):
@@ -150,9 +151,9 @@ class MCTS(Searching):
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.max_rollouts < 1 or self.lockstep < 1:
-            raise ValueError("k, max_rollouts and lockstep must be >= 1")
+            raise UsageError("k, max_rollouts and lockstep must be >= 1")
         if self.backup not in ("max", "mean"):
-            raise ValueError(f"backup must be 'max' or 'mean', got {self.backup!r}")
+            raise UsageError(f"backup must be 'max' or 'mean', got {self.backup!r}")
 
     def _greedy_rollout(self, decoder: Decoder) -> bool:
         if self.sequence_cache is not None:

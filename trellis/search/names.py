@@ -16,6 +16,7 @@ from trellis.search.greedy import Greedy
 from trellis.search.lookahead import Lookahead
 from trellis.search.mcts import MCTS
 from trellis.search.sample import Sample
+from trellis.errors import UsageError
 
 STRATEGIES: dict[str, type] = {
     "greedy": Greedy, "sample": Sample, "beam": Beam, "diverse-beam": DiverseBeam, "lookahead": Lookahead,
@@ -36,11 +37,11 @@ def strategy_from_name(name: str, *, generator: torch.Generator | None = None, *
     key = name.strip().lower().replace("_", "-")
     cls = STRATEGIES.get(key)
     if cls is None:
-        raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+        raise UsageError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(params) - names)
     if unknown:
-        raise ValueError(f"strategy {key!r} has no parameter(s) {', '.join(unknown)}; it takes {', '.join(sorted(names))}")
+        raise UsageError(f"strategy {key!r} has no parameter(s) {', '.join(unknown)}; it takes {', '.join(sorted(names))}")
     if generator is not None and "generator" in names:
         params.setdefault("generator", generator)
     if cls is MCTS:

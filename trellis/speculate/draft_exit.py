@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trellis.errors import UsageError
+
 
 @dataclass
 class AdaptiveDraftExit:
@@ -31,9 +33,9 @@ class AdaptiveDraftExit:
     def __post_init__(self) -> None:
         for name in ("alpha", "beta1", "beta2", "gamma"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+                raise UsageError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.epsilon < 0:
-            raise ValueError(f"epsilon must be >= 0, got {self.epsilon}")
+            raise UsageError(f"epsilon must be >= 0, got {self.epsilon}")
 
     def stop(self, confidence: float) -> bool:
         """True when a drafted token this unsure should be the chain's last."""

@@ -19,6 +19,7 @@ from trellis.speculate.base import Draft, Drafter, LearningDrafter, drafter_name
 from trellis.speculate.draft_exit import AdaptiveDraftExit
 from trellis.speculate.tree import grow, select
 from trellis.tokens import TokenTree
+from trellis.errors import UsageError
 
 
 def _paths_draft(paths: Sequence[Sequence[int]], source: str, max_nodes: int) -> Draft:
@@ -126,7 +127,7 @@ class TokenRecycling:
     def __post_init__(self) -> None:
         for i, (p, r) in enumerate(self.template):
             if not -1 <= p < i or not 0 <= r < self.k:
-                raise ValueError(f"template node {i}: parent {p} / rank {r} out of range")
+                raise UsageError(f"template node {i}: parent {p} / rank {r} out of range")
         self.matrix = torch.full((self.vocab_size, self.k), -1, dtype=torch.long)  # [V, k], -1 = unknown
         self.probs = torch.zeros(self.vocab_size, self.k)  # [V, k] target probability of each successor
 
@@ -215,7 +216,7 @@ class ModelDrafter:
         from trellis.hf_lm import language_model
 
         if self.width < 1:
-            raise ValueError(f"width must be >= 1, got {self.width}")
+            raise UsageError(f"width must be >= 1, got {self.width}")
         self._lm = language_model(self.model)
 
     @property
@@ -472,7 +473,7 @@ def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator 
     ``trellis.load`` accepts)."""
     if name == "layer-skip":
         if model is None:
-            raise ValueError("layer-skip drafts with the target model itself: pass model=")
+            raise UsageError("layer-skip drafts with the target model itself: pass model=")
         return LayerSkip(model, generator=generator)
     if name == "prompt-lookup":
         return PromptLookup()
@@ -486,5 +487,5 @@ def drafter_from_name(name: str, *, vocab_size: int, generator: torch.Generator 
         from trellis.models import load
 
         return ModelDrafter(load(name[len("draft:"):]).model, generator=generator)
-    raise ValueError(f"unknown drafter {name!r}: use prompt-lookup, recycling, grammar-forced, auto, layer-skip "
+    raise UsageError(f"unknown drafter {name!r}: use prompt-lookup, recycling, grammar-forced, auto, layer-skip "
                      "or draft:MODEL")

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from trellis.errors import UsageError
+
 
 @dataclass
 class DraftBudget:
@@ -40,9 +42,9 @@ class DraftBudget:
     def __post_init__(self) -> None:
         self.arms = tuple(sorted({int(a) for a in self.arms}))
         if not self.arms or self.arms[0] < 0:
-            raise ValueError(f"arms must be non-negative node counts, got {self.arms}")
+            raise UsageError(f"arms must be non-negative node counts, got {self.arms}")
         if not 0 < self.discount <= 1:
-            raise ValueError("discount must be in (0, 1]")
+            raise UsageError("discount must be in (0, 1]")
         self._count = [0.0] * len(self.arms)
         self._sum = [0.0] * len(self.arms)
         self.pulls = [0] * len(self.arms)

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import torch
 
 from trellis.tokens import TokenTree
+from trellis.errors import UsageError
 
 # Successors of a drafted path (root's children for ``()``): ``(token, c)`` with c in (0, 1].
 Successors = Callable[[tuple[int, ...]], Sequence[tuple[int, float]]]
@@ -72,6 +73,6 @@ def select(tree: TokenTree, values: Sequence[float], max_nodes: int) -> tuple[To
     index = {old: new for new, old in enumerate(keep)}
     pars = tree.parents.tolist()
     if any(pars[i] >= 0 and pars[i] not in index for i in keep):
-        raise ValueError("select(): a child's value exceeds its parent's")
+        raise UsageError("select(): a child's value exceeds its parent's")
     new_pars = [-1 if pars[i] < 0 else index[pars[i]] for i in keep]
     return TokenTree(tree.tokens[keep], torch.tensor(new_pars, dtype=torch.long)), keep

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from trellis.sampling import draw
 from trellis.speculate.base import Draft
+from trellis.errors import UsageError
 
 
 def _children(draft: Draft) -> dict[int, list[int]]:
@@ -83,7 +84,7 @@ class ChainRejectionSampler:
     def __call__(self, target: Tensor, draft: Draft, generator: torch.Generator | None = None) -> tuple[list[int], int]:
         parents = draft.tree.parents.tolist()
         if any(p != i - 1 for i, p in enumerate(parents)):
-            raise ValueError("ChainRejectionSampler needs a chain draft; use TreeRejectionSampler for trees")
+            raise UsageError("ChainRejectionSampler needs a chain draft; use TreeRejectionSampler for trees")
         p_all = target.float().exp()  # [N+1, V]
         toks = draft.tree.tokens.tolist()
         path: list[int] = []

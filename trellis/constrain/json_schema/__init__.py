@@ -125,6 +125,7 @@ from trellis.constrain.json_schema.limits import (CHUNK, MAX_AUTOMATON, MAX_BOUN
 from trellis.constrain.json_schema.nodes import IgnoredKeyword
 from trellis.constrain.json_schema.ordering import order_keys
 from trellis.constrain.json_schema.specs import ArrSpec, ObjSpec, Shallow, Source, StrSpec, union
+from trellis.errors import UsageError
 
 __all__ = ["IgnoredKeyword", "JsonSchema", "order_keys", "schema_to_lark",
            # re-exported: SchemaError is raised by everything here; the bounds and node types as before
@@ -183,12 +184,12 @@ def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = 
                    max_whitespace: int = MAX_WHITESPACE) -> tuple[str, tuple[IgnoredKeyword, ...]]:
     """(Lark grammar text, ignored keywords) of a JSON Schema; ``SchemaError`` when refused."""
     if whitespace not in ("compact", "flexible"):
-        raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+        raise UsageError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
     if max_whitespace < 1:
-        raise ValueError("max_whitespace must be >= 1")
+        raise UsageError("max_whitespace must be >= 1")
     doc = SchemaDocument(load_schema(schema))
     if unknown_formats not in ("annotation", "refuse"):
-        raise ValueError(f"unknown_formats must be 'annotation' or 'refuse', not {unknown_formats!r}")
+        raise UsageError(f"unknown_formats must be 'annotation' or 'refuse', not {unknown_formats!r}")
     b = NodeBuilder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion,
                     unknown_formats=unknown_formats)
     if not doc.dialect_known:

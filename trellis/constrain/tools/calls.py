@@ -13,6 +13,7 @@ from trellis.constrain.tools.convert import ToolCallError, convert_value
 from trellis.constrain.tools.docstrings import parse_docstring
 from trellis.constrain.tools.schema import SchemaBuilder
 from trellis.constrain.tools.typeinfo import json_kind
+from trellis.errors import UsageError
 
 # ----------------------------------------------------------------------------- Tool, ToolCall
 
@@ -31,12 +32,12 @@ class Tool:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError("a tool needs a non-empty string name")
+            raise UsageError("a tool needs a non-empty string name")
         if not isinstance(self.parameters, Mapping):
             raise TypeError(f"tool {self.name!r}: parameters must be a JSON Schema object (dict)")
         kind = self.parameters.get("type", "object")
         if kind != "object":
-            raise ValueError(f"tool {self.name!r}: the parameters schema must describe an object, not {kind!r}")
+            raise UsageError(f"tool {self.name!r}: the parameters schema must describe an object, not {kind!r}")
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], *, name: str | None = None,
@@ -46,7 +47,7 @@ class Tool:
             raise TypeError(f"{fn!r} is not callable")
         tool_name = name or getattr(fn, "__name__", None)
         if not tool_name or tool_name == "<lambda>":
-            raise ValueError("cannot name this tool: pass name=...")
+            raise UsageError("cannot name this tool: pass name=...")
         summary, docs = parse_docstring(inspect.getdoc(fn))
         try:
             hints = typing.get_type_hints(fn, include_extras=True)
@@ -91,7 +92,7 @@ class Tool:
         "parameters"}}`` or just the inner ``{"name", ...}`` object."""
         fn = spec.get("function", spec) if spec.get("type", "function") == "function" else None
         if not isinstance(fn, Mapping) or "name" not in fn:
-            raise ValueError(f"not an OpenAI function tool spec: {json.dumps(spec)[:200]}")
+            raise UsageError(f"not an OpenAI function tool spec: {json.dumps(spec)[:200]}")
         return cls.from_schema(fn["name"], fn.get("parameters") or {"type": "object", "properties": {}},
                                description=fn.get("description", ""), function=function)
 
@@ -132,7 +133,7 @@ class ToolCall:
         """Run the tool's function with these arguments; ``ValueError`` if the tool has none."""
         fn = self.tool.function if self.tool is not None else None
         if fn is None:
-            raise ValueError(f"tool {self.name!r} has no Python function to invoke")
+            raise UsageError(f"tool {self.name!r} has no Python function to invoke")
         args: list[Any] = []
         try:
             params = list(inspect.signature(fn).parameters.values())
@@ -169,9 +170,9 @@ def as_tools(tools: Sequence[Tool | Callable[..., Any] | Mapping[str, Any]]) -> 
     """``as_tool`` of each; ``ValueError`` for no tools or a name given twice."""
     out = [as_tool(t) for t in tools]
     if not out:
-        raise ValueError("no tools given")
+        raise UsageError("no tools given")
     names = [t.name for t in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise ValueError(f"duplicate tool names: {dup}")
+        raise UsageError(f"duplicate tool names: {dup}")
     return out

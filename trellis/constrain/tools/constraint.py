@@ -13,6 +13,7 @@ from trellis.constrain.base import forced_tokens
 from trellis.constrain.tools.calls import Tool, as_tools
 from trellis.constrain.tools.schema import SchemaBuilder, rewrite_refs
 from trellis.tokens import Vocabulary
+from trellis.errors import UsageError
 
 ToolChoice = Union[Literal["auto", "required", "none"], str]
 
@@ -29,11 +30,11 @@ def call_schema(tools: Sequence[Tool | Callable[..., Any]], *, tool_choice: Tool
     """
     ts = as_tools(tools)
     if tool_choice == "none":
-        raise ValueError('tool_choice="none" allows no call, so there is no call schema')
+        raise UsageError('tool_choice="none" allows no call, so there is no call schema')
     if tool_choice not in ("auto", "required"):
         ts = [t for t in ts if t.name == tool_choice]
         if not ts:
-            raise ValueError(f"tool_choice {tool_choice!r} names no tool (have: {[t.name for t in as_tools(tools)]})")
+            raise UsageError(f"tool_choice {tool_choice!r} names no tool (have: {[t.name for t in as_tools(tools)]})")
     builder = SchemaBuilder()
     alternatives = []
     for k, t in enumerate(ts):
