@@ -3,7 +3,6 @@ path value, re-ranking keeps a tree, and the drafters that use them propose the 
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import random
-
 import lark
 import pytest
 import torch
 
 from tests.constrain.grammar_cases import ACCEPTED, REJECTED, sentences
-from trellis.constrain import GrammarError, compile, forced_tokens, shipped_grammars
+from trellis.constrain import compile, forced_tokens, shipped_grammars
 from trellis.constrain.compile import load_grammar_text
 from trellis.mask import allocate_bitmask, allowed_ids, apply_bitmask_
 from trellis.tokens import Vocabulary

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Protocol, Sequence, runtime_checkable
 
-import torch
 from torch import Tensor
 
 from trellis.mask import allocate_bitmask

@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_parse as P  # type: ignore[no-redef]
 import re
 
-from trellis.constrain.charsets import MAXC, Ranges, cs_diff, cs_inter, cs_neg, cs_union
+from trellis.constrain.charsets import MAXC, Ranges, cs_diff, cs_neg, cs_union
 
 MAX_NFA_STATES = 400_000  # a regex past this is refused rather than compiled for minutes
 

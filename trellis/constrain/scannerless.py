@@ -68,7 +68,7 @@ from torch import Tensor
 from trellis.constrain.byte_dfa import ByteDFA
 from trellis.constrain.cut_walk import Simulation, patch
 from trellis.constrain.earley import ChartState, Earley
-from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, bool_to_bits, follow_bytes
+from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
 from trellis.constrain.literal_walk import literal_at, walk_literal_rests, walk_literal_vocabulary
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.trie_walk import walk_vocabulary
