@@ -114,7 +114,6 @@ def test_misuse_raises_a_typed_usage_error_that_is_still_a_value_error():
     from trellis import TrellisError, UsageError
     from trellis.constrain.errors import GrammarError
     from trellis.search import MCTS, strategy_from_name
-    from trellis.speculate import Speculative
 
     cases = [lambda: Decoder(HashLM(len(VOCAB)), JSON, repetition_penalty=0, vocab=VOCAB),
              lambda: strategy_from_name("no-such-strategy"),
@@ -126,4 +125,3 @@ def test_misuse_raises_a_typed_usage_error_that_is_still_a_value_error():
             make()
         assert isinstance(info.value, ValueError) and isinstance(info.value, TrellisError)
     assert issubclass(GrammarError, TrellisError)
-    assert Speculative  # (imported to keep the public names in one place)

@@ -14,11 +14,11 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.base import Constraint, State, Unconstrained, fill_masks, refine_scores, tree_masks
+from trellis.errors import UsageError
 from trellis.lm import LanguageModel
 from trellis.mask import apply_bitmask_
 from trellis.sampling import log_softmax, repetition_penalty, warp
 from trellis.tokens import TokenTree, Vocabulary
-from trellis.errors import UsageError
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from trellis.constrain.finish import Budgeted
 from trellis.constrain.tools import (Tool, ToolCall, ToolCallError, as_tool, format_tools_prompt, parse_tool_calls,
                                      tool_constraint)
 from trellis.decoder import Decoder, Hypothesis
+from trellis.errors import UsageError
 from trellis.hf_lm import language_model
 from trellis.lm_proxy import lm_stats
 from trellis.search.base import BatchStrategy, StepwiseStrategy, Strategy
@@ -22,7 +23,6 @@ from trellis.search.greedy import Greedy
 from trellis.search.names import strategy_from_name
 from trellis.search.sample import Sample
 from trellis.tokens import TokenTree, Vocabulary
-from trellis.errors import UsageError
 
 
 StopReason = Literal["eos", "stop", "length", "steered"]
@@ -286,7 +286,7 @@ def _samples(strategy: Any) -> bool:
 
 
 def suppressed_ids(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
-    """The token ids ``generate(suppress_tokens=...)`` bans: ids, token strings (``ValueError`` for
+    """The token ids ``generate(suppress_tokens=...)`` bans: ids, token strings (``UsageError`` for
     one that is not a single token), or ``"special"`` (every special token but EOS)."""
     if tokens == "special":  # every special/control token but EOS (<start_of_image>, <pad>, <unk>, ...)
         if vocab is None:

@@ -20,12 +20,12 @@ import torch
 from torch import Tensor
 
 from trellis.attention_guard import attention_context
+from trellis.errors import UsageError
 from trellis.kernels import TunedLinears
 from trellis.kv_cache import growable_layer_class
 from trellis.lm import LanguageModel, LMStats
 from trellis.lm_head import LMHead
 from trellis.tokens import TokenTree
-from trellis.errors import UsageError
 
 
 @dataclass(frozen=True)

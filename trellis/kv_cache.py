@@ -9,8 +9,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trellis.errors import UsageError
-
 
 @functools.cache
 def growable_layer_class() -> type:
@@ -47,7 +45,7 @@ def growable_layer_class() -> type:
             if kb is None or vb is None or n + q > kb.shape[-2] or kb.shape[:-2] != key_states.shape[:-2] \
                     or vb.shape[:-2] != value_states.shape[:-2]:
                 if kb is not None and n and kb.shape[:-2] != key_states.shape[:-2]:
-                    raise UsageError(f"cache rows {tuple(kb.shape[:-2])} do not match the new states' "
+                    raise ValueError(f"cache rows {tuple(kb.shape[:-2])} do not match the new states' "
                                      f"{tuple(key_states.shape[:-2])}")
                 cap = max(n + q, 2 * n, 64)
                 new_k = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
@@ -73,7 +71,7 @@ def growable_layer_class() -> type:
 
         def crop(self, tokens_to_remove: int) -> None:  # transformers' API: a negative count
             if tokens_to_remove > 0:
-                raise UsageError("crop() takes a negative number of tokens to remove")
+                raise ValueError("crop() takes a negative number of tokens to remove")
             self.truncate(self._length + tokens_to_remove if self.is_initialized else 0)
 
         def keep_tail(self, start: int, tail: Tensor) -> None:

@@ -1,9 +1,8 @@
 """The language-model protocol: token prefixes in, next-token logits out.
 
 Everything above the model (decoder, search, speculation, constraints) talks to this protocol
-only. The transformers implementation is ``trellis.hf_lm.HFLanguageModel`` (imported here for
-convenience, without importing transformers); wrappers that sit in front of a model and its
-optional capabilities (``commit``, ``stats``) are in ``trellis.lm_proxy``.
+only. The transformers implementation is ``trellis.hf_lm.HFLanguageModel``; wrappers that sit in
+front of a model, and its optional capabilities (``commit``, ``stats``), are in ``trellis.lm_proxy``.
 """
 
 from __future__ import annotations

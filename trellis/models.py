@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trellis.tokens import Vocabulary
 from trellis.errors import UsageError
+from trellis.tokens import Vocabulary
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

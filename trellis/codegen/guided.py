@@ -30,6 +30,7 @@ from trellis.codegen.sandbox import TestReport, run_tests
 from trellis.codegen.suite import TestSuite, parse_tests
 from trellis.codegen.syntax import extract_program, scan_function
 from trellis.decoder import Decoder, Hypothesis
+from trellis.errors import UsageError
 from trellis.search.base import Strategy
 from trellis.search.best_of_n import BestOfN
 from trellis.search.entropy import EntropyGate
@@ -39,7 +40,6 @@ from trellis.search.tree import SearchResult, TreeRecorder, TreeSearch, path_tre
 from trellis.speculate.base import Drafter, Speculative
 from trellis.speculate.drafters import Composite, PromptLookup, TokenRecycling
 from trellis.speculate.verify import GreedyVerifier
-from trellis.errors import UsageError
 
 __all__ = ["ROLLOUTS", "SEARCHES", "SPECULATIVE_ROLLOUT", "Rewarded", "TestGuided", "lookup_and_recycling_rollout",
            "prompt_lookup_rollout"]

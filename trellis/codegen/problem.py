@@ -19,9 +19,9 @@ from trellis.codegen.guided import Rewarded, RolloutName, SearchName, TestGuided
 from trellis.codegen.sandbox import TestReport, run_tests
 from trellis.codegen.suite import TestSuite, parse_tests, split_tests
 from trellis.decoder import Decoder
+from trellis.errors import UsageError
 from trellis.search.base import Strategy
 from trellis.speculate.base import Drafter
-from trellis.errors import UsageError
 
 __all__ = ["Solution", "entry_point_of", "solve", "visible_and_held_out"]
 

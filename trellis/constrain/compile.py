@@ -38,8 +38,8 @@ from trellis.constrain.json_schema import JsonSchema
 from trellis.constrain.grammar_ir import load_bnf, load_lark
 from trellis.constrain.regex import Regex, RegexConstraint
 from trellis.constrain.scannerless import EarleyConstraint
-from trellis.tokens import Vocabulary
 from trellis.errors import UsageError
+from trellis.tokens import Vocabulary
 
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 

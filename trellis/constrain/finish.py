@@ -40,10 +40,10 @@ from typing import Any, Hashable, Sequence
 import torch
 from torch import Tensor
 
-from trellis.constrain.base import Constraint, HasByteClasses, HintsCompletion, State, forced_tokens
+from trellis.constrain.base import Constraint, ForcesTokens, HasByteClasses, HintsCompletion, State
 from trellis.constrain.walks import TokenMatrix
-from trellis.mask import allocate_bitmask, bool_to_bitmask
 from trellis.errors import UsageError
+from trellis.mask import allocate_bitmask, bool_to_bitmask
 
 # Shortest completions are a property of the inner constraint's states: share them across the
 # Budgeted wrappers of one constraint (one per generate call).
@@ -76,6 +76,10 @@ class Budgeted:
         self._edge_t = torch.tensor(sorted(by_byte.values()), dtype=torch.long)
         # With byte classes, one byte per class is enough (same next state): the search then skips
         # the mask and tries a handful of advances per state. Printable ASCII represents a class.
+        # Asked once: the completion search needs the inner forced tokens at every state it expands
+        # (up to max_states), and isinstance on a runtime protocol costs 4-7 us a call on
+        # Python 3.11 (timeit, this VM) against 0.05 us for the attribute it replaced.
+        self._forces = isinstance(inner, ForcesTokens)
         self._reps: list[int] | None = None
         if isinstance(inner, HasByteClasses):
             cls = inner.byte_classes()
@@ -113,7 +117,10 @@ class Budgeted:
 
     def forced_tokens(self, state: State) -> list[int]:
         s, left, _ = state  # type: ignore[misc]
-        return forced_tokens(self.inner, s)[: max(0, left - 1)]
+        return self._inner_forced(s)[: max(0, left - 1)]
+
+    def _inner_forced(self, s: Hashable) -> list[int]:
+        return list(self.inner.forced_tokens(s)) if self._forces else []
 
     def was_steered(self, state: State) -> bool:
         """Whether ``refine`` removed a row's best-scored token at some step of the path to
@@ -175,7 +182,7 @@ class Budgeted:
                 if known is None:
                     continue
                 return self._path(parent, s) + known
-            forced = forced_tokens(self.inner, s)
+            forced = self._inner_forced(s)
             if forced:  # a forced literal (a key, a keyword): its multi-byte tokens, not its bytes
                 edges = forced[:1]
             elif self._reps is not None:

@@ -19,8 +19,8 @@ from torch import Tensor
 from transformers import LogitsProcessor
 
 from trellis.constrain.base import Constraint, State
-from trellis.mask import allocate_bitmask, apply_bitmask_, bool_to_bitmask
 from trellis.errors import UsageError
+from trellis.mask import allocate_bitmask, apply_bitmask_, bool_to_bitmask
 
 __all__ = ["GrammarLogitsProcessor"]
 

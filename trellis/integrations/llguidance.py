@@ -24,10 +24,10 @@ from typing import Any, Literal, Mapping
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
+from trellis.errors import UsageError
 from trellis.integrations import optional_package
 from trellis.integrations.replay import ReplayConstraint
 from trellis.tokens import Vocabulary
-from trellis.errors import UsageError
 
 __all__ = ["LLGuidanceConstraint", "compile_llguidance", "lark_for_llguidance", "lltokenizer"]
 

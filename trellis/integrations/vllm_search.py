@@ -32,8 +32,8 @@ from typing import Any, Mapping, Sequence
 import networkx as nx
 
 from trellis.decoder import Hypothesis
-from trellis.search.best_of_n import BestOfN
 from trellis.errors import UsageError
+from trellis.search.best_of_n import BestOfN
 
 __all__ = ["VLLMSampler", "best_of_n", "solve_best_of_n", "CODE_STOPS"]
 

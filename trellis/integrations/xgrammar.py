@@ -18,10 +18,10 @@ from typing import Any, Literal, Mapping
 from torch import Tensor
 
 from trellis.constrain.errors import GrammarError
+from trellis.errors import UsageError
 from trellis.integrations import optional_package
 from trellis.integrations.replay import ReplayConstraint
 from trellis.tokens import Vocabulary
-from trellis.errors import UsageError
 
 __all__ = ["JSON_EBNF", "XGrammarConstraint", "compile_xgrammar", "tokenizer_info"]
 

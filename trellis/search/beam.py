@@ -15,8 +15,8 @@ from typing import Literal
 import torch
 
 from trellis.decoder import Decoder, Hypothesis
-from trellis.search.tree import Searching, SearchResult, TreeRecorder
 from trellis.errors import UsageError
+from trellis.search.tree import Searching, SearchResult, TreeRecorder
 
 EarlyStopping = bool | Literal["never"]
 

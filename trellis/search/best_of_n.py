@@ -13,9 +13,9 @@ from typing import Callable, Literal, Sequence
 import torch
 
 from trellis.decoder import Decoder, Hypothesis
+from trellis.errors import UsageError
 from trellis.sampling import sample
 from trellis.search.tree import Searching, SearchResult, TreeRecorder
-from trellis.errors import UsageError
 
 Scorer = Literal["logprob", "mean_logprob", "mbr"] | Callable[[Hypothesis], float]
 

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from trellis.decoder import Decoder, Hypothesis
+from trellis.errors import UsageError
 from trellis.sampling import entropy
 from trellis.search.base import lockstep, run_steps
 from trellis.search.lookahead import Clause, heuristic_bonus
 from trellis.search.tree import SearchResult, TreeRecorder
-from trellis.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,11 @@ class EntropyGate:
         if not 0.0 <= pause_rate <= 1.0:
             raise UsageError(f"pause_rate must be in [0, 1], got {pause_rate}")
 
+        def make(tau: float) -> "EntropyGate":
+            return cls(threshold=tau, k=k, depth=depth, clauses=clauses, value=value, lam=lam)
+
         def run(tau: float) -> tuple[float, list[float]]:
-            gate = cls(threshold=tau, k=k, depth=depth, clauses=clauses, value=value, lam=lam)
+            gate = make(tau)
             seen, paused = [], 0
             for p in prompts:
                 root = decoder.start(p)
@@ -132,9 +135,9 @@ class EntropyGate:
 
         _, greedy = run(float("inf"))
         if pause_rate == 0.0:
-            return cls(threshold=float("inf"), k=k, depth=depth, clauses=clauses, value=value, lam=lam)
+            return make(float("inf"))
         if pause_rate == 1.0:
-            return cls(threshold=float("-inf"), k=k, depth=depth, clauses=clauses, value=value, lam=lam)
+            return make(float("-inf"))
         lo, hi = min(greedy) - 1e-6, max(greedy)  # rate(lo) ~ 1, rate(hi) = 0
         tau = float(np.quantile(np.asarray(greedy), 1.0 - pause_rate))
         best = (float("inf"), tau)
@@ -146,4 +149,4 @@ class EntropyGate:
             else:
                 hi = tau
             tau = (lo + hi) / 2
-        return cls(threshold=best[1], k=k, depth=depth, clauses=clauses, value=value, lam=lam)
+        return make(best[1])

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from trellis.decoder import Decoder, Hypothesis
+from trellis.errors import UsageError
 from trellis.lm import LanguageModel
 from trellis.lm_proxy import LMProxy
 from trellis.search.base import Strategy
@@ -38,7 +39,6 @@ from trellis.search.greedy import Greedy
 from trellis.search.sample import Sample
 from trellis.search.tree import Searching, SearchResult, TreeRecorder
 from trellis.tokens import TokenTree
-from trellis.errors import UsageError
 
 
 class _MemoLM(LMProxy):

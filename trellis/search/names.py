@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from trellis.decoder import Hypothesis
+from trellis.errors import UsageError
 from trellis.search.base import Strategy
 from trellis.search.beam import Beam, DiverseBeam
 from trellis.search.best_of_n import BestOfN
@@ -16,7 +17,6 @@ from trellis.search.greedy import Greedy
 from trellis.search.lookahead import Lookahead
 from trellis.search.mcts import MCTS
 from trellis.search.sample import Sample
-from trellis.errors import UsageError
 
 STRATEGIES: dict[str, type] = {
     "greedy": Greedy, "sample": Sample, "beam": Beam, "diverse-beam": DiverseBeam, "lookahead": Lookahead,

@@ -161,7 +161,7 @@ class TreeRecorder:
 
 
 def path_tree(decoder: Decoder, root: Hypothesis, hyps: Sequence[Hypothesis]) -> nx.DiGraph:
-    """The tree of the paths to ``hyps`` (for strategies without ``search``, e.g. Greedy)."""
+    """The tree of the paths to ``hyps``: the tree of a strategy that is not a ``TreeSearch``."""
     rec = TreeRecorder(decoder, root)
     return rec.result(list(hyps), [h.logprob for h in hyps]).tree
 

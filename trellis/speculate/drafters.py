@@ -13,13 +13,13 @@ from torch import Tensor
 
 from trellis.constrain.base import advance_many, forced_tokens
 from trellis.decoder import Decoder, Hypothesis
+from trellis.errors import UsageError
 from trellis.lm_head import LMHead
 from trellis.sampling import sample
 from trellis.speculate.base import Draft, Drafter, LearningDrafter, drafter_name
 from trellis.speculate.draft_exit import AdaptiveDraftExit
 from trellis.speculate.tree import grow, select
 from trellis.tokens import TokenTree
-from trellis.errors import UsageError
 
 
 def _paths_draft(paths: Sequence[Sequence[int]], source: str, max_nodes: int) -> Draft:

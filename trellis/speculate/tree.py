@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from trellis.tokens import TokenTree
 from trellis.errors import UsageError
+from trellis.tokens import TokenTree
 
 # Successors of a drafted path (root's children for ``()``): ``(token, c)`` with c in (0, 1].
 Successors = Callable[[tuple[int, ...]], Sequence[tuple[int, float]]]

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from trellis.errors import UsageError
 from trellis.sampling import draw
 from trellis.speculate.base import Draft
-from trellis.errors import UsageError
 
 
 def _children(draft: Draft) -> dict[int, list[int]]:

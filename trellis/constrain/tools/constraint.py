@@ -12,8 +12,8 @@ from torch import Tensor
 from trellis.constrain.base import forced_tokens
 from trellis.constrain.tools.calls import Tool, as_tools
 from trellis.constrain.tools.schema import SchemaBuilder, rewrite_refs
-from trellis.tokens import Vocabulary
 from trellis.errors import UsageError
+from trellis.tokens import Vocabulary
 
 ToolChoice = Union[Literal["auto", "required", "none"], str]
 
