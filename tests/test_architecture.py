@@ -52,8 +52,9 @@ def test_no_private_name_is_imported_across_modules():
     """``from trellis.x import _name``, ``from trellis._x import ...`` or ``import trellis.x._mod``
     anywhere in the package,
     the tests or the benchmarks; the compiled extensions are imported by their one wrapper module
-    each (``kernels.py``, ``constrain/rest_walk.py``)."""
-    wrappers = {"trellis/kernels.py": "_qlinear", "trellis/constrain/rest_walk.py": "_walkc"}
+    each (``kernels.py``, ``constrain/rest_walk.py``, ``constrain/dfa_minimise.py``)."""
+    wrappers = {"trellis/kernels.py": "_qlinear", "trellis/constrain/rest_walk.py": "_walkc",
+                "trellis/constrain/dfa_minimise.py": "_dfac"}
     bad = []
     for base in ("trellis", "tests", "benchmarks", "examples"):
         for p in (ROOT / base).rglob("*.py"):

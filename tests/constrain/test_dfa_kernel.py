@@ -1,0 +1,153 @@
+"""The C DFA kernels (``trellis/constrain/_dfac.c``) return exactly what the Python code returns.
+``subset_construction``: the same tables, states numbered alike, on the NFAs of real terminal
+regexes and random NFAs (overlapping ranges, edges up to byte 255), and the same refusal past the
+state limit. ``minimal``: the DFA the numpy ``minimal`` returns, state for state: the same classes numbered the same way (walks of shapes too
+large to canonicalise are keyed by the DFA's content, so processes with either kernel must build
+the same tables), the same refusal for a regex that matches nothing, and the same unminimised
+result where Moore refinement gives up after its round limit. Inputs: the determinised DFAs of
+real terminal regexes, and random DFAs, acyclic (Revuz's path) and cyclic (trim + Moore)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trellis.constrain import dfa_minimise
+from trellis.constrain.byte_dfa import ByteDFA
+from trellis.constrain.dfa_minimise import (already_deterministic, minimal, minimal_numpy, subset_construction,
+                                            subset_construction_numpy)
+from trellis.constrain.errors import GrammarError
+from trellis.constrain.regex_compile import RegexTooLarge, regex_nfa
+
+pytestmark = pytest.mark.skipif(dfa_minimise.KERNEL != "c", reason="the C kernel is not built in this install")
+
+PATTERNS = [
+    r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"',  # a JSON string
+    r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?",  # a JSON number
+    r"[ \t\n\r]{0,64},[ \t\n\r]{0,64}",  # a flexible-whitespace separator (acyclic, ~130 states)
+    r"(?i:select|from|where)",
+    r"[a-zA-Z_]\w*",  # Unicode \w: a large UTF-8 automaton
+    r"(?:ab|a)*c",
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}",
+    r"(?:x|y){3,7}",
+    r"\s+",
+    r"(?:[^a]|a[^b])*",
+    r"(?:a{0,300}b)*",  # cyclic with a 300-state chain: Moore refinement stops at its round limit
+    r"",
+]
+
+
+def _same(a: ByteDFA, b: ByteDFA) -> None:
+    assert a.trans.dtype == b.trans.dtype == np.int32 and a.final.dtype == b.final.dtype == bool
+    assert a.trans.shape == b.trans.shape
+    assert np.array_equal(a.trans, b.trans) and np.array_equal(a.final, b.final)
+
+
+def _determinised(pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    edges, finals = regex_nfa(pattern)
+    det = already_deterministic(edges, finals, 0)
+    return det if det is not None else subset_construction(edges, finals, 0)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_c_minimal_equals_numpy_on_terminal_regexes(pattern: str) -> None:
+    trans, final = _determinised(pattern)
+    _same(minimal(trans, final, name="T", pattern=pattern), minimal_numpy(trans, final, name="T", pattern=pattern))
+
+
+def test_the_round_limit_case_is_really_exercised() -> None:
+    """(a{0,300}b)* needs more Moore rounds than the limit: both kernels return it trimmed, not
+    minimised (so the case above compares that fallback, not a minimal DFA)."""
+    trans, final = _determinised(r"(?:a{0,300}b)*")
+    out = minimal(trans, final, name="T", pattern="p")
+    assert out.trans.shape[0] == trans.shape[0]  # nothing merged...
+    assert dfa_minimise.minimise(out, max_rounds=2000).trans.shape[0] < out.trans.shape[0]  # ...though it could be
+
+
+def _random_dfa(rng: np.random.Generator, acyclic: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A random DFA with every state reachable from 0 (the contract of ``minimal``)."""
+    n = int(rng.integers(1, 40))
+    trans = np.full((n, 256), -1, dtype=np.int32)
+    for u in range(n):
+        for b in rng.choice(256, size=int(rng.integers(1, 6)), replace=False):
+            lo = u + 1 if acyclic else 0
+            if lo < n and rng.random() < 0.8:
+                trans[u, b:b + int(rng.integers(1, 4))] = int(rng.integers(lo, n))
+    final = rng.random(n) < 0.3
+    order, seen = [0], {0}
+    for u in order:
+        for v in trans[u][trans[u] >= 0].tolist():
+            if v not in seen:
+                seen.add(v)
+                order.append(v)
+    remap = np.full(n + 1, -1, dtype=np.int32)
+    remap[order] = np.arange(len(order), dtype=np.int32)
+    return remap[trans[order]], final[order]
+
+
+@pytest.mark.parametrize("acyclic", [True, False])
+def test_c_minimal_equals_numpy_on_random_dfas(acyclic: bool) -> None:
+    rng = np.random.default_rng(7 if acyclic else 8)
+    refused = merged = 0
+    for _ in range(1500):
+        trans, final = _random_dfa(rng, acyclic)
+        try:
+            want = minimal_numpy(trans, final, name="T", pattern="p")
+        except GrammarError as e:
+            with pytest.raises(GrammarError) as got:
+                minimal(trans, final, name="T", pattern="p")
+            assert str(got.value) == str(e)
+            refused += 1
+            continue
+        got_dfa = minimal(trans, final, name="T", pattern="p")
+        _same(got_dfa, want)
+        merged += got_dfa.trans.shape[0] < trans.shape[0]
+    assert refused > 50 and merged > 200  # both outcomes exercised, and states really merged
+
+
+def test_c_minimal_tables_are_writable_arrays() -> None:
+    trans, final = _determinised(r"[ab]+c")
+    out = minimal(trans, final, name="T", pattern="p")
+    assert out.trans.flags.writeable and out.trans.flags.c_contiguous and out.trans.shape[1] == 256
+    out.trans.copy()[0, 0] = 5  # (callers freeze shared DFAs themselves: regex.terminal_parts)
+
+
+def _same_tables(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> None:
+    assert a[0].dtype == b[0].dtype == np.int32 and a[1].dtype == b[1].dtype == bool
+    assert a[0].shape == b[0].shape and np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_c_subset_construction_equals_python_on_terminal_regexes(pattern: str) -> None:
+    edges, finals = regex_nfa(pattern)
+    _same_tables(subset_construction(edges, finals, 0), subset_construction_numpy(edges, finals, 0))
+
+
+def test_c_subset_construction_equals_python_on_random_nfas() -> None:
+    rng = np.random.default_rng(11)
+    grew = 0
+    for _ in range(1500):
+        n = int(rng.integers(1, 12))
+        edges = []
+        for _u in range(n):
+            es = []
+            for _e in range(int(rng.integers(0, 6))):
+                lo = int(rng.integers(0, 256))
+                hi = min(255, lo + int(rng.integers(0, 40)) if rng.random() < 0.8 else 255)
+                es.append((lo, hi, int(rng.integers(0, n))))
+            edges.append(es)
+        finals = {int(x) for x in rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)}
+        got, want = subset_construction(edges, finals, 0), subset_construction_numpy(edges, finals, 0)
+        _same_tables(got, want)
+        grew += got[0].shape[0] > n
+    assert grew > 100  # subsets really formed (more DFA states than NFA states)
+
+
+def test_c_subset_construction_refuses_past_the_state_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    edges, finals = regex_nfa(r"(?:a|b)*a(?:a|b){6}")  # 2^7 subsets
+    assert subset_construction(edges, finals, 0)[0].shape[0] > 100
+    monkeypatch.setattr(dfa_minimise, "MAX_DFA_STATES", 100)
+    with pytest.raises(RegexTooLarge, match="passes 100 states"):
+        subset_construction(edges, finals, 0)
+    with pytest.raises(RegexTooLarge, match="passes 100 states"):
+        subset_construction_numpy(edges, finals, 0)
