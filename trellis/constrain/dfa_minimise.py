@@ -3,7 +3,8 @@
 Stage: the subset construction (and its shortcut for NFAs that are deterministic already), then
 trimming and minimisation (bottom-up for acyclic DFAs, else Moore refinement on hashed
 signatures, checked as a bisimulation). ``regex.py`` feeds it the NFAs of ``regex_compile.py``;
-``lookaround.py`` its own.
+``lookaround.py`` its own. The subset construction and ``minimal`` run in C where ``_dfac.c`` is
+built (same tables; the code here is the fallback and the reference).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from trellis.constrain.byte_dfa import ByteDFA, trim
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.regex_compile import RegexTooLarge
 
-# ``dfac``: the C kernel of ``minimal`` (setup.py builds it; an install without a compiler runs the
-# numpy code below, which gives the same DFA state for state: tests/constrain/test_dfa_kernel.py),
-# or None. ``TRELLIS_DFA_KERNEL=numpy`` forces numpy.
+# ``dfac``: the C kernels of ``subset_construction`` and ``minimal`` (setup.py builds them; an install
+# without a compiler runs the Python/numpy code below, which gives the same tables state for state:
+# tests/constrain/test_dfa_kernel.py), or None. ``TRELLIS_DFA_KERNEL=numpy`` forces the fallback.
 try:
     from trellis.constrain import _dfac as dfac
 except ImportError:  # pragma: no cover - depends on the install
@@ -148,8 +149,8 @@ def already_deterministic(edges: list[list[tuple[int, int, int]]], finals: set[i
 
 def minimal(trans: np.ndarray, final: np.ndarray, *, name: str, pattern: str) -> ByteDFA:
     """Trimmed minimal DFA of ``trans`` (every state reachable from 0): ``minimal_acyclic`` where
-    the DFA has no cycle, else ``minimise(trim(...))``; in C where the kernel is built (a JSON
-    string's 18-state DFA: 0.56 ms in numpy, microseconds in C; ``_dfac.c``)."""
+    the DFA has no cycle, else ``minimise(trim(...))``; in C where the kernel is built (``_dfac.c``:
+    the 1,654 terminal DFAs of 400 maskbench schemas 1,004 -> 84 ms, commit 0bbad7b)."""
     if dfac is not None:
         out = dfac.minimal(np.ascontiguousarray(trans, dtype=np.int32), np.ascontiguousarray(final, dtype=bool))
         if out is None:
