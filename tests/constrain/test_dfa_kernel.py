@@ -151,3 +151,18 @@ def test_c_subset_construction_refuses_past_the_state_limit(monkeypatch: pytest.
         subset_construction(edges, finals, 0)
     with pytest.raises(RegexTooLarge, match="passes 100 states"):
         subset_construction_numpy(edges, finals, 0)
+
+
+@pytest.mark.parametrize("edges", [[[(0, 300, 0)]], [[(5, 2, 0)]], [[(0, 1, 7)]], [[(0, 1)]], [None], 5])
+def test_c_subset_construction_refuses_malformed_nfas(edges: object) -> None:
+    """Bytes outside 0..255, an empty range, a node that does not exist, a short edge, a node that
+    is not a list: a typed error from the kernel, never a crash or a table built from garbage."""
+    with pytest.raises((ValueError, TypeError)):
+        dfa_minimise.dfac.subset_construction(edges, set(), 0, 100)
+    with pytest.raises(ValueError):
+        dfa_minimise.dfac.subset_construction([[]], set(), 3, 100)  # no such start state
+
+
+def test_c_minimal_refuses_a_table_of_the_wrong_size() -> None:
+    with pytest.raises(ValueError):
+        dfa_minimise.dfac.minimal(np.zeros(10, dtype=np.int32), np.ones(1, dtype=bool))
