@@ -32,6 +32,27 @@
 
 #define MAX_ROUNDS 200
 
+/* FNV-1a over int32 values (both hash tables here: Moore/Revuz signatures and subsets). */
+static uint64_t hash_ints(const int32_t *x, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= (uint32_t)x[i];
+        h *= 1099511628211ULL;
+    }
+    return h ^ (h >> 31);
+}
+
+/* Two new bytearrays for a result: k rows of 256 int32 transitions and k final flags; -1 (with
+ * the Python error set) when out of memory. */
+static int new_tables(Py_ssize_t k, PyObject **tb, PyObject **fb) {
+    *tb = PyByteArray_FromStringAndSize(NULL, k * 256 * 4);
+    *fb = PyByteArray_FromStringAndSize(NULL, k);
+    if (*tb && *fb) return 0;
+    Py_XDECREF(*tb);
+    Py_XDECREF(*fb);
+    return -1;
+}
+
 typedef struct {
     int32_t *slot; /* state whose signature sits there, -1: empty */
     size_t mask;
@@ -56,12 +77,7 @@ static void table_clear(table *h) { memset(h->slot, 0xff, (h->mask + 1) * sizeof
 /* The state holding ``u``'s signature first (``u`` itself when it is new). */
 static int32_t table_intern(table *h, int32_t u) {
     const int32_t *s = h->sig + (size_t)u * h->width;
-    uint64_t x = 1469598103934665603ULL;
-    for (Py_ssize_t i = 0; i < h->width; i++) {
-        x ^= (uint32_t)s[i];
-        x *= 1099511628211ULL;
-    }
-    size_t i = (size_t)(x ^ (x >> 29)) & h->mask;
+    size_t i = (size_t)hash_ints(s, h->width) & h->mask;
     for (;;) {
         int32_t v = h->slot[i];
         if (v < 0) {
@@ -91,13 +107,8 @@ static int byte_classes(const int32_t *t, Py_ssize_t n, int *reps) {
 
 static PyObject *result(const int32_t *t, const uint8_t *f, Py_ssize_t n, const int32_t *cls, Py_ssize_t k) {
     /* rows of the first state of each class (classes numbered by first state), successors mapped */
-    PyObject *tb = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)k * 256 * 4);
-    PyObject *fb = PyByteArray_FromStringAndSize(NULL, k);
-    if (!tb || !fb) {
-        Py_XDECREF(tb);
-        Py_XDECREF(fb);
-        return NULL;
-    }
+    PyObject *tb, *fb;
+    if (new_tables(k, &tb, &fb) < 0) return NULL;
     int32_t *out = (int32_t *)PyByteArray_AS_STRING(tb);
     uint8_t *fo = (uint8_t *)PyByteArray_AS_STRING(fb);
     Py_ssize_t next = 0;
@@ -364,22 +375,13 @@ typedef struct {
     size_t mask;
 } subsets;
 
-static uint64_t hash_nodes(const int32_t *x, Py_ssize_t n) {
-    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        h ^= (uint32_t)x[i];
-        h *= 1099511628211ULL;
-    }
-    return h ^ (h >> 31);
-}
-
 static int subsets_grow(subsets *S) {
     size_t cap = (S->mask + 1) * 2;
     int32_t *slot = (int32_t *)malloc(cap * sizeof(int32_t));
     if (!slot) return -1;
     memset(slot, 0xff, cap * sizeof(int32_t));
     for (Py_ssize_t i = 0; i < S->start.n; i++) {
-        size_t j = (size_t)hash_nodes(S->pool.a + S->start.a[i], S->size.a[i]) & (cap - 1);
+        size_t j = (size_t)hash_ints(S->pool.a + S->start.a[i], S->size.a[i]) & (cap - 1);
         while (slot[j] >= 0) j = (j + 1) & (cap - 1);
         slot[j] = (int32_t)i;
     }
@@ -391,7 +393,7 @@ static int subsets_grow(subsets *S) {
 
 /* The id of subset ``x`` (sorted, distinct), added if new; -1 no memory, -2 past ``limit``. */
 static Py_ssize_t subsets_intern(subsets *S, const int32_t *x, Py_ssize_t n, Py_ssize_t limit) {
-    size_t j = (size_t)hash_nodes(x, n) & S->mask;
+    size_t j = (size_t)hash_ints(x, n) & S->mask;
     for (;;) {
         int32_t v = S->slot[j];
         if (v < 0) break;
@@ -584,13 +586,9 @@ static PyObject *subset_construction(PyObject *self, PyObject *args) {
     }
     {
         Py_ssize_t n = fin.n;
-        PyObject *tb = PyByteArray_FromStringAndSize((const char *)trans.a, n * 256 * 4);
-        PyObject *fb = PyByteArray_FromStringAndSize(NULL, n);
-        if (!tb || !fb) {
-            Py_XDECREF(tb);
-            Py_XDECREF(fb);
-            goto out;
-        }
+        PyObject *tb, *fb;
+        if (new_tables(n, &tb, &fb) < 0) goto out;
+        memcpy(PyByteArray_AS_STRING(tb), trans.a, (size_t)n * 256 * 4);
         uint8_t *fo = (uint8_t *)PyByteArray_AS_STRING(fb);
         for (Py_ssize_t i = 0; i < n; i++) fo[i] = (uint8_t)fin.a[i];
         res = Py_BuildValue("(NNn)", tb, fb, n);
