@@ -1,10 +1,10 @@
 """Build of the optional C kernels (everything else is in pyproject.toml).
 
 ``trellis.constrain._walkc`` runs the vocabulary walks of the grammar engine (see its source for
-why); ``trellis.constrain._dfac`` minimises the DFA of each terminal of a new grammar;
+why); ``trellis.constrain._dfac`` determinises and minimises the DFA of each terminal of a new grammar;
 ``trellis._qlinear`` multiplies by weights stored as exact int8 blocks (the LM head of a Q8_0
 GGUF; see its source). All three are ``optional=True``: without a C compiler the install still
-succeeds, the engine uses its numpy walks and minimisation, which return the same results
+succeeds, the engine uses its numpy walks and Python determinising and minimising, which return the same results
 (``trellis.constrain.rest_walk.KERNEL`` and ``trellis.constrain.dfa_minimise.KERNEL`` say which),
 and the linears keep the BLAS kernels.
 """

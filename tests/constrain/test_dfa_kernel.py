@@ -37,13 +37,18 @@ PATTERNS = [
 ]
 
 
+def _same_tables(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> None:
+    """Equal (trans, final) tables: same dtypes, shapes and entries."""
+    assert a[0].dtype == b[0].dtype == np.int32 and a[1].dtype == b[1].dtype == bool
+    assert a[0].shape == b[0].shape and np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
 def _same(a: ByteDFA, b: ByteDFA) -> None:
-    assert a.trans.dtype == b.trans.dtype == np.int32 and a.final.dtype == b.final.dtype == bool
-    assert a.trans.shape == b.trans.shape
-    assert np.array_equal(a.trans, b.trans) and np.array_equal(a.final, b.final)
+    _same_tables((a.trans, a.final), (b.trans, b.final))
 
 
-def _determinised(pattern: str) -> tuple[np.ndarray, np.ndarray]:
+def determinised(pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    """(trans, final) of ``pattern`` as the regex compiler determinises it, before minimisation."""
     edges, finals = regex_nfa(pattern)
     det = already_deterministic(edges, finals, 0)
     return det if det is not None else subset_construction(edges, finals, 0)
@@ -51,14 +56,14 @@ def _determinised(pattern: str) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_c_minimal_equals_numpy_on_terminal_regexes(pattern: str) -> None:
-    trans, final = _determinised(pattern)
+    trans, final = determinised(pattern)
     _same(minimal(trans, final, name="T", pattern=pattern), minimal_numpy(trans, final, name="T", pattern=pattern))
 
 
 def test_the_round_limit_case_is_really_exercised() -> None:
     """(a{0,300}b)* needs more Moore rounds than the limit: both kernels return it trimmed, not
     minimised (so the case above compares that fallback, not a minimal DFA)."""
-    trans, final = _determinised(r"(?:a{0,300}b)*")
+    trans, final = determinised(r"(?:a{0,300}b)*")
     out = minimal(trans, final, name="T", pattern="p")
     assert out.trans.shape[0] == trans.shape[0]  # nothing merged...
     assert dfa_minimise.minimise(out, max_rounds=2000).trans.shape[0] < out.trans.shape[0]  # ...though it could be
@@ -106,15 +111,10 @@ def test_c_minimal_equals_numpy_on_random_dfas(acyclic: bool) -> None:
 
 
 def test_c_minimal_tables_are_writable_arrays() -> None:
-    trans, final = _determinised(r"[ab]+c")
+    trans, final = determinised(r"[ab]+c")
     out = minimal(trans, final, name="T", pattern="p")
     assert out.trans.flags.writeable and out.trans.flags.c_contiguous and out.trans.shape[1] == 256
     out.trans.copy()[0, 0] = 5  # (callers freeze shared DFAs themselves: regex.terminal_parts)
-
-
-def _same_tables(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> None:
-    assert a[0].dtype == b[0].dtype == np.int32 and a[1].dtype == b[1].dtype == bool
-    assert a[0].shape == b[0].shape and np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)

@@ -114,13 +114,11 @@ def test_regex_forced_tokens() -> None:
 
 def _unminimised(pattern: str):
     """The trimmed DFA of ``pattern`` as determinised, before minimisation."""
-    import trellis.constrain.dfa_minimise as M
     from trellis.constrain.byte_dfa import trim
-    from trellis.constrain.regex_compile import regex_nfa
 
-    edges, finals = regex_nfa(pattern)
-    det = M.already_deterministic(edges, finals, 0)
-    return trim(*(det if det is not None else M.subset_construction(edges, finals, 0)))
+    from .test_dfa_kernel import determinised
+
+    return trim(*determinised(pattern))
 
 
 def test_minimised_byte_dfas_keep_the_language_and_merge_utf8_copies() -> None:
