@@ -495,7 +495,10 @@ def test_walks_over_leftovers_are_shared_across_grammars_and_runs(tmp_path, monk
     from trellis.constrain.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    from trellis.constrain import scannerless
+
     monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 0.0)
+    monkeypatch.setattr(scannerless, "WALK_DISK_MIN", 0)  # this vocabulary's leftover sets are small
     clear_caches()
     v = random_vocab(b"ab (),", random.Random(7), 120)
     g1 = 'start: NAME ("," NAME)*\nNAME: /[a-z]+/\n%ignore / +/\n'

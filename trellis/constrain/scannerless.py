@@ -233,7 +233,9 @@ class EarleyConstraint:
                 return packed, w
 
             shared = self.share
-            hit = SHARED.get(self._vocab_fp, key, build) if shared else build()
+            # A literal's walk (two bisects per prefix) is never slow enough to be persisted
+            # (walk_cache.PERSIST_MIN_S), so it is not looked up on disk either.
+            hit = SHARED.get(self._vocab_fp, key, build, disk=key[0][0] != "lit") if shared else build()
             if hit[1].cross is not None:
                 if shared and hit[1].cross.key is None:  # (the disk copy does not keep it)
                     hit[1].cross.key = key_digest(key)
@@ -274,7 +276,7 @@ class EarleyConstraint:
                 if self.share and rs.key is not None:
                     skey = ("x", rs.key, shape)
                     w = SHARED.get(self._vocab_fp, skey, lambda: (_NOTHING, walk(
-                        dfa.trans, dfa.final, q, rs, self.tm, follow)))[1]
+                        dfa.trans, dfa.final, q, rs, self.tm, follow)), disk=len(rs) >= WALK_DISK_MIN)[1]
                     if w.cross is not None and w.cross.key is None:
                         w.cross.key = key_digest(skey)
                 else:
@@ -356,7 +358,11 @@ class EarleyConstraint:
 
         Rests are stepped a byte at a time, grouped by chart state: a chart state is one value
         per prefix, so rests that reach equal states share every later step, and each (state,
-        byte) pair is one memoised ``Earley.step``."""
+        byte) pair is one memoised ``Earley.step``. Small sets (the usual case: a median of 2
+        rests on sql_select.lark) are stepped rest by rest in plain Python instead
+        (``_chart_walk_small``): the grouping below costs ~15 numpy calls a byte."""
+        if len(rs) <= CHART_WALK_SMALL:
+            return self._chart_walk_small(state, rs)
         live = self._live(state)
         flat = self.tm.mat_t.reshape(-1)
         stride = self.tm.mat_t.shape[1]
@@ -386,6 +392,27 @@ class EarleyConstraint:
                                        (np.concatenate([prev[0], r[lo:hi]]), np.concatenate([prev[1], k[lo:hi]])))
             groups = nxt_groups
         return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
+
+    def _chart_walk_small(self, state: ChartState, rs: RestSet) -> np.ndarray:
+        """``_chart_walk`` one rest at a time: each rest is the last ``length`` bytes of its token;
+        equal byte strings (suffixes of different tokens) are stepped once."""
+        toks, step = self._toks, self.earley.step
+        seen: dict[bytes, bool] = {}
+        out = []
+        for i, (t, n) in enumerate(zip(rs.tid.tolist(), rs.length.tolist())):
+            tok = toks[t]
+            rest = tok[len(tok) - n:]
+            ok = seen.get(rest)
+            if ok is None:
+                st: ChartState | None = state
+                for b in rest:
+                    st = step(st, b)  # type: ignore[arg-type]
+                    if st is None:
+                        break
+                ok = seen[rest] = st is not None
+            if ok:
+                out.append(i)
+        return np.array(out, dtype=np.int64)
 
     def _over(self, memo: str, *states: ChartState | None) -> bool:
         """Count ``states``' scans against ``memo``'s share of ``MEMO_SCANS``; True (and the count
@@ -460,6 +487,15 @@ MEMO_SCANS = 1 << 21
 # whose terminals abut (Lark's composition_csv: WORD WORD) every level re-splits every suffix
 # (20 GB at depth unbounded).
 SPLIT_DEPTH = 2
+# Rest sets up to this size are chart-walked rest by rest in Python (``_chart_walk_small``):
+# sql_select.lark's 144-token benchmark document, fresh (bench_fresh's sql_select doc 2), 333 -> 289
+# ms, median of 6 alternating in one process (0 vs 64; 1024 was no better).
+CHART_WALK_SMALL = 64
+# Walks of fewer leftovers than this take well under ``walk_cache.PERSIST_MIN_S`` (2 ms; the C
+# walk of sql_select.lark's leftover sets: 63 us on average), so they are never written to disk and
+# not looked up there (the key digest and path of a lookup: 30 ms of 372 lookups on that document,
+# under line_profiler).
+WALK_DISK_MIN = 4096
 
 
 def _canonical(dfa: ByteDFA, q: int) -> tuple[Hashable, bool]:

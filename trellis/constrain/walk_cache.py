@@ -51,14 +51,16 @@ class SharedWalks:
             self._mem.clear()
             self._bytes = 0
 
-    def get(self, vocab_fp: str, shape: Hashable, build: Callable[[], Entry]) -> Entry:
+    def get(self, vocab_fp: str, shape: Hashable, build: Callable[[], Entry], *, disk: bool = True) -> Entry:
+        """The entry for ``shape``: from memory, else from disk (unless ``disk`` is False: for
+        walks too cheap to have been persisted), else ``build()``."""
         key = (vocab_fp, shape)
         with self._lock:
             hit = self._mem.get(key)
             if hit is not None:
                 self._mem.move_to_end(key)
                 return hit
-        path = _path(vocab_fp, shape)
+        path = _path(vocab_fp, shape) if disk else None
         hit = _read(path) if path is not None and _on_disk(path) else None
         if hit is None:
             t0 = time.perf_counter()

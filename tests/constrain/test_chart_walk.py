@@ -1,0 +1,69 @@
+"""The two chart walks of ``EarleyConstraint`` agree: ``_chart_walk`` steps a set of token rests
+through the Earley chart grouped by chart state, one numpy pass per byte; ``_chart_walk_small``
+(sets up to ``scannerless.CHART_WALK_SMALL``) steps them one at a time in Python. Both must
+return exactly the rests the chart takes whole, which ``Earley.walk`` decides byte by byte."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from tests.constrain.test_earley import random_vocab
+from trellis.constrain import compile, scannerless
+from trellis.constrain.compile import load_grammar_text
+from trellis.constrain.rest_walk import RestSet
+
+
+def _rests(c, rng: random.Random, n: int) -> RestSet:
+    """``n`` random suffixes of random tokens (some repeated, some equal as bytes)."""
+    tm = c.tm
+    ids = [t for t in range(tm.size) if tm.valid[t]]
+    tid, base, length = [], [], []
+    for _ in range(n):
+        t = rng.choice(ids)
+        off = rng.randrange(len(c.vocab.tokens[t]))
+        tid.append(t)
+        base.append(off * tm.mat_t.shape[1] + int(tm.rank[t]))
+        length.append(len(c.vocab.tokens[t]) - off)
+    rs, _ = RestSet.of(tm, np.array(tid, dtype=np.int64), np.array(base, dtype=np.int64),
+                       np.array(length, dtype=np.int32))
+    return rs
+
+
+def _brute(c, state, rs: RestSet) -> list[int]:
+    toks = c.vocab.tokens
+    out = []
+    for i, (t, n) in enumerate(zip(rs.tid.tolist(), rs.length.tolist())):
+        if c.earley.walk(state, toks[t][len(toks[t]) - n:]) is not None:
+            out.append(i)
+    return out
+
+
+@pytest.mark.parametrize("name", ["json.lark", "sql_select.lark", "arithmetic.lark", "csv.lark"])
+def test_small_and_grouped_chart_walks_equal_the_recogniser(name: str, monkeypatch) -> None:
+    text, _ = load_grammar_text(name)
+    rng = random.Random(5)
+    alphabet = bytes(sorted(set(text.encode()) - {ord("/"), ord("%")} | set(b" \n0123456789abcxyz\"")))
+    c = compile(name, random_vocab(alphabet, rng), cache=False)
+    checked = nonempty = 0
+    for _ in range(6):
+        s = c.start()
+        for _ in range(12):
+            for n in (0, 1, 5, 40, 200):
+                rs = _rests(c, rng, n)
+                want = _brute(c, s, rs)
+                small = c._chart_walk_small(s, rs)
+                monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", -1)  # the grouped walk, any size
+                grouped = c._chart_walk(s, rs)
+                monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", 64)
+                assert small.dtype == grouped.dtype == np.int64
+                assert small.tolist() == grouped.tolist() == want
+                checked += 1
+                nonempty += bool(want)
+            allowed = [t for t in range(c.tm.size) if c.tm.valid[t] and c.advance(s, t) is not None]
+            if not allowed:
+                break
+            s = c.advance(s, rng.choice(allowed))
+    assert checked > 100 and nonempty > 20, (checked, nonempty)
