@@ -133,6 +133,10 @@ class Earley:
         self._sets: "weakref.WeakValueDictionary[frozenset, ESet]" = weakref.WeakValueDictionary()
         self._futures: "weakref.WeakValueDictionary[tuple, ESet]" = weakref.WeakValueDictionary()
         self._made = 0  # item sets made since the last _forget (MAX_SETS)
+        # The boundary after several terminals complete at one byte, by the (terminal, start set)
+        # pairs (``step``): their kernel is large where many items wait (lark.lark: building and
+        # hashing it was 0.9 s of a 24-token document's 4 s of fresh masks), the pairs are few.
+        self._after_many: dict[frozenset, ESet] = {}
         self._live_rows: dict[tuple[int, int], int] = {}  # (scan, DFA state) -> live bytes as bits
         self._predicted: dict[tuple[frozenset, frozenset], Predicted] = {}
         self._predicted_by_content: dict[tuple[frozenset, bool], Predicted] = {}
@@ -328,6 +332,7 @@ class Earley:
         self._sets.clear()
         self._futures.clear()
         self._guarded_starts.clear()
+        self._after_many.clear()
         self._steps.clear()
         self._steps_scans = 0
         self._made = 0
@@ -408,7 +413,12 @@ class Earley:
         elif done:
             # Terminals completed at one byte make ONE Earley set (as in Earley's algorithm): its
             # predictions are shared instead of repeated per completing scan.
-            a = self._close(self._next_kernel(done))
+            key = frozenset(done)
+            a = self._after_many.get(key)  # type: ignore[assignment]
+            if a is None:
+                if len(self._after_many) > MAX_SETS:
+                    self._after_many.clear()
+                a = self._after_many[key] = self._close(self._next_kernel(done))
             out |= a.starts
             acc |= a.accepting
         res = (frozenset(out), acc) if out or acc else None
