@@ -68,6 +68,7 @@ from torch import Tensor
 from trellis.constrain.byte_dfa import ByteDFA
 from trellis.constrain.cut_walk import Simulation, patch
 from trellis.constrain.earley import ChartState, Earley
+from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
 from trellis.constrain.literal_walk import literal_at, walk_literal_rests, walk_literal_vocabulary
 from trellis.constrain.rest_walk import RestSet, Walk, walk
@@ -129,7 +130,8 @@ class EarleyConstraint:
             return hit  # type: ignore[return-value]
         if not 0 <= token < self.tm.size or not self.tm.valid[token]:
             return None
-        nxt = self.earley.walk(state, self._toks[token])  # type: ignore[arg-type]
+        with paused():
+            nxt = self.earley.walk(state, self._toks[token])  # type: ignore[arg-type]
         if len(self._advance) > 1 << 18 or self._over("advance", state, nxt):
             self._advance.clear()
         self._advance[key] = nxt
@@ -147,7 +149,8 @@ class EarleyConstraint:
         if m is not None:
             self._masks.move_to_end(state)  # type: ignore[arg-type]
             return m
-        m = self._token_mask(state)  # type: ignore[arg-type]
+        with paused():
+            m = self._token_mask(state)  # type: ignore[arg-type]
         if state[1]:  # type: ignore[index]
             m = m | self._eos
         self._masks[state] = m  # type: ignore[index]
