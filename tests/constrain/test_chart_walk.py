@@ -1,7 +1,8 @@
 """The two chart walks of ``EarleyConstraint`` agree: ``_chart_walk`` steps a set of token rests
 through the Earley chart grouped by chart state, one numpy pass per byte; ``_chart_walk_small``
-(sets up to ``scannerless.CHART_WALK_SMALL``) steps them one at a time in Python. Both must
-return exactly the rests the chart takes whole, which ``Earley.walk`` decides byte by byte."""
+(sets up to ``scannerless.CHART_WALK_SMALL``) steps them one at a time in Python, and the grouped
+walk finishes groups of up to ``CHART_GROUP_SMALL`` rests the same way. All must return exactly the
+rests the chart takes whole, which ``Earley.walk`` decides byte by byte."""
 
 from __future__ import annotations
 
@@ -56,10 +57,13 @@ def test_small_and_grouped_chart_walks_equal_the_recogniser(name: str, monkeypat
                 want = _brute(c, s, rs)
                 small = c._chart_walk_small(s, rs)
                 monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", -1)  # the grouped walk, any size
-                grouped = c._chart_walk(s, rs)
+                hybrid = c._chart_walk(s, rs)  # small groups finished in Python
+                monkeypatch.setattr(scannerless, "CHART_GROUP_SMALL", 0)
+                grouped = c._chart_walk(s, rs)  # every group by numpy
                 monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", 64)
-                assert small.dtype == grouped.dtype == np.int64
-                assert small.tolist() == grouped.tolist() == want
+                monkeypatch.setattr(scannerless, "CHART_GROUP_SMALL", 4)
+                assert small.dtype == grouped.dtype == hybrid.dtype == np.int64
+                assert small.tolist() == grouped.tolist() == hybrid.tolist() == want
                 checked += 1
                 nonempty += bool(want)
             allowed = [t for t in range(c.tm.size) if c.tm.valid[t] and c.advance(s, t) is not None]

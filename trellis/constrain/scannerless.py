@@ -373,9 +373,16 @@ class EarleyConstraint:
         step = self.earley.step
         groups: dict = {state: (idx, np.zeros(len(idx), dtype=np.int64))} if len(idx) else {}
         out: list[np.ndarray] = []
+        toks, tid, length = self._toks, rs.tid, rs.length
         while groups:
             nxt_groups: dict = {}
             for st, (r, k) in groups.items():
+                if len(r) <= CHART_GROUP_SMALL:  # a few rests left in this state: finish in Python
+                    took = self._take(st, ((i, toks[t][len(toks[t]) - n + j:]) for i, t, n, j in
+                                           zip(r.tolist(), tid[r].tolist(), length[r].tolist(), k.tolist())))
+                    if took:
+                        out.append(np.array(took, dtype=np.int64))
+                    continue
                 done = rs.length[r] == k
                 if done.any():
                     out.append(r[done])
@@ -397,14 +404,18 @@ class EarleyConstraint:
         return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
 
     def _chart_walk_small(self, state: ChartState, rs: RestSet) -> np.ndarray:
-        """``_chart_walk`` one rest at a time: each rest is the last ``length`` bytes of its token;
-        equal byte strings (suffixes of different tokens) are stepped once."""
-        toks, step = self._toks, self.earley.step
+        """``_chart_walk`` one rest at a time: each rest is the last ``length`` bytes of its token."""
+        toks = self._toks
+        return np.array(self._take(state, ((i, toks[t][len(toks[t]) - n:]) for i, (t, n) in
+                                           enumerate(zip(rs.tid.tolist(), rs.length.tolist())))), dtype=np.int64)
+
+    def _take(self, state: ChartState, rests) -> list[int]:
+        """The ``i`` of the ``(i, bytes)`` pairs whose bytes the chart takes whole from ``state``,
+        in their order; equal byte strings (suffixes of different tokens) are stepped once."""
+        step = self.earley.step
         seen: dict[bytes, bool] = {}
         out = []
-        for i, (t, n) in enumerate(zip(rs.tid.tolist(), rs.length.tolist())):
-            tok = toks[t]
-            rest = tok[len(tok) - n:]
+        for i, rest in rests:
             ok = seen.get(rest)
             if ok is None:
                 st: ChartState | None = state
@@ -415,7 +426,7 @@ class EarleyConstraint:
                 ok = seen[rest] = st is not None
             if ok:
                 out.append(i)
-        return np.array(out, dtype=np.int64)
+        return out
 
     def _over(self, memo: str, *states: ChartState | None) -> bool:
         """Count ``states``' scans against ``memo``'s share of ``MEMO_SCANS``; True (and the count
@@ -494,6 +505,12 @@ SPLIT_DEPTH = 2
 # sql_select.lark's 144-token benchmark document, fresh (bench_fresh's sql_select doc 2), 333 -> 289
 # ms, median of 6 alternating in one process (0 vs 64; 1024 was no better).
 CHART_WALK_SMALL = 64
+# Inside a grouped chart walk, a chart state left with at most this many rests finishes them in
+# Python (``_take``): the groups fragment by chart state within a few bytes. lark.lark's fresh
+# documents 2 and 8 (a mask inside a comment, its leftovers through chart states of ~20 scans):
+# 261 -> 230 and 722 -> 670 ms (min of 6, alternating in one process; 0 vs 32; 128 no better);
+# sql_select unchanged (its sets are small before any grouping).
+CHART_GROUP_SMALL = 32
 # Walks of fewer leftovers than this take well under ``walk_cache.PERSIST_MIN_S`` (2 ms; the C
 # walk of sql_select.lark's leftover sets: 63 us on average), so they are never written to disk and
 # not looked up there (the key digest and path of a lookup: 30 ms of 372 lookups on that document,
