@@ -373,13 +373,11 @@ class EarleyConstraint:
         step = self.earley.step
         groups: dict = {state: (idx, np.zeros(len(idx), dtype=np.int64))} if len(idx) else {}
         out: list[np.ndarray] = []
-        toks, tid, length = self._toks, rs.tid, rs.length
         while groups:
             nxt_groups: dict = {}
             for st, (r, k) in groups.items():
                 if len(r) <= CHART_GROUP_SMALL:  # a few rests left in this state: finish in Python
-                    took = self._take(st, ((i, toks[t][len(toks[t]) - n + j:]) for i, t, n, j in
-                                           zip(r.tolist(), tid[r].tolist(), length[r].tolist(), k.tolist())))
+                    took = self._take(st, rs, r.tolist(), k.tolist())
                     if took:
                         out.append(np.array(took, dtype=np.int64))
                     continue
@@ -404,18 +402,19 @@ class EarleyConstraint:
         return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
 
     def _chart_walk_small(self, state: ChartState, rs: RestSet) -> np.ndarray:
-        """``_chart_walk`` one rest at a time: each rest is the last ``length`` bytes of its token."""
-        toks = self._toks
-        return np.array(self._take(state, ((i, toks[t][len(toks[t]) - n:]) for i, (t, n) in
-                                           enumerate(zip(rs.tid.tolist(), rs.length.tolist())))), dtype=np.int64)
+        """``_chart_walk`` one rest at a time."""
+        return np.array(self._take(state, rs, list(range(len(rs))), [0] * len(rs)), dtype=np.int64)
 
-    def _take(self, state: ChartState, rests) -> list[int]:
-        """The ``i`` of the ``(i, bytes)`` pairs whose bytes the chart takes whole from ``state``,
-        in their order; equal byte strings (suffixes of different tokens) are stepped once."""
-        step = self.earley.step
+    def _take(self, state: ChartState, rs: RestSet, idx: list[int], done: list[int]) -> list[int]:
+        """The rests ``idx`` of ``rs`` whose bytes after the first ``done[j]`` the chart takes whole
+        from ``state``, in their order (a rest is the last ``length`` bytes of its token); equal byte
+        strings (suffixes of different tokens) are stepped once."""
+        toks, step = self._toks, self.earley.step
         seen: dict[bytes, bool] = {}
         out = []
-        for i, rest in rests:
+        for i, t, n, j in zip(idx, rs.tid[idx].tolist(), rs.length[idx].tolist(), done):
+            tok = toks[t]
+            rest = tok[len(tok) - n + j:]
             ok = seen.get(rest)
             if ok is None:
                 st: ChartState | None = state
