@@ -32,7 +32,7 @@ disk write runs on a background thread and is awaited before the warm compile, u
 xgrammar compiler without cache; a new LLMatcher; a new outlines ``Index``; ``--cold-repeats N``
 reports the median of N cold compiles, outlines-core excepted) and warm (trellis: disk-cached tables, memo cleared; xgrammar: its
 compiler cache; outlines: unpickling the index; llguidance has no cache). Tokenizer preprocessing
-(trellis' token matrix, xgrammar TokenizerInfo, llguidance LLTokenizer, outlines Vocabulary) is
+(trellis' per-vocabulary tables (``prepare_vocabulary``), xgrammar TokenizerInfo, llguidance LLTokenizer, outlines Vocabulary) is
 per tokenizer, not per grammar: it is timed once, printed, and excluded from compile times.
 Per-token mask time: at every position of every walk, each engine's ``fill_mask`` alone is
 timed (after advancing), engines interleaved so that machine noise hits all alike; median and
@@ -305,12 +305,12 @@ def trellis_engines(name: str, vocab: Vocabulary) -> tuple[list[EngineResult], l
 
 
 def trellis_vocab_setup(vocab: Vocabulary) -> float | None:
-    """Build trellis' per-vocabulary token matrix (shared by every grammar) and time it."""
+    """Build trellis' per-vocabulary tables (shared by every grammar) and time it."""
     try:
-        from trellis.constrain.walks import TokenMatrix
+        from trellis.constrain import prepare_vocabulary
     except ImportError:
         return None
-    return timed(lambda: TokenMatrix.of(vocab))[0]
+    return timed(lambda: prepare_vocabulary(vocab))[0]
 
 
 def shutil_rm(path: str) -> None:

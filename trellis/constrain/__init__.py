@@ -10,7 +10,7 @@ scannerless Earley engine (``EarleyConstraint``: any context-free grammar, table
 from trellis.constrain.base import (Constraint, State, Unconstrained, advance_many, fill_masks, forced_tokens,
                                     is_unconstrained, tree_masks)
 from trellis.constrain.cfg import CFGConstraint, GrammarTables, compile_lark
-from trellis.constrain.compile import compile, load_grammar_text, shipped_grammars
+from trellis.constrain.compile import compile, load_grammar_text, prepare_vocabulary, shipped_grammars
 from trellis.constrain.gbnf import Gbnf
 from trellis.constrain.scannerless import EarleyConstraint
 from trellis.constrain.errors import ConstraintError, ConstraintUsageError, GrammarError, SchemaError
@@ -22,5 +22,5 @@ __all__ = [
     "EarleyConstraint", "Gbnf",
     "GrammarError", "IgnoredKeyword", "JsonSchema", "Regex", "RegexConstraint", "SchemaError", "State", "Unconstrained", "advance_many",
     "compile", "compile_lark", "fill_masks", "forced_tokens", "is_unconstrained", "load_grammar_text",
-    "regex_to_byte_dfa", "shipped_grammars", "tree_masks",
+    "prepare_vocabulary", "regex_to_byte_dfa", "shipped_grammars", "tree_masks",
 ]

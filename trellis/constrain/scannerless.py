@@ -72,6 +72,7 @@ from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
 from trellis.constrain.literal_walk import literal_at, walk_literal_rests, walk_literal_vocabulary
 from trellis.constrain.rest_walk import RestSet, Walk, walk
+from trellis.constrain.slices import slice_for, walk_sliced
 from trellis.constrain.trie_walk import walk_vocabulary
 from trellis.constrain.walk_cache import SHARED, key_digest
 from trellis.constrain.walks import TokenMatrix
@@ -222,6 +223,11 @@ class EarleyConstraint:
                 if lit is not None:  # a keyword, key or punctuation: two bisects per prefix
                     w = walk_literal_vocabulary(lit, rs, self.tm, follow)
                     packed = self.tm.pack_ids(rs.tid[w.inside])
+                    w.inside = np.zeros(0, dtype=bool)
+                    return packed, w
+                sl = slice_for(self.tm, dfa.trans, q)
+                if sl is not None:  # most tokens surely stay inside: walk the others (slices.py)
+                    packed, w = walk_sliced(sl, dfa.trans, dfa.final, q, self.tm, follow)
                     w.inside = np.zeros(0, dtype=bool)
                     return packed, w
                 starting = int(np.diff(rs.lo)[dfa.trans[q] >= 0].sum())

@@ -1,0 +1,137 @@
+"""Token slices (``slices.py``): a state that contains a slice is walked over the slice's
+complement only, and that must be exactly the whole-vocabulary walk: the same tokens inside, the
+same crossings. ``contains`` must never claim a slice a state does not keep alive whole."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from tests.constrain.test_trie_walk import _canon
+from trellis.constrain import compile, slices
+from trellis.constrain.regex import regex_to_byte_dfa
+from trellis.constrain.rest_walk import RestSet
+from trellis.constrain.slices import contains, slice_for, walk_sliced
+from trellis.constrain.trie_walk import walk_vocabulary
+from trellis.constrain.walks import TokenMatrix
+from trellis.tokens import Vocabulary
+
+PATTERNS = [
+    r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"',  # a JSON string
+    r'"[^"\n]*"',
+    r"//[^\n]*",
+    r"#[^\r\n]*\n",
+    r"(?s:.)*",
+    r'"[a-z]{0,3}"',  # bounded: contains no slice
+    r"[a-z_]\w*",
+    r"/\*(?:\*(?!/)|[^*])*\*/",
+    r'[^"]{2,}',
+]
+
+
+def _vocab(seed: int) -> Vocabulary:
+    rng = random.Random(seed)
+    alpha = b'ab c"\\\n\t*/_#\x00\x7f\xc3\xa9\xe2\x82\xac.-09'
+    toks = {bytes(rng.choice(alpha) for _ in range(rng.randint(1, 7))) for _ in range(500)}
+    toks |= {"é€ab".encode(), "€".encode()[:2], b"\x82\xac", b"plain words", b" more text"}
+    toks |= {bytes([b]) for b in range(256)}  # any text can be spelled
+    lst = sorted(toks)
+    rng.shuffle(lst)
+    return Vocabulary(tuple([b"</s>", b""] + lst), eos=frozenset({0}), special=frozenset({0}))
+
+
+def _alive(dfa_trans: np.ndarray, q: int, data: bytes) -> bool:
+    for b in data:
+        q = int(dfa_trans[q, b])
+        if q < 0:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sliced_walks_equal_the_whole_walk(seed: int) -> None:
+    tm = TokenMatrix.of(_vocab(seed))
+    rs = RestSet.vocabulary(tm)
+    rng = np.random.default_rng(seed)
+    used = 0
+    for pat in PATTERNS:
+        dfa = regex_to_byte_dfa(pat)
+        for q in range(dfa.num_states):
+            for follow in (None, rng.random(256) < 0.5):
+                sl = slice_for(tm, dfa.trans, q)
+                if sl is None:
+                    continue
+                used += 1
+                packed, w = walk_sliced(sl, dfa.trans, dfa.final, q, tm, follow)
+                whole = walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow)
+                assert _canon(w, rs) == _canon(whole, rs), (pat, q)
+                assert (packed == tm.pack_ids(rs.tid[whole.inside])).all(), (pat, q)
+    assert used >= 10  # string, comment and free-text interiors took the sliced path
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_contains_only_what_the_state_keeps_alive(seed: int) -> None:
+    tm = TokenMatrix.of(_vocab(seed))
+    toks = tm.tokens
+    claimed = refused = 0
+    for pat in PATTERNS:
+        dfa = regex_to_byte_dfa(pat)
+        for q in range(dfa.num_states):
+            for sl in slices.slices(tm):
+                members = [toks[t] for t in RestSet.vocabulary(tm).tid[sl.inside].tolist()]
+                if contains(sl, dfa.trans, q):
+                    claimed += 1
+                    assert all(_alive(dfa.trans, q, m) for m in members), (pat, q, sl.pattern)
+                else:
+                    refused += 1
+    assert claimed and refused
+
+
+def test_which_states_contain_which_slice() -> None:
+    tm = TokenMatrix.of(_vocab(0))
+    printable, json_body = slices.slices(tm)
+    string = regex_to_byte_dfa(PATTERNS[0])
+    inner = int(string.trans[0, ord('"')])
+    assert not contains(printable, string.trans, inner)  # a quote ends it
+    assert contains(json_body, string.trans, inner)
+    assert not contains(json_body, string.trans, 0)  # before the opening quote
+    comment = regex_to_byte_dfa(PATTERNS[2])
+    after = int(comment.trans[int(comment.trans[0, ord("/")]), ord("/")])
+    assert slice_for(tm, comment.trans, after) is printable
+    bounded = regex_to_byte_dfa(PATTERNS[5])
+    assert slice_for(tm, bounded.trans, int(bounded.trans[0, ord('"')])) is None
+    # a partial UTF-8 character is a member (it stays alive) and the slices' DFAs keep UTF-8 whole
+    assert printable.inside[RestSet.vocabulary(tm).tid.tolist().index(tm.tokens.index("€".encode()[:2]))]
+    assert not contains(printable, regex_to_byte_dfa(r"[\x00-\x7f]*").trans, 0)
+
+
+def test_masks_on_a_grammar_are_unchanged_by_slices(monkeypatch) -> None:
+    """Whole masks with and without slices, along a JSON document and inside a comment."""
+    vocab = _vocab(1)
+    grammar = r'''
+start: value
+?value: object | STRING | NUMBER
+object: "{" [pair ("," pair)*] "}"
+pair: STRING ":" value
+STRING: /"(?:[^"\\\x00-\x1f]|\\["\\\/bfnrt])*"/
+NUMBER: /-?[0-9]+/
+COMMENT: /\/\/[^\n]*/
+%ignore COMMENT
+%ignore /[ \t\n]+/
+'''
+    text = b'{"a b": // note\n {"x\\"": -12}, "\xc3\xa9": 3}'
+    masks = {}
+    for on in (True, False):
+        if not on:
+            monkeypatch.setattr("trellis.constrain.scannerless.slice_for", lambda *a: None)
+        c = compile(grammar, vocab, cache=False)
+        c.share = False  # no walk from the other run
+        s, out = c.start(), []
+        for b in text:
+            out.append(c.mask_array(s).copy())
+            s = c.advance(s, vocab.tokens.index(bytes([b])))
+            assert s is not None
+        masks[on] = out
+    assert all((a == b).all() for a, b in zip(masks[True], masks[False]))
