@@ -91,12 +91,15 @@ def test_contains_only_what_the_state_keeps_alive(seed: int) -> None:
 
 def test_which_states_contain_which_slice() -> None:
     tm = TokenMatrix.of(_vocab(0))
-    printable, json_body = slices.slices(tm)
+    printable, json_body, single = slices.slices(tm)
     string = regex_to_byte_dfa(PATTERNS[0])
     inner = int(string.trans[0, ord('"')])
     assert not contains(printable, string.trans, inner)  # a quote ends it
     assert contains(json_body, string.trans, inner)
     assert not contains(json_body, string.trans, 0)  # before the opening quote
+    assert not contains(single, string.trans, inner)  # it keeps '"' alive, which ends a JSON string
+    sql = regex_to_byte_dfa(r"'[^']*'")
+    assert slice_for(tm, sql.trans, int(sql.trans[0, ord("'")])) is single
     comment = regex_to_byte_dfa(PATTERNS[2])
     after = int(comment.trans[int(comment.trans[0, ord("/")]), ord("/")])
     assert slice_for(tm, comment.trans, after) is printable

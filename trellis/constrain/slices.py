@@ -41,6 +41,7 @@ from trellis.constrain.walks import TokenMatrix
 SLICES = (
     r"[^\x00-\x1f\x7f]+",  # printable text: a line comment's or a free-text terminal's interior
     r'[^"\\\x00-\x1f\x7f]+',  # a JSON string's body (llguidance's JSON slice, unbounded)
+    r"[^'\\\x00-\x1f\x7f]+",  # a single-quoted string's body (SQL, Python, Lark literals)
 )
 # Product pairs ``contains`` visits before it gives up (a full walk then, never a wrong answer):
 # a JSON string's interior against either slice visits ~20.
