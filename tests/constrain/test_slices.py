@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.constrain.test_trie_walk import _canon
+from tests.constrain.test_trie_walk import _vocab as trie_vocab
 from trellis.constrain import compile, slices
 from trellis.constrain.regex import regex_to_byte_dfa
 from trellis.constrain.rest_walk import RestSet
@@ -32,14 +33,15 @@ PATTERNS = [
 
 
 def _vocab(seed: int) -> Vocabulary:
-    rng = random.Random(seed)
-    alpha = b'ab c"\\\n\t*/_#\x00\x7f\xc3\xa9\xe2\x82\xac.-09'
-    toks = {bytes(rng.choice(alpha) for _ in range(rng.randint(1, 7))) for _ in range(500)}
-    toks |= {"é€ab".encode(), "€".encode()[:2], b"\x82\xac", b"plain words", b" more text"}
-    toks |= {bytes([b]) for b in range(256)}  # any text can be spelled
-    lst = sorted(toks)
-    rng.shuffle(lst)
-    return Vocabulary(tuple([b"</s>", b""] + lst), eos=frozenset({0}), special=frozenset({0}))
+    """test_trie_walk's random vocabulary, plus tokens with tabs, '#', DEL, a whole and a cut
+    euro sign, and every single byte (so any text can be spelled)."""
+    base = trie_vocab(seed)
+    rng = random.Random(seed + 100)
+    extra = [bytes(rng.choice(b'a "\\\t#\x7f\xe2\x82\xac') for _ in range(rng.randint(1, 6))) for _ in range(150)]
+    extra += ["é€ab".encode(), "€".encode()[:2], b"\x82\xac", b"plain words", b" more text"]
+    extra += [bytes([b]) for b in range(256)]
+    toks = list(dict.fromkeys(list(base.tokens) + extra))
+    return Vocabulary(tuple(toks), eos=base.eos, special=base.special)
 
 
 def _alive(dfa_trans: np.ndarray, q: int, data: bytes) -> bool:
