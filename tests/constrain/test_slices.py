@@ -130,7 +130,7 @@ COMMENT: /\/\/[^\n]*/
     masks = {}
     for on in (True, False):
         if not on:
-            monkeypatch.setattr("trellis.constrain.scannerless.slice_for", lambda *a: None)
+            monkeypatch.setattr("trellis.constrain.vocab_walk.slice_for", lambda *a: None)
         c = compile(grammar, vocab, cache=False)
         c.share = False  # no walk from the other run
         s, out = c.start(), []

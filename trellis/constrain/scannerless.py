@@ -70,10 +70,9 @@ from trellis.constrain.cut_walk import Simulation, patch
 from trellis.constrain.earley import ChartState, Earley
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
-from trellis.constrain.literal_walk import literal_at, walk_literal_rests, walk_literal_vocabulary
+from trellis.constrain import vocab_walk
+from trellis.constrain.literal_walk import literal_at, walk_literal_rests
 from trellis.constrain.rest_walk import RestSet, Walk, walk
-from trellis.constrain.slices import slice_for, walk_sliced
-from trellis.constrain.trie_walk import walk_vocabulary
 from trellis.constrain.walk_cache import SHARED, key_digest
 from trellis.constrain.walks import TokenMatrix
 from trellis.tokens import Vocabulary
@@ -218,36 +217,13 @@ class EarleyConstraint:
             follow = self._follow(d) if key[1] else None
 
             def build() -> tuple[np.ndarray, Walk]:
-                rs = self._vocab_rests
-                lit = literal_at(dfa, q)
-                if lit is not None:  # a keyword, key or punctuation: two bisects per prefix
-                    w = walk_literal_vocabulary(lit, rs, self.tm, follow)
-                    packed = self.tm.pack_ids(rs.tid[w.inside])
-                    w.inside = np.zeros(0, dtype=bool)
-                    return packed, w
-                sl = slice_for(self.tm, dfa.trans, q)
-                if sl is not None:  # most tokens surely stay inside: walk the others (slices.py)
-                    packed, w = walk_sliced(sl, dfa.trans, dfa.final, q, self.tm, follow)
-                    w.inside = np.zeros(0, dtype=bool)
-                    return packed, w
-                starting = int(np.diff(rs.lo)[dfa.trans[q] >= 0].sum())
-                # The trie shares prefix steps but steps every node: 3-4x faster where most
-                # tokens live on (a JSON string's interior: 15-19 ms flat, 5-6 ms trie on
-                # Gemma, benchmarks/bench_trie_walk.py), slower where
-                # few tokens start (a literal: 0.4 vs 3 ms).
-                go = walk_vocabulary if 5 * starting >= 3 * len(rs) else walk
-                w = go(dfa.trans, dfa.final, q, rs, self.tm, follow)
-                packed = self.tm.pack_ids(self._vocab_rests.tid[w.inside])
-                w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
-                return packed, w
+                return vocab_walk.walk(dfa, q, self.tm, follow, key)
 
             shared = self.share
             # A literal's walk (two bisects per prefix) is never slow enough to be persisted
             # (walk_cache.PERSIST_MIN_S), so it is not looked up on disk either.
             hit = SHARED.get(self._vocab_fp, key, build, disk=key[0][0] != "lit") if shared else build()
             if hit[1].cross is not None:
-                if shared and hit[1].cross.key is None:  # (the disk copy does not keep it)
-                    hit[1].cross.key = key_digest(key)
                 self._keep.append(hit[1].cross)
             hit = self._inside[ekey] = (hit[0], self._by_follow(d, key, hit[1]))
         return hit

@@ -146,7 +146,7 @@ def _snapshot(e: Entry) -> Entry:
     cross = None
     if w.cross is not None:
         c = w.cross
-        cross = RestSet(c.tid, c.base, c.length, c.lo, c.distinct)
+        cross = RestSet(c.tid, c.base, c.length, c.lo, c.distinct, c.key)  # the key names its order
     return packed, Walk(w.inside, cross, w.src, w.inv)
 
 
