@@ -36,8 +36,8 @@ from trellis.constrain.regex import regex_to_byte_dfa
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.walks import TokenMatrix
 
-# Largest first: the first one a state contains is used. Control bytes and DEL are out of both (a
-# JSON string must escape them; most comment and text terminals stop at a newline).
+# Largest first: the first one a state contains is used. Control bytes and DEL are out of all of
+# them (a JSON string must escape them; most comment and text terminals stop at a newline).
 SLICES = (
     r"[^\x00-\x1f\x7f]+",  # printable text: a line comment's or a free-text terminal's interior
     r'[^"\\\x00-\x1f\x7f]+',  # a JSON string's body (llguidance's JSON slice, unbounded)
