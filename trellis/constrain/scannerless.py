@@ -391,7 +391,7 @@ class EarleyConstraint:
         """The rests ``idx`` of ``rs`` whose bytes after the first ``done[j]`` the chart takes whole
         from ``state``, in their order (a rest is the last ``length`` bytes of its token); equal byte
         strings (suffixes of different tokens) are stepped once."""
-        toks, step = self._toks, self.earley.step
+        toks, walk = self._toks, self.earley.walk
         seen: dict[bytes, bool] = {}
         out = []
         for i, t, n, j in zip(idx, rs.tid[idx].tolist(), rs.length[idx].tolist(), done):
@@ -399,12 +399,7 @@ class EarleyConstraint:
             rest = tok[len(tok) - n + j:]
             ok = seen.get(rest)
             if ok is None:
-                st: ChartState | None = state
-                for b in rest:
-                    st = step(st, b)  # type: ignore[arg-type]
-                    if st is None:
-                        break
-                ok = seen[rest] = st is not None
+                ok = seen[rest] = walk(state, rest) is not None
             if ok:
                 out.append(i)
         return out

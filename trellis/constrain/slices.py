@@ -34,6 +34,7 @@ import numpy as np
 from trellis.constrain.byte_dfa import ByteDFA
 from trellis.constrain.regex import regex_to_byte_dfa
 from trellis.constrain.rest_walk import RestSet, Walk, walk
+from trellis.constrain.trie_walk import walk_vocabulary
 from trellis.constrain.walks import TokenMatrix
 
 # Largest first: the first one a state contains is used. Control bytes and DEL are out of all of
@@ -73,8 +74,6 @@ def slices(tm: TokenMatrix) -> tuple[Slice, ...]:
 
 
 def _build(tm: TokenMatrix, pattern: str) -> Slice:
-    from trellis.constrain.trie_walk import walk_vocabulary
-
     dfa = regex_to_byte_dfa(pattern, name="slice")
     vocab = RestSet.vocabulary(tm)
     inside = walk_vocabulary(dfa.trans, dfa.final, 0, vocab, tm).inside
