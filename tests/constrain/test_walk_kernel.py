@@ -73,3 +73,81 @@ def test_the_kernel_refuses_arrays_of_the_wrong_dtype() -> None:
     with pytest.raises(ValueError, match="wrong size or dtype"):
         rest_walk.walkc.walk_rests(dfa.trans, dfa.final, 5, rest_walk.rows(tm), tm.mat_t.shape[0],
                                     tm.mat_t.shape[1], rs.base, rs.length, rs.lo, None, inside)
+
+
+def _rest_sets_equal(a: RestSet, b: RestSet) -> None:
+    for f in ("tid", "base", "length", "lo"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.dtype == y.dtype and np.array_equal(x, y), f
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_c_leftovers_equal_restset_of(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rest_walk.leftovers`` in C is ``RestSet.of`` element for element: leftovers from the
+    vocabulary (distinct) and from a set of suffixes where different crossings leave the very same
+    bytes (deduplicated, kept at the first crossing), with repeated crossings too."""
+    tm = TokenMatrix.of(_vocab(200 + seed))
+    rng = np.random.default_rng(seed)
+    vocab = RestSet.vocabulary(tm)
+    long = np.flatnonzero(vocab.length > 2)
+    cases = []
+    ci = rng.choice(long, size=min(len(long), 300), replace=False)  # distinct rests, any split
+    cases.append((vocab, ci, rng.integers(1, vocab.length[ci]), True))
+    # every suffix token[1:] of the long tokens (a non-distinct set), split so that token[1:]
+    # after 2 bytes and token[2:] after 1 byte (of the same token) leave the same rest
+    cj0 = np.ones(len(long), dtype=np.int64)
+    sub, _ = rest_walk.leftovers(tm, vocab, long, cj0, True)
+    ok = np.flatnonzero(sub.length > 2)
+    more = rng.choice(ok, size=50)
+    ci = np.concatenate([ok, ok, more])
+    cj = np.concatenate([np.ones(len(ok), dtype=np.int64), np.full(len(ok), 2, dtype=np.int64),
+                         rng.integers(1, sub.length[more])])
+    cases.append((sub, ci, cj, False))
+    cases.append((sub, ci[:0], cj[:0], False))  # no crossing at all
+    for rs, ci, cj, distinct in cases:
+        got, got_pos = rest_walk.leftovers(tm, rs, ci, cj, distinct)
+        with monkeypatch.context() as m:
+            m.setattr(rest_walk, "walkc", None)
+            want, want_pos = rest_walk.leftovers(tm, rs, ci, cj, distinct)
+        _rest_sets_equal(got, want)
+        assert np.array_equal(got_pos, want_pos)
+    assert len(cases[1][1]) > 20
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_c_marks_equal_the_numpy_sources(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Walk.mark_sources`` (C: a CSR index or one dense pass) marks exactly ``sources(allowed)``,
+    as rest flags and as token bits; ``TokenMatrix.pack_ids`` packs exactly numpy's bits."""
+    tm = TokenMatrix.of(_vocab(300 + seed))
+    rng = np.random.default_rng(seed)
+    vocab = RestSet.vocabulary(tm)
+    tried = 0
+    for p in PATTERNS + MORE:
+        dfa = regex_to_byte_dfa(p)
+        w = walk(dfa.trans, dfa.final, 0, vocab, tm, None)
+        if w.cross is None:
+            continue
+        n = len(w.cross)
+        for size in (1, max(1, n // 20), n):  # few allowed (the index), many (one pass)
+            allowed = np.sort(rng.choice(n, size=min(size, n), replace=False)).astype(np.int64)
+            flags = np.zeros(len(vocab), dtype=bool)
+            w.mark_sources(allowed, flags)
+            want = np.zeros(len(vocab), dtype=bool)
+            want[w.sources(allowed)] = True
+            assert np.array_equal(flags, want)
+            bits = tm.pack_ids(np.array([0], dtype=np.int64))  # bits already set stay set
+            w.mark_sources(allowed, bits, vocab.tid)
+            with monkeypatch.context() as m:
+                m.setattr(rest_walk, "walkc", None)
+                ref = tm.pack_ids(np.concatenate([[0], vocab.tid[w.sources(allowed)]]))
+                ref2 = tm.pack_ids(np.array([0], dtype=np.int64))
+                w.mark_sources(allowed, ref2, vocab.tid)
+            assert np.array_equal(bits, ref) and np.array_equal(ref2, ref)
+            tried += 1
+    assert tried > 10
+    ids = rng.choice(tm.size, size=500).astype(np.int64)
+    with monkeypatch.context() as m:
+        m.setattr(rest_walk, "walkc", None)
+        ref = tm.pack_ids(ids)
+    assert np.array_equal(tm.pack_ids(ids), ref)
+    assert np.array_equal(tm.pack_ids(ids.astype(np.int32)), ref)

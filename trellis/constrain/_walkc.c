@@ -327,9 +327,325 @@ done:
     return result;
 }
 
+/* -- token sets out of walks: the many small numpy calls around every walk result, in one loop.
+ * Why: a fresh mask ORs the tokens of every allowed crossing into its row and marks the rests a
+ * deeper walk allowed; in numpy each is ~6-10 array calls (concat_ranges, gathers, a 262k-byte
+ * bool array packed per call), microseconds apiece, thousands per fresh document (cProfile of 30
+ * fresh documents of 10 corpus grammars: sources + pack_ids + sparse_ids + the mask's ORs ~13% of
+ * all mask time). */
+
+/* set_bits(out, ids): out (int32 [W], written) |= bit id%32 of word id//32 for every id (int64). */
+static PyObject *set_bits(PyObject *self, PyObject *args) {
+    Py_buffer out_b, ids_b;
+    if (!PyArg_ParseTuple(args, "w*y*", &out_b, &ids_b)) return NULL;
+    uint32_t *out = (uint32_t *)out_b.buf;
+    const int64_t *ids = (const int64_t *)ids_b.buf;
+    Py_ssize_t n = ids_b.len / 8, bits = (out_b.len / 4) * 32;
+    PyObject *result = Py_None;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t t = ids[i];
+        if (t < 0 || t >= bits) {
+            PyErr_SetString(PyExc_IndexError, "set_bits: token id out of range");
+            result = NULL;
+            break;
+        }
+        out[t >> 5] |= (uint32_t)1 << (t & 31);
+    }
+    PyBuffer_Release(&out_b);
+    PyBuffer_Release(&ids_b);
+    Py_XINCREF(result);
+    return result;
+}
+
+/* csr(inv, n) -> (order, bounds) as int64 bytes: the crossings k grouped by leftover inv[k] in
+ * [0, n), stably (order), and per leftover a its run order[bounds[a]:bounds[a + 1]]: a counting
+ * sort, what np.argsort(inv, kind="stable") + np.searchsorted give. */
+static PyObject *csr(PyObject *self, PyObject *args) {
+    Py_buffer inv_b;
+    long long n;
+    if (!PyArg_ParseTuple(args, "y*L", &inv_b, &n)) return NULL;
+    const int64_t *inv = (const int64_t *)inv_b.buf;
+    Py_ssize_t k = inv_b.len / 8;
+    PyObject *result = NULL;
+    int64_t *bounds = NULL, *order = NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "csr: negative size");
+        goto done;
+    }
+    bounds = (int64_t *)calloc((size_t)n + 2, sizeof(int64_t));
+    order = (int64_t *)malloc((size_t)(k ? k : 1) * sizeof(int64_t));
+    if (!bounds || !order) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (inv[i] < 0 || inv[i] >= n) {
+            PyErr_SetString(PyExc_IndexError, "csr: leftover index out of range");
+            goto done;
+        }
+        bounds[inv[i] + 2]++;
+    }
+    for (long long a = 2; a < n + 2; a++) bounds[a] += bounds[a - 1];
+    for (Py_ssize_t i = 0; i < k; i++) order[bounds[inv[i] + 1]++] = i;  /* bounds[a + 1]: next slot of a */
+    {
+        PyObject *o = as_bytes(order, k), *b = as_bytes(bounds, (Py_ssize_t)n + 1);
+        if (o && b) result = PyTuple_Pack(2, o, b);
+        Py_XDECREF(o);
+        Py_XDECREF(b);
+    }
+done:
+    free(bounds);
+    free(order);
+    PyBuffer_Release(&inv_b);
+    return result;
+}
+
+/* gather(by_rest, bounds, allowed, tid, out): for each allowed leftover a (int64) and each crossing
+ * in its run by_rest[bounds[a]:bounds[a + 1]] (the walked rest x it came from), mark x: with tid
+ * None, out (uint8 [n]) gets out[x] = 1; else out (int32 bitmask row) gets the bit of token
+ * tid[x]. Walk.sources's CSR path, with its consumer's write fused in. */
+static PyObject *gather(PyObject *self, PyObject *args) {
+    Py_buffer rest_b, bounds_b, allowed_b, out_b, tid_b;
+    PyObject *tid_o;
+    if (!PyArg_ParseTuple(args, "y*y*y*Ow*", &rest_b, &bounds_b, &allowed_b, &tid_o, &out_b)) return NULL;
+    int have_tid = 0;
+    PyObject *result = NULL;
+    if (tid_o != Py_None) {
+        if (PyObject_GetBuffer(tid_o, &tid_b, PyBUF_SIMPLE) < 0) goto done;
+        have_tid = 1;
+    }
+    {
+        const int64_t *by_rest = (const int64_t *)rest_b.buf, *bounds = (const int64_t *)bounds_b.buf;
+        const int64_t *allowed = (const int64_t *)allowed_b.buf;
+        const int64_t *tid = have_tid ? (const int64_t *)tid_b.buf : NULL;
+        Py_ssize_t nk = rest_b.len / 8, na = allowed_b.len / 8, nb = bounds_b.len / 8;
+        Py_ssize_t ntid = have_tid ? tid_b.len / 8 : 0;
+        Py_ssize_t limit = have_tid ? (out_b.len / 4) * 32 : out_b.len;
+        uint8_t *flags = (uint8_t *)out_b.buf;
+        uint32_t *bits = (uint32_t *)out_b.buf;
+        for (Py_ssize_t i = 0; i < na; i++) {
+            int64_t a = allowed[i];
+            if (a < 0 || a + 1 >= nb || bounds[a] < 0 || bounds[a + 1] > nk) goto range;
+            for (int64_t k = bounds[a]; k < bounds[a + 1]; k++) {
+                int64_t x = by_rest[k];
+                if (have_tid) {
+                    if (x < 0 || x >= ntid) goto range;
+                    x = tid[x];
+                }
+                if (x < 0 || x >= limit) goto range;
+                if (have_tid) bits[x >> 5] |= (uint32_t)1 << (x & 31);
+                else flags[x] = 1;
+            }
+        }
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    range:
+        PyErr_SetString(PyExc_IndexError, "gather: index out of range");
+    }
+done:
+    if (have_tid) PyBuffer_Release(&tid_b);
+    PyBuffer_Release(&rest_b);
+    PyBuffer_Release(&bounds_b);
+    PyBuffer_Release(&allowed_b);
+    PyBuffer_Release(&out_b);
+    return result;
+}
+
+/* gather_dense(src, inv, allowed, n, tid, out): gather's result without a CSR index: every
+ * crossing k whose leftover inv[k] (in [0, n)) is allowed marks src[k]. For many allowed leftovers
+ * one pass over the crossings costs less than building the index (Walk.sources's dense path). */
+static PyObject *gather_dense(PyObject *self, PyObject *args) {
+    Py_buffer src_b, inv_b, allowed_b, out_b, tid_b;
+    PyObject *tid_o;
+    long long n;
+    if (!PyArg_ParseTuple(args, "y*y*y*LOw*", &src_b, &inv_b, &allowed_b, &n, &tid_o, &out_b)) return NULL;
+    int have_tid = 0;
+    PyObject *result = NULL;
+    uint8_t *sel = NULL;
+    if (tid_o != Py_None) {
+        if (PyObject_GetBuffer(tid_o, &tid_b, PyBUF_SIMPLE) < 0) goto done;
+        have_tid = 1;
+    }
+    {
+        const int64_t *src = (const int64_t *)src_b.buf, *inv = (const int64_t *)inv_b.buf;
+        const int64_t *allowed = (const int64_t *)allowed_b.buf;
+        const int64_t *tid = have_tid ? (const int64_t *)tid_b.buf : NULL;
+        Py_ssize_t nk = src_b.len / 8, na = allowed_b.len / 8, ntid = have_tid ? tid_b.len / 8 : 0;
+        Py_ssize_t limit = have_tid ? (out_b.len / 4) * 32 : out_b.len;
+        uint8_t *flags = (uint8_t *)out_b.buf;
+        uint32_t *bits = (uint32_t *)out_b.buf;
+        if (n < 0 || inv_b.len != src_b.len) goto range;
+        sel = (uint8_t *)calloc((size_t)n + 1, 1);
+        if (!sel) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < na; i++) {
+            if (allowed[i] < 0 || allowed[i] >= n) goto range;
+            sel[allowed[i]] = 1;
+        }
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            int64_t a = inv[k];
+            if (a < 0 || a >= n) goto range;
+            if (!sel[a]) continue;
+            int64_t x = src[k];
+            if (have_tid) {
+                if (x < 0 || x >= ntid) goto range;
+                x = tid[x];
+            }
+            if (x < 0 || x >= limit) goto range;
+            if (have_tid) bits[x >> 5] |= (uint32_t)1 << (x & 31);
+            else flags[x] = 1;
+        }
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    range:
+        PyErr_SetString(PyExc_IndexError, "gather_dense: index out of range");
+    }
+done:
+    free(sel);
+    if (have_tid) PyBuffer_Release(&tid_b);
+    PyBuffer_Release(&src_b);
+    PyBuffer_Release(&inv_b);
+    PyBuffer_Release(&allowed_b);
+    PyBuffer_Release(&out_b);
+    return result;
+}
+
+/* leftovers(tid, base, length, flat, stride, ci, cj, distinct) -> (tid, base, length, lo, pos)
+ * as bytes: the rest set of the leftovers after crossings (rest ci[k] split after cj[k] bytes) and
+ * each crossing's index in it: RestSet.of(tm, tid[ci], base[ci] + cj * stride, length[ci] - cj,
+ * distinct=...) element for element. flat is the token matrix, column-major (a rest's first byte
+ * is flat[base]). Not distinct: equal leftovers (equal base) are one rest, kept at the first
+ * crossing that made it, in increasing base; then (both cases) a stable counting sort by first
+ * byte. Why: with_crossings was ~10 numpy calls (np.unique's sorts among them) per walk, ~8% of
+ * fresh mask time on 10 corpus grammars; an LSD radix sort of the bases replaces the sort. */
+static PyObject *leftovers(PyObject *self, PyObject *args) {
+    Py_buffer tid_b, base_b, len_b, flat_b, ci_b, cj_b;
+    long long stride;
+    int distinct;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*Ly*y*p", &tid_b, &base_b, &len_b, &flat_b, &stride, &ci_b, &cj_b, &distinct))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *nb = NULL, *idx = NULL, *tmp = NULL, *grp = NULL, *first_at = NULL, *gorder = NULL, *out = NULL;
+    int32_t *olen = NULL;
+    const int64_t *tid = (const int64_t *)tid_b.buf, *base = (const int64_t *)base_b.buf;
+    const int32_t *length = (const int32_t *)len_b.buf;
+    const uint8_t *flat = (const uint8_t *)flat_b.buf;
+    const int64_t *ci = (const int64_t *)ci_b.buf, *cj = (const int64_t *)cj_b.buf;
+    Py_ssize_t n = base_b.len / 8, k = ci_b.len / 8;
+    int64_t lo[257];
+    if (cj_b.len != ci_b.len || tid_b.len != base_b.len || len_b.len != 4 * n || stride <= 0) {
+        PyErr_SetString(PyExc_ValueError, "leftovers: arrays of the wrong size or dtype");
+        goto done;
+    }
+    size_t sz = (size_t)(k ? k : 1) * sizeof(int64_t);
+    nb = (int64_t *)malloc(sz);
+    idx = (int64_t *)malloc(sz);
+    tmp = (int64_t *)malloc(sz);
+    grp = (int64_t *)malloc(sz);
+    first_at = (int64_t *)malloc(sz);
+    gorder = (int64_t *)malloc(sz);
+    out = (int64_t *)malloc(3 * sz);
+    olen = (int32_t *)malloc((size_t)(k ? k : 1) * sizeof(int32_t));
+    if (!nb || !idx || !tmp || !grp || !first_at || !gorder || !out || !olen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t maxb = 0;
+    for (Py_ssize_t t = 0; t < k; t++) {
+        int64_t i = ci[t];
+        if (i < 0 || i >= n || cj[t] < 0 || cj[t] >= length[i]) {
+            PyErr_SetString(PyExc_IndexError, "leftovers: crossing out of range");
+            goto done;
+        }
+        nb[t] = base[i] + cj[t] * stride;
+        if (nb[t] < 0 || nb[t] >= flat_b.len) {
+            PyErr_SetString(PyExc_IndexError, "leftovers: leftover outside the token matrix");
+            goto done;
+        }
+        if (nb[t] > maxb) maxb = nb[t];
+    }
+    Py_ssize_t ng;  /* the distinct leftovers: group g first made by crossing first_at[g] */
+    if (distinct) {
+        ng = k;
+        for (Py_ssize_t t = 0; t < k; t++) {
+            grp[t] = t;
+            first_at[t] = t;
+        }
+    } else {
+        /* stable LSD radix sort of the crossings by base, 8 bits a pass */
+        for (Py_ssize_t t = 0; t < k; t++) idx[t] = t;
+        for (int shift = 0; shift < 64 && (maxb >> shift) > 0; shift += 8) {
+            int64_t cnt[257] = {0};
+            for (Py_ssize_t t = 0; t < k; t++) cnt[((nb[idx[t]] >> shift) & 255) + 1]++;
+            for (int b = 1; b < 257; b++) cnt[b] += cnt[b - 1];
+            for (Py_ssize_t t = 0; t < k; t++) tmp[cnt[(nb[idx[t]] >> shift) & 255]++] = idx[t];
+            int64_t *sw = idx;
+            idx = tmp;
+            tmp = sw;
+        }
+        ng = 0;
+        for (Py_ssize_t t = 0; t < k; t++) {
+            if (t == 0 || nb[idx[t]] != nb[idx[t - 1]]) first_at[ng++] = idx[t];
+            grp[idx[t]] = ng - 1;
+        }
+    }
+    /* stable counting sort of the groups (in increasing base, or crossing order) by first byte */
+    {
+        int64_t cnt[258] = {0};
+        for (Py_ssize_t g = 0; g < ng; g++) cnt[flat[nb[first_at[g]]] + 2]++;
+        for (int b = 2; b < 258; b++) cnt[b] += cnt[b - 1];
+        for (int b = 0; b < 257; b++) lo[b] = cnt[b + 1];
+        for (Py_ssize_t g = 0; g < ng; g++) {
+            int64_t r = cnt[flat[nb[first_at[g]]] + 1]++;
+            gorder[g] = r;  /* the group's index in the set */
+            int64_t f = first_at[g];
+            out[r] = tid[ci[f]];
+            out[ng + r] = nb[f];
+            olen[r] = (int32_t)(length[ci[f]] - cj[f]);
+        }
+    }
+    for (Py_ssize_t t = 0; t < k; t++) out[2 * ng + t] = gorder[grp[t]];
+    {
+        PyObject *a = as_bytes(out, ng), *b = as_bytes(out + ng, ng);
+        PyObject *c = PyBytes_FromStringAndSize((const char *)olen, ng * (Py_ssize_t)sizeof(int32_t));
+        PyObject *d = as_bytes(lo, 257), *e = as_bytes(out + 2 * ng, k);
+        if (a && b && c && d && e) result = PyTuple_Pack(5, a, b, c, d, e);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        Py_XDECREF(c);
+        Py_XDECREF(d);
+        Py_XDECREF(e);
+    }
+done:
+    free(nb);
+    free(idx);
+    free(tmp);
+    free(grp);
+    free(first_at);
+    free(gorder);
+    free(out);
+    free(olen);
+    PyBuffer_Release(&tid_b);
+    PyBuffer_Release(&base_b);
+    PyBuffer_Release(&len_b);
+    PyBuffer_Release(&flat_b);
+    PyBuffer_Release(&ci_b);
+    PyBuffer_Release(&cj_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk_rests", walk_rests, METH_VARARGS, "One DFA state over a rest set (rest_walk.walk's loop)."},
     {"walk_trie", walk_trie, METH_VARARGS, "One DFA state over the token trie (trie_walk.walk_vocabulary's loop)."},
+    {"set_bits", set_bits, METH_VARARGS, "OR token ids into a packed int32 bitmask row."},
+    {"csr", csr, METH_VARARGS, "Crossings grouped by leftover (a stable counting sort)."},
+    {"gather", gather, METH_VARARGS, "Mark the walked rests (or their tokens' bits) behind allowed leftovers."},
+    {"gather_dense", gather_dense, METH_VARARGS, "gather by one pass over the crossings (no index)."},
+    {"leftovers", leftovers, METH_VARARGS, "The rest set of the leftovers after crossings (RestSet.of)."},
     {NULL, NULL, 0, NULL},
 };
 

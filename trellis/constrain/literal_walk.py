@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trellis.constrain.byte_dfa import ByteDFA
-from trellis.constrain.rest_walk import RestSet, Walk, drop_inside
+from trellis.constrain.rest_walk import RestSet, Walk, drop_inside, leftovers
 from trellis.constrain.walks import TokenMatrix
 
 # Literals longer than this are walked by numpy (a chain that long is a padded or generated
@@ -120,9 +120,7 @@ def _finish(inside: np.ndarray, rs: RestSet, tm: TokenMatrix, ci: list[np.ndarra
     i, j = drop_inside(inside, np.concatenate(ci), np.concatenate(cj))
     if not len(i):
         return Walk(inside, None, none, none)
-    stride = tm.mat_t.shape[1]
-    sub, inv = RestSet.of(tm, rs.tid[i], rs.base[i] + j * stride, (rs.length[i] - j).astype(np.int32),
-                          distinct=distinct)
+    sub, inv = leftovers(tm, rs, i, j, distinct)
     return Walk(inside, sub, i, inv)
 
 

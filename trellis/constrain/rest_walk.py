@@ -127,6 +127,33 @@ class Walk:
         by_rest, bounds = csr
         return by_rest[concat_ranges(bounds[allowed], bounds[allowed + 1])]
 
+    def mark_sources(self, allowed: np.ndarray, out: np.ndarray, tid: np.ndarray | None = None) -> None:
+        """``out[self.sources(allowed)] = True`` (``out`` bool [n]); with ``tid``, the tokens
+        ``tid[self.sources(allowed)]`` set in ``out``, a packed int32 bitmask row. One C loop over
+        the allowed leftovers' crossings (``_walkc.gather``) where the kernel is built."""
+        if walkc is None:
+            src = self.sources(allowed)
+            if tid is None:
+                out[src] = True
+            else:
+                ids = tid[src]
+                np.bitwise_or.at(out.view(np.uint32), ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
+            return
+        allowed = _int64(allowed)
+        csr = self.__dict__.get("_csr_c")
+        if csr is None and 8 * len(allowed) >= len(self.inv):  # as in sources: one pass, no index
+            walkc.gather_dense(_int64(self.src), _int64(self.inv), allowed, len(self.cross), tid, out)  # type: ignore[arg-type]
+            return
+        if csr is None:  # (a counting sort in C: no argsort per walk)
+            order, bounds = walkc.csr(_int64(self.inv), len(self.cross))  # type: ignore[arg-type]
+            csr = self.__dict__["_csr_c"] = (self.src[np.frombuffer(order, dtype=np.int64)],
+                                             np.frombuffer(bounds, dtype=np.int64))
+        walkc.gather(csr[0], csr[1], allowed, tid, out)
+
+
+def _int64(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == np.int64 and a.flags.c_contiguous else np.ascontiguousarray(a, dtype=np.int64)
+
 
 def drop_inside(inside: np.ndarray, ci: np.ndarray, cj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The crossings (rest ``ci[k]``, split ``cj[k]``) of rests that do not stay inside.
@@ -196,10 +223,23 @@ def with_crossings(inside: np.ndarray, ci: np.ndarray, cj: np.ndarray, rs: RestS
     if not len(ci):
         none = np.zeros(0, dtype=np.int64)
         return Walk(inside, None, none, none)
-    stride = tm.mat_t.shape[1]
-    sub, inv = RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32),
-                          distinct=rs.distinct)
+    sub, inv = leftovers(tm, rs, ci, cj, rs.distinct)
     return Walk(inside, sub, ci, inv)
+
+
+def leftovers(tm: TokenMatrix, rs: RestSet, ci: np.ndarray, cj: np.ndarray, distinct: bool) -> tuple[RestSet, np.ndarray]:
+    """The rest set of the leftovers after the crossings (rest ``ci[k]`` of ``rs`` split after
+    ``cj[k]`` bytes) and each crossing's index in it: ``RestSet.of`` over them, in one C call
+    where the kernel is built (the same arrays, element for element: test_walk_kernel.py)."""
+    if walkc is None:
+        stride = tm.mat_t.shape[1]
+        return RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32),
+                          distinct=distinct)
+    tid, base, length, lo, pos = walkc.leftovers(rs.tid, rs.base, rs.length, tm.mat_t.reshape(-1),
+                                                 tm.mat_t.shape[1], _int64(ci), _int64(cj), distinct)
+    i64 = np.int64
+    return (RestSet(np.frombuffer(tid, i64), np.frombuffer(base, i64), np.frombuffer(length, np.int32),
+                    np.frombuffer(lo, i64)), np.frombuffer(pos, i64))
 
 
 def rows(tm: TokenMatrix) -> np.ndarray:

@@ -286,7 +286,7 @@ class EarleyConstraint:
 
     def _token_mask(self, state: ChartState) -> np.ndarray:
         m = np.zeros(self.tm.words, dtype=np.int32)
-        crossing: list[np.ndarray] = []
+        tid = self._vocab_rests.tid
         for t, q, _, es in self._groups(state):
             packed, w = self._inside_of(t, q)
             m |= packed
@@ -294,10 +294,7 @@ class EarleyConstraint:
                 for e in es:
                     ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)
                     if len(ok):
-                        crossing.append(self._vocab_rests.tid[w.sources(ok)])
-        if crossing:
-            words, vals = self.tm.sparse_ids(np.concatenate(crossing))
-            m[words] |= vals
+                        w.mark_sources(ok, m, tid)
         return m
 
     def _rests_allowed(self, state: ChartState, rs: RestSet, depth: int = 1) -> np.ndarray:
@@ -328,7 +325,7 @@ class EarleyConstraint:
                 else:
                     sub = self._chart_walk(a, w.cross)
                 if len(sub):
-                    ok[w.sources(sub)] = True
+                    w.mark_sources(sub, ok)
         res = np.flatnonzero(ok)
         size = res.nbytes + 100 + 100 * len(state[0])  # the key's state is kept alive too
         self._allowed_bytes += size
