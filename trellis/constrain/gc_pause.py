@@ -19,27 +19,39 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 _lock = threading.Lock()
 _depth = 0  # pauses in progress, all threads
 _resume = False  # whether the outermost pause found the collector enabled
 
 
-@contextmanager
-def paused() -> Iterator[None]:
-    global _depth, _resume
-    with _lock:
-        if _depth == 0:
-            _resume = gc.isenabled()
-            if _resume:
-                gc.disable()
-        _depth += 1
-    try:
-        yield
-    finally:
+class _Pause:
+    """The context manager ``paused()`` returns (one object, no state of its own: the count is
+    module-wide). A plain class, not ``@contextmanager``: 1.1-1.2 vs 2.6 us a pause on this
+    2-core VM (timeit of an empty ``with``), and a fresh document pauses once per new mask and
+    step (1,332 times in 30 fresh corpus documents)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _depth, _resume
+        with _lock:
+            if _depth == 0:
+                _resume = gc.isenabled()
+                if _resume:
+                    gc.disable()
+            _depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _depth
         with _lock:
             _depth -= 1
             if _depth == 0 and _resume:
                 gc.enable()
+
+
+_PAUSE = _Pause()
+
+
+def paused() -> _Pause:
+    return _PAUSE
