@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from fakes import HashLM
+from fakes import HashLM, tiny_llama
 from trellis.constrain import compile
 from trellis.constrain.base import (ForcesTokens, HasByteClasses, HintsCompletion, Refines, Unconstrained,
                                     forced_tokens, refine_scores)
@@ -106,8 +106,14 @@ def test_load_without_the_model_extra_says_which_extra(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
-    with pytest.raises(models.ModelExtraMissing, match=r"gguf.*trellis-decoding\[model\]"):
+    for model in (None, "/nonexistent/model.gguf"):  # the embedded model and GGUF files are converted
+        with pytest.raises(models.ModelExtraMissing, match=r"gguf.*trellis-decoding\[model\]"):
+            models.load(model)
+    with pytest.raises(FileNotFoundError, match="no such model path"):  # a HF folder needs no gguf
         models.load("/nonexistent")
+    # a model object the caller built needs transformers alone
+    handle = models.load(tiny_llama())
+    assert handle.tokenizer is None and handle.model.training is False
 
 
 def test_misuse_raises_a_typed_usage_error_that_is_still_a_value_error():

@@ -54,13 +54,19 @@ class ModelExtraMissing(ImportError):
     (``pip install trellis-decoding``: the constraint engine, search, speculation) leaves out."""
 
 
+# What each way of loading imports: the embedded model and .gguf files are converted (gguf); a
+# Hugging Face directory is read by transformers (with safetensors, tokenizers, accelerate); a
+# model object the caller built needs transformers alone (found on a GPU machine without gguf:
+# ``generate(tiny_hf_model, ...)`` refused for want of the GGUF reader it never uses).
 _MODEL_PACKAGES = ("transformers", "accelerate", "gguf", "safetensors", "tokenizers")
+_DIR_PACKAGES = ("transformers", "accelerate", "safetensors", "tokenizers")
+_OBJECT_PACKAGES = ("transformers",)
 
 
-def _require_model_extra() -> None:
+def _require_model_extra(packages: tuple[str, ...] = _MODEL_PACKAGES) -> None:
     import importlib.util
 
-    missing = [m for m in _MODEL_PACKAGES if importlib.util.find_spec(m) is None]
+    missing = [m for m in packages if importlib.util.find_spec(m) is None]
     if missing:
         raise ModelExtraMissing(
             f"loading a model needs {', '.join(missing)}: install the model extra, "
@@ -126,7 +132,13 @@ def load(model: Any = None, *, tokenizer: PreTrainedTokenizerBase | str | os.Pat
     """
     if isinstance(model, ModelHandle):
         return model
-    _require_model_extra()
+    if isinstance(model, (str, os.PathLike)):
+        gguf = pathlib.Path(model).expanduser().suffix.lower() == ".gguf"
+        _require_model_extra(_MODEL_PACKAGES if gguf else _DIR_PACKAGES)
+    else:
+        _require_model_extra(_MODEL_PACKAGES if model is None else _OBJECT_PACKAGES)
+    if isinstance(tokenizer, (str, os.PathLike)):
+        _require_model_extra(_DIR_PACKAGES)
     tok = _load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     from transformers import PreTrainedModel
 
