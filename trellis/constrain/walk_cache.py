@@ -106,13 +106,22 @@ def _on_disk(path: Path) -> bool:
     return path.name in names
 
 
+# The walks folder per value of TRELLIS_CACHE_DIR (read on every lookup: it may change at run
+# time): building the Path each time was ~11 us of a ~22 us miss.
+_WALK_DIRS: dict[str | None, Path | None] = {}
+
+
 def _path(vocab_fp: str, shape: Hashable) -> Path | None:
     from trellis.constrain.compile import cache_version, grammar_cache_dir
 
-    d = grammar_cache_dir()
+    env = os.environ.get("TRELLIS_CACHE_DIR")
+    d = _WALK_DIRS.get(env, _WALK_DIRS)
+    if d is _WALK_DIRS:
+        base = grammar_cache_dir()
+        d = _WALK_DIRS[env] = None if base is None else base / "walks"
     if d is None:
         return None
-    return d / "walks" / f"w-{key_digest((vocab_fp, cache_version(), shape), 20).hex()}.pkl"
+    return d / f"w-{key_digest((vocab_fp, cache_version(), shape), 20).hex()}.pkl"
 
 
 def key_digest(key: Hashable, size: int = 16) -> bytes:
