@@ -400,6 +400,20 @@ done:
     return result;
 }
 
+/* Mark walked rest x for gather/gather_dense: flags[x] = 1, or with tid the bit of token tid[x] in
+ * bits. Returns -1 when an index is out of range. */
+static inline int mark_rest(int64_t x, const int64_t *tid, Py_ssize_t ntid, uint8_t *flags, uint32_t *bits,
+                            Py_ssize_t limit) {
+    if (tid) {
+        if (x < 0 || x >= ntid) return -1;
+        x = tid[x];
+    }
+    if (x < 0 || x >= limit) return -1;
+    if (tid) bits[x >> 5] |= (uint32_t)1 << (x & 31);
+    else flags[x] = 1;
+    return 0;
+}
+
 /* gather(by_rest, bounds, allowed, tid, out): for each allowed leftover a (int64) and each crossing
  * in its run by_rest[bounds[a]:bounds[a + 1]] (the walked rest x it came from), mark x: with tid
  * None, out (uint8 [n]) gets out[x] = 1; else out (int32 bitmask row) gets the bit of token
@@ -426,16 +440,8 @@ static PyObject *gather(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < na; i++) {
             int64_t a = allowed[i];
             if (a < 0 || a + 1 >= nb || bounds[a] < 0 || bounds[a + 1] > nk) goto range;
-            for (int64_t k = bounds[a]; k < bounds[a + 1]; k++) {
-                int64_t x = by_rest[k];
-                if (have_tid) {
-                    if (x < 0 || x >= ntid) goto range;
-                    x = tid[x];
-                }
-                if (x < 0 || x >= limit) goto range;
-                if (have_tid) bits[x >> 5] |= (uint32_t)1 << (x & 31);
-                else flags[x] = 1;
-            }
+            for (int64_t k = bounds[a]; k < bounds[a + 1]; k++)
+                if (mark_rest(by_rest[k], tid, ntid, flags, bits, limit) < 0) goto range;
         }
         result = Py_None;
         Py_INCREF(result);
@@ -488,15 +494,7 @@ static PyObject *gather_dense(PyObject *self, PyObject *args) {
         for (Py_ssize_t k = 0; k < nk; k++) {
             int64_t a = inv[k];
             if (a < 0 || a >= n) goto range;
-            if (!sel[a]) continue;
-            int64_t x = src[k];
-            if (have_tid) {
-                if (x < 0 || x >= ntid) goto range;
-                x = tid[x];
-            }
-            if (x < 0 || x >= limit) goto range;
-            if (have_tid) bits[x >> 5] |= (uint32_t)1 << (x & 31);
-            else flags[x] = 1;
+            if (sel[a] && mark_rest(src[k], tid, ntid, flags, bits, limit) < 0) goto range;
         }
         result = Py_None;
         Py_INCREF(result);
