@@ -47,7 +47,8 @@ trellis accepts is dropped for that input and reported):
 Fresh means the input is new to the process (``--isolation grammar``, default): the run's
 ``TRELLIS_CACHE_DIR`` is a new empty temporary folder, and before every timed trellis compile
 the in-process memos keyed by grammar text are cleared (``compile.COMPILED``,
-``regex.DFA_MEMO``, ``regex.PARTS_MEMO``) and the grammar-keyed disk entries (compiled tables) removed. What trellis
+``regex.DFA_MEMO``, ``regex.PARTS_MEMO``), the grammar-keyed disk entries (compiled tables) removed,
+and the spec is a new copy (a ``JsonSchema`` keeps its Lark translation on the object). What trellis
 shares across grammars (``walk_cache.SHARED`` and ``<cache>/walks``: vocabulary walks of common
 terminals; the regex -> FSM, pattern, fraction-range, scaled-DFA and format memos) carries over
 from EARLIER inputs of the run, as in a server that has served them, but is reset before each
@@ -113,6 +114,7 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -331,7 +333,13 @@ class TrellisEngine(Engine):
         self.spec, self.vocab = spec, vocab
 
     def new(self) -> "TrellisEngine":
-        return TrellisEngine(self.spec, self.vocab)
+        # A copy of the spec the timed compile has never seen: JsonSchema keeps its Lark translation
+        # on the object (``_out``), so the untimed compile that picks the documents handed every
+        # timed compile before 2026-11-27 (seventeenth session) a schema already translated.
+        spec = self.spec
+        if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+            spec = dataclasses.replace(spec)
+        return TrellisEngine(spec, self.vocab)
 
     def compile(self) -> None:
         from trellis.constrain import compile
