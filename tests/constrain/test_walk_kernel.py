@@ -127,24 +127,36 @@ def test_c_marks_equal_the_numpy_sources(seed: int, monkeypatch: pytest.MonkeyPa
         w = walk(dfa.trans, dfa.final, 0, vocab, tm, None)
         if w.cross is None:
             continue
-        n = len(w.cross)
+        n, cross = len(w.cross), w.cross
         for size in (1, max(1, n // 20), n):  # few allowed (the index), many (one pass)
             allowed = np.sort(rng.choice(n, size=min(size, n), replace=False)).astype(np.int64)
             flags = np.zeros(len(vocab), dtype=bool)
             w.mark_sources(allowed, flags)
-            want = np.zeros(len(vocab), dtype=bool)
-            want[w.sources(allowed)] = True
-            assert np.array_equal(flags, want)
             bits = tm.pack_ids(np.array([0], dtype=np.int64))  # bits already set stay set
             w.mark_sources(allowed, bits, vocab.tid)
-            with monkeypatch.context() as m:
+            with monkeypatch.context() as m:  # the reference: numpy alone, its own index
                 m.setattr(rest_walk, "walkc", None)
-                ref = tm.pack_ids(np.concatenate([[0], vocab.tid[w.sources(allowed)]]))
+                ref_w = Walk(w.inside, w.cross, w.src, w.inv)
+                want = np.zeros(len(vocab), dtype=bool)
+                want[ref_w.sources(allowed)] = True
+                ref = tm.pack_ids(np.concatenate([[0], vocab.tid[ref_w.sources(allowed)]]))
                 ref2 = tm.pack_ids(np.array([0], dtype=np.int64))
-                w.mark_sources(allowed, ref2, vocab.tid)
+                ref_w.mark_sources(allowed, ref2, vocab.tid)
+                ref_index = ref_w._index()
+            assert np.array_equal(flags, want)
             assert np.array_equal(bits, ref) and np.array_equal(ref2, ref)
+            for a, b in zip(w._index(), ref_index):  # the C counting sort == numpy's stable argsort
+                assert a.dtype == b.dtype and np.array_equal(a, b)
             tried += 1
     assert tried > 10
+    # the index with many crossings per leftover (a walk over a set that is not distinct)
+    inv = rng.integers(0, len(cross), size=5 * len(cross))
+    many = Walk(np.zeros(0, dtype=bool), cross, rng.permutation(len(inv)).astype(np.int64), inv)
+    got = many._index()
+    with monkeypatch.context() as m:
+        m.setattr(rest_walk, "walkc", None)
+        want = Walk(many.inside, cross, many.src, inv)._index()
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
     ids = rng.choice(tm.size, size=500).astype(np.int64)
     with monkeypatch.context() as m:
         m.setattr(rest_walk, "walkc", None)

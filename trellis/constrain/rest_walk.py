@@ -119,13 +119,24 @@ class Walk:
             return self.src[mask[self.inv]]
         # Few allowed leftovers (the usual case): gather their crossings from a CSR index
         # (crossings grouped by leftover) instead of testing every crossing.
+        by_rest, bounds = self._index()
+        return by_rest[concat_ranges(bounds[allowed], bounds[allowed + 1])]
+
+    def _index(self) -> tuple[np.ndarray, np.ndarray]:
+        """(walked rest of each crossing, grouped by leftover, stably; per leftover a its run
+        ``[bounds[a], bounds[a + 1])``), built once per walk: a counting sort in C where the
+        kernel is built, else a stable argsort."""
         csr = self.__dict__.get("_csr")
         if csr is None:
-            order = np.argsort(self.inv, kind="stable")
-            bounds = np.searchsorted(self.inv[order], np.arange(len(self.cross) + 1))  # type: ignore[arg-type]
+            n = len(self.cross)  # type: ignore[arg-type]
+            if walkc is None:
+                order = np.argsort(self.inv, kind="stable")
+                bounds = np.searchsorted(self.inv[order], np.arange(n + 1))
+            else:
+                o, b = walkc.csr(c_int64(self.inv), n)
+                order, bounds = np.frombuffer(o, dtype=np.int64), np.frombuffer(b, dtype=np.int64)
             csr = self.__dict__["_csr"] = (self.src[order], bounds)
-        by_rest, bounds = csr
-        return by_rest[concat_ranges(bounds[allowed], bounds[allowed + 1])]
+        return csr
 
     def mark_sources(self, allowed: np.ndarray, out: np.ndarray, tid: np.ndarray | None = None) -> None:
         """``out[self.sources(allowed)] = True`` (``out`` bool [n]); with ``tid``, the tokens
@@ -139,20 +150,12 @@ class Walk:
                 ids = tid[src]
                 np.bitwise_or.at(out.view(np.uint32), ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
             return
-        allowed = _int64(allowed)
-        csr = self.__dict__.get("_csr_c")
-        if csr is None and 8 * len(allowed) >= len(self.inv):  # as in sources: one pass, no index
-            walkc.gather_dense(_int64(self.src), _int64(self.inv), allowed, len(self.cross), tid, out)  # type: ignore[arg-type]
+        allowed = c_int64(allowed)
+        if "_csr" not in self.__dict__ and 8 * len(allowed) >= len(self.inv):  # as in sources: no index
+            walkc.gather_dense(c_int64(self.src), c_int64(self.inv), allowed, len(self.cross), tid, out)  # type: ignore[arg-type]
             return
-        if csr is None:  # (a counting sort in C: no argsort per walk)
-            order, bounds = walkc.csr(_int64(self.inv), len(self.cross))  # type: ignore[arg-type]
-            csr = self.__dict__["_csr_c"] = (self.src[np.frombuffer(order, dtype=np.int64)],
-                                             np.frombuffer(bounds, dtype=np.int64))
-        walkc.gather(csr[0], csr[1], allowed, tid, out)
-
-
-def _int64(a: np.ndarray) -> np.ndarray:
-    return a if a.dtype == np.int64 and a.flags.c_contiguous else np.ascontiguousarray(a, dtype=np.int64)
+        by_rest, bounds = self._index()
+        walkc.gather(by_rest, bounds, allowed, tid, out)
 
 
 def drop_inside(inside: np.ndarray, ci: np.ndarray, cj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -236,7 +239,7 @@ def leftovers(tm: TokenMatrix, rs: RestSet, ci: np.ndarray, cj: np.ndarray, dist
         return RestSet.of(tm, rs.tid[ci], rs.base[ci] + cj * stride, (rs.length[ci] - cj).astype(np.int32),
                           distinct=distinct)
     tid, base, length, lo, pos = walkc.leftovers(rs.tid, rs.base, rs.length, tm.mat_t.reshape(-1),
-                                                 tm.mat_t.shape[1], _int64(ci), _int64(cj), distinct)
+                                                 tm.mat_t.shape[1], c_int64(ci), c_int64(cj), distinct)
     i64 = np.int64
     return (RestSet(np.frombuffer(tid, i64), np.frombuffer(base, i64), np.frombuffer(length, np.int32),
                     np.frombuffer(lo, i64)), np.frombuffer(pos, i64))
@@ -256,6 +259,10 @@ def c_table(trans: np.ndarray) -> np.ndarray:
 
 def c_bool(a: np.ndarray) -> np.ndarray:
     return a if a.dtype == np.bool_ and a.flags.c_contiguous else np.ascontiguousarray(a, dtype=np.bool_)
+
+
+def c_int64(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == np.int64 and a.flags.c_contiguous else np.ascontiguousarray(a, dtype=np.int64)
 
 
 def walk_numpy(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
