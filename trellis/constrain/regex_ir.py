@@ -263,13 +263,24 @@ def _hex_escapes(codes: list[int], upper: bool) -> str:
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
+# Ranges -> (enc_set, enc_set_strict) text. Enum values and key literals render one set per
+# character, the same few sets over and over; kept across schemas like _FSM_CACHE.
+_ENC_MEMO: dict[tuple, str] = {}
+
+
+def _enc_memo(r: Ranges, strict: bool) -> str:
+    key = (r, strict)
+    hit = _ENC_MEMO.get(key)
+    if hit is None:
+        if len(_ENC_MEMO) > 20000:
+            _ENC_MEMO.clear()
+        hit = _ENC_MEMO[key] = _enc_set_strict(r) if strict else _enc_set(r)
+    return hit
+
+
 def enc_set_strict(r: Ranges) -> str:
     """Like ``enc_set`` but only the one spelling ``json.dumps(ensure_ascii=False)`` writes."""
-    singles = "".join(e for c, e in ((0x22, '"'), (0x5C, "\\\\")) if cs_has(r, c))
-    ctl = cs_inter(r, CONTROLS)
-    singles += "".join(_SHORT[c] for lo, hi in ctl for c in range(lo, hi + 1) if c in _SHORT)
-    hexes = _hex_escapes([c for lo, hi in ctl for c in range(lo, hi + 1) if c not in _SHORT], False)
-    return _one_char(r, singles, hexes)
+    return _enc_memo(r, True)
 
 
 def enc_set(r: Ranges) -> str:
@@ -278,6 +289,18 @@ def enc_set(r: Ranges) -> str:
     All escapes share one backslash branch: fewer alternatives mean fewer states before
     minimisation (81 vs 138 for a string of any characters), i.e. a cheaper determinisation.
     """
+    return _enc_memo(r, False)
+
+
+def _enc_set_strict(r: Ranges) -> str:
+    singles = "".join(e for c, e in ((0x22, '"'), (0x5C, "\\\\")) if cs_has(r, c))
+    ctl = cs_inter(r, CONTROLS)
+    singles += "".join(_SHORT[c] for lo, hi in ctl for c in range(lo, hi + 1) if c in _SHORT)
+    hexes = _hex_escapes([c for lo, hi in ctl for c in range(lo, hi + 1) if c not in _SHORT], False)
+    return _one_char(r, singles, hexes)
+
+
+def _enc_set(r: Ranges) -> str:
     singles = "".join(e for c, e in ((0x22, '"'), (0x5C, "\\\\"), (0x2F, "/")) if cs_has(r, c))
     ctl = cs_inter(r, CONTROLS)
     singles += "".join(_SHORT[c] for lo, hi in ctl for c in range(lo, hi + 1) if c in _SHORT)

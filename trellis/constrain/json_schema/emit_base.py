@@ -50,6 +50,7 @@ class EmitterBase:
         self._cell_memo: dict[tuple, list[KeyCell]] = {}
         self._regions: dict[tuple, tuple | None] = {}
         self._region_rx: dict[tuple, str | None] = {}
+        self._key_terms: dict[str, str] = {}
         self.cls: dict[int, int] = {}
         self.rep: dict[int, int] = {}
         self.parts: dict[tuple[int, str], Any] = {}
