@@ -47,10 +47,10 @@ trellis accepts is dropped for that input and reported):
 Fresh means the input is new to the process (``--isolation grammar``, default): the run's
 ``TRELLIS_CACHE_DIR`` is a new empty temporary folder, and before every timed trellis compile
 the in-process memos keyed by grammar text are cleared (``compile.COMPILED``,
-``regex.DFA_MEMO``, ``regex.PARTS_MEMO``), the grammar-keyed disk entries (compiled tables) removed,
+``regex.DFA_MEMO``, ``regex.PARTS_MEMO``, ``regex_compile.PARSED``), the grammar-keyed disk entries (compiled tables) removed,
 and the spec is a new copy (a ``JsonSchema`` keeps its Lark translation on the object). What trellis
 shares across grammars (``walk_cache.SHARED`` and ``<cache>/walks``: vocabulary walks of common
-terminals; the regex -> FSM, pattern, fraction-range, scaled-DFA and format memos) carries over
+terminals; the regex -> FSM, pattern, fraction-range, scaled-DFA, format and JSON-escape memos) carries over
 from EARLIER inputs of the run, as in a server that has served them, but is reset before each
 timed compile to its state before the current input: the untimed compiles that generate and
 check documents run in a scratch cache dir and are undone, and a grammar's second document does
@@ -140,11 +140,12 @@ MIN_WALK_TOKENS = 5
 # vocabulary walks of common terminals): kept across inputs with --isolation grammar (never
 # warmed by the input itself), cleared with --isolation process. Absent ones are skipped.
 GRAMMAR_MEMOS = [("trellis.constrain.compile", "COMPILED"), ("trellis.constrain.regex", "DFA_MEMO"),
-                 ("trellis.constrain.regex", "PARTS_MEMO")]
+                 ("trellis.constrain.regex", "PARTS_MEMO"), ("trellis.constrain.regex_compile", "PARSED")]
 SHARED_MEMOS = [("trellis.constrain.walk_cache", "SHARED"), ("trellis.constrain.regex_ir", "_FSM_CACHE"),
                 ("trellis.constrain.pattern", "_MATCHERS"), ("trellis.constrain.ranges", "_FRAC_MEMO"),
                 ("trellis.constrain.rest_walk", "_SCALED"), ("trellis.constrain.formats", "_FORMAT_IR"),
-                ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.scannerless", "_SHAPES")]
+                ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.scannerless", "_SHAPES"),
+                ("trellis.constrain.regex_ir", "_ENC_MEMO")]
 SHARED_DISK = ("walks",)  # cache-dir entries that are not keyed by a grammar (walk_cache.py)
 
 

@@ -319,7 +319,7 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
     terms = []
     for name, (prio, tree) in defs.items():
         p = _pattern(tree, defs)
-        if p.min_width == 0:  # Lark refuses empty terminals: let it say so
+        if _empty(p):  # Lark refuses empty terminals: let it say so
             raise _Bail
         terms.append(TermDef(name, p, prio))
     by_pattern = {t.pattern: t.name for t in terms}
@@ -330,7 +330,7 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
         p = _pattern(tree, {})
         name = by_pattern.get(p)
         if name is None:
-            if p.min_width == 0:
+            if _empty(p):
                 raise _Bail
             name = by_pattern[p] = f"__ANON_{anon}"
             anon += 1
@@ -404,12 +404,25 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
                 ignore.append(alts[0][1][0][1])
             else:
                 p = _pattern(st[1], defs)
-                if p.min_width == 0:
+                if _empty(p):
                     raise _Bail
                 name = f"__IGNORE_{len(ignore)}"
                 terms.append(TermDef(name, p, 0))
                 ignore.append(name)
     return terms, rules, ignore
+
+
+def _empty(p: object) -> bool:
+    """Lark's ``p.min_width == 0``, with the regex parsed once for this test and the terminal's NFA
+    (``regex_compile.min_width``); Lark's own computation where ``re`` cannot parse it."""
+    from trellis.constrain.regex_compile import min_width
+
+    if type(p).__name__ == "PatternStr":
+        return not p.value  # type: ignore[attr-defined]
+    try:
+        return min_width(p.to_regexp()) == 0  # type: ignore[attr-defined]
+    except Exception:  # e.g. \p{..} classes, which Lark reads with the regex module
+        return p.min_width == 0  # type: ignore[attr-defined]
 
 
 __all__ = ["read"]

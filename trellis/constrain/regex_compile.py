@@ -423,12 +423,34 @@ def epsilon_free(nfa: _NFA, start: int, end: int) -> tuple[Edges, set[int]]:
     return edges, finals
 
 
+# pattern -> sre parse tree, read-only once made. A Lark terminal's regex is parsed twice in one
+# compile: for its width (``min_width``: the reader refuses empty terminals as Lark does) and for
+# its NFA; Lark's own width test (``Pattern.min_width``) was a third of the reading time of
+# json.lark and llama.cpp's json.gbnf (cProfile, bench_fresh's grammar inputs).
+PARSED: dict[str, object] = {}
+
+
+def _tree(pattern: str) -> object:
+    tree = PARSED.get(pattern)
+    if tree is None:
+        tree = P.parse(pattern, 0)
+        if len(PARSED) >= 4096:
+            PARSED.clear()
+        PARSED[pattern] = tree
+    return tree
+
+
+def min_width(pattern: str) -> int:
+    """The fewest characters a match of ``pattern`` has (``re``'s own bound, as Lark computes it)."""
+    return _tree(pattern).getwidth()[0]  # type: ignore[attr-defined]
+
+
 def _parse(pattern: str) -> tuple[list, int]:
-    tree = P.parse(pattern, 0)
-    flags = tree.state.flags
+    tree = _tree(pattern)
+    flags = tree.state.flags  # type: ignore[attr-defined]
     if not flags & C.SRE_FLAG_ASCII:
         flags |= C.SRE_FLAG_UNICODE  # what re.compile does for every str pattern
-    return list(tree), flags
+    return list(tree), flags  # type: ignore[call-overload]
 
 
 def regex_nfa(pattern: str) -> tuple[Edges, set[int]]:
