@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from trellis.constrain.charsets import (ANYCHAR, CONTROLS, SURROGATES, Ranges, alphabet_ranges, cs, cs_diff, cs_has,
                                         cs_inter, cs_neg, cs_size, cs_union)
+from trellis.constrain.fsm_product import product
 
 # Bounds on what one regex may expand into (the schema compiler refuses beyond them, never
 # silently loosens: see json_schema/__init__.py).
@@ -379,13 +380,13 @@ MAX_PRODUCT = 30_000  # states of an FSM product we are willing to build
 def fsm_and(f: Any, g: Any) -> Any:
     if len(f.states) * len(g.states) > MAX_PRODUCT:
         raise TooComplex("regex intersection too large")
-    return f & g
+    return product(f, g, False)
 
 
 def fsm_sub(f: Any, g: Any) -> Any:
     if len(f.states) * len(g.states) > MAX_PRODUCT:
         raise TooComplex("regex difference too large")
-    return f - g
+    return product(f, g, True)
 
 
 def ir_len(x: tuple) -> tuple[int, int | None]:

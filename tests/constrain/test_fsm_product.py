@@ -1,0 +1,57 @@
+"""``fsm_product.product`` (the JSON Schema translation's FSM intersection and difference) against
+interegular's own ``&`` and ``-``: the same language on random regex pairs, compared by
+interegular's equivalence test and on every string up to a length, and never more states."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+interegular = pytest.importorskip("interegular")
+
+from trellis.constrain.fsm_product import product  # noqa: E402
+
+ATOMS = ["a", "b", "c", "[ab]", "[^a]", ".", "ab", "ba", "(?:a|bc)", "x", ""]
+
+
+def _regex(rng: random.Random, depth: int = 0) -> str:
+    k = rng.random()
+    if depth > 2 or k < 0.35:
+        return rng.choice(ATOMS)
+    if k < 0.55:
+        return _regex(rng, depth + 1) + _regex(rng, depth + 1)
+    if k < 0.75:
+        return f"(?:{_regex(rng, depth + 1)}|{_regex(rng, depth + 1)})"
+    return f"(?:{_regex(rng, depth + 1)}){rng.choice(['*', '+', '?', '{1,3}', '{2}'])}"
+
+
+def _fsm(rx: str):
+    return interegular.parse_pattern(rx).to_fsm()
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_product_is_interegulars_intersection_and_difference(seed: int) -> None:
+    rng = random.Random(seed)
+    ra, rb = _regex(rng), _regex(rng)
+    a, b = _fsm(ra), _fsm(rb)
+    for difference in (False, True):
+        mine = product(a, b, difference)
+        theirs = (a - b) if difference else (a & b)
+        assert mine.equivalent(theirs), (ra, rb, difference)
+        assert len(mine.states) <= len(theirs.states)
+        assert mine.empty() == theirs.empty()
+        for n in range(4):
+            for s in itertools.product("abcx", repeat=n):
+                w = "".join(s)
+                assert mine.accepts(w) == theirs.accepts(w) == (a.accepts(w) and b.accepts(w) != difference), \
+                    (ra, rb, difference, w)
+
+
+def test_product_of_disjoint_alphabets_and_empty_languages() -> None:
+    a, b = _fsm("[a-c]+"), _fsm("[x-z]+")
+    assert product(a, b, False).empty()
+    assert product(a, b, True).equivalent(a)
+    none = product(a, a, True)
+    assert none.empty() and product(none, b, False).empty() and product(b, none, True).equivalent(b)

@@ -1,0 +1,62 @@
+"""Intersection and difference of two interegular FSMs (the JSON Schema translation's key classes,
+string Venn regions and disjointness tests), built without interegular's generic ``parallel``.
+
+interegular crawls a product through a ``follow`` that builds a dict per (state, symbol) and finds
+each successor with ``list.index`` over the states made so far (quadratic in the product's size),
+and it keeps product states in which a component is dead, although no final state is reachable
+from them. Here a product state is a pair ``(p, q)`` found through a dict, and the pairs that
+cannot reach a final state for the operation are never made: for ``A & B`` both components must
+be alive, for ``A - B`` the first (the second may be dead: ``None``, "B rejects from here on").
+The language is the same as interegular's (``tests/constrain/test_fsm_product.py``); the state
+count can only be smaller. On JsonSchemaStore's monika-config schema, whose string alternatives
+make 693 products, the translation took 1,620 ms with interegular's products (cProfile: 95% in
+``crawl``/``follow``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def product(a: Any, b: Any, difference: bool) -> Any:
+    """``a & b`` (``difference`` False) or ``a - b`` (True) as an interegular ``FSM`` over the
+    union of their alphabets, states numbered in the order they are found (0: initial)."""
+    from interegular.fsm import FSM, Alphabet
+
+    alphabet, (a_key, b_key) = Alphabet.union(a.alphabet, b.alphabet)
+    keys = [(t, a_key[t], b_key[t]) for t in alphabet.by_transition]
+    a_map, b_map, a_fin, b_fin = a.map, b.map, a.finals, b.finals
+    start = (a.initial, b.initial)
+    index = {start: 0}
+    pairs = [start]
+    finals = set()
+    out: dict[int, dict] = {}
+    none: dict = {}
+    i = 0
+    while i < len(pairs):  # grows while read
+        p, q = pairs[i]
+        if p in a_fin and ((q is None or q not in b_fin) if difference else q in b_fin):
+            finals.add(i)
+        row = {}
+        pa = a_map.get(p, none)
+        qb = none if q is None else b_map.get(q, none)
+        for t, ka, kb in keys:
+            np_ = pa.get(ka)
+            if np_ is None:  # the first component is dead: nothing final follows, either way
+                continue
+            nq = qb.get(kb)
+            if nq is None and not difference:
+                continue
+            s = (np_, nq)
+            j = index.get(s)
+            if j is None:
+                j = index[s] = len(pairs)
+                pairs.append(s)
+            row[t] = j
+        out[i] = row
+        i += 1
+    return FSM(alphabet=alphabet, states=range(len(pairs)), initial=0, finals=finals, map=out,
+               __no_validation__=True)
+
+
+__all__ = ["product"]
