@@ -55,3 +55,17 @@ def test_product_of_disjoint_alphabets_and_empty_languages() -> None:
     assert product(a, b, True).equivalent(a)
     none = product(a, a, True)
     assert none.empty() and product(none, b, False).empty() and product(b, none, True).equivalent(b)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_minimal_is_interegulars_reduce(seed: int) -> None:
+    """Brzozowski's minimisation with dict-indexed subsets == interegular's ``reduce``: the same
+    language and the same number of states (a minimal DFA is unique up to renaming)."""
+    from trellis.constrain.fsm_product import minimal
+
+    rng = random.Random(1000 + seed)
+    f = _fsm(_regex(rng))
+    if rng.random() < 0.5:
+        f = product(f, _fsm(_regex(rng)), rng.random() < 0.5)
+    mine, theirs = minimal(f), f.reduce()
+    assert mine.equivalent(theirs) and len(mine.states) == len(theirs.states)

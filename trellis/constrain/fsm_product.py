@@ -1,5 +1,6 @@
-"""Intersection and difference of two interegular FSMs (the JSON Schema translation's key classes,
-string Venn regions and disjointness tests), built without interegular's generic ``parallel``.
+"""Intersection, difference and minimisation of interegular FSMs (the JSON Schema translation's key
+classes, string Venn regions, disjointness tests and automaton -> regex), without interegular's
+generic ``crawl``.
 
 interegular crawls a product through a ``follow`` that builds a dict per (state, symbol) and finds
 each successor with ``list.index`` over the states made so far (quadratic in the product's size),
@@ -10,7 +11,9 @@ be alive, for ``A - B`` the first (the second may be dead: ``None``, "B rejects 
 The language is the same as interegular's (``tests/constrain/test_fsm_product.py``); the state
 count can only be smaller. On JsonSchemaStore's monika-config schema, whose string alternatives
 make 693 products, the translation took 1,620 ms with interegular's products (cProfile: 95% in
-``crawl``/``follow``).
+``crawl``/``follow``). ``minimal`` is interegular's ``reduce`` (Brzozowski: the reversal
+determinised twice) with the same dict-indexed subset construction: 11 of 29 s on o63934's
+length-bounded pattern (1,926 states) went to ``reduce``'s ``list.index``.
 """
 
 from __future__ import annotations
@@ -59,4 +62,50 @@ def product(a: Any, b: Any, difference: bool) -> Any:
                __no_validation__=True)
 
 
-__all__ = ["product"]
+def minimal(f: Any) -> Any:
+    """The minimal DFA of ``f``'s language over its alphabet (``f.reduce()``, faster)."""
+    return _reversed(_reversed(f))
+
+
+def _reversed(f: Any) -> Any:
+    """An FSM of the reversed language: subsets of ``f``'s states, from its finals (0: initial)."""
+    from interegular.fsm import FSM
+
+    back: dict[Any, dict[Any, list]] = {}  # state -> transition -> its predecessors over it
+    for s, row in f.map.items():
+        for t, d in row.items():
+            back.setdefault(d, {}).setdefault(t, []).append(s)
+    keys = list(f.alphabet.by_transition)
+    start = frozenset(f.finals)
+    index = {start: 0}
+    none: dict = {}
+    sets = [start]
+    finals = set()
+    out: dict[int, dict] = {}
+    i = 0
+    while i < len(sets):  # grows while read
+        cur = sets[i]
+        if f.initial in cur:
+            finals.add(i)
+        row = {}
+        acc: dict[Any, set] = {}
+        for s in cur:  # only the transitions that lead into cur
+            for t, preds in back.get(s, none).items():
+                acc.setdefault(t, set()).update(preds)
+        for t in keys:  # in alphabet order, as interegular numbers the subsets
+            nxt = acc.get(t)
+            if not nxt:
+                continue
+            fs = frozenset(nxt)
+            j = index.get(fs)
+            if j is None:
+                j = index[fs] = len(sets)
+                sets.append(fs)
+            row[t] = j
+        out[i] = row
+        i += 1
+    return FSM(alphabet=f.alphabet, states=range(len(sets)), initial=0, finals=finals, map=out,
+               __no_validation__=True)
+
+
+__all__ = ["minimal", "product"]
