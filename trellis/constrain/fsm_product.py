@@ -18,29 +18,25 @@ length-bounded pattern (1,926 states) went to ``reduce``'s ``list.index``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Hashable, Iterator
 
 
 def product(a: Any, b: Any, difference: bool) -> Any:
     """``a & b`` (``difference`` False) or ``a - b`` (True) as an interegular ``FSM`` over the
     union of their alphabets, states numbered in the order they are found (0: initial)."""
-    from interegular.fsm import FSM, Alphabet
+    from interegular.fsm import Alphabet
 
     alphabet, (a_key, b_key) = Alphabet.union(a.alphabet, b.alphabet)
     keys = [(t, a_key[t], b_key[t]) for t in alphabet.by_transition]
     a_map, b_map, a_fin, b_fin = a.map, b.map, a.finals, b.finals
-    start = (a.initial, b.initial)
-    index = {start: 0}
-    pairs = [start]
-    finals = set()
-    out: dict[int, dict] = {}
     none: dict = {}
-    i = 0
-    while i < len(pairs):  # grows while read
-        p, q = pairs[i]
-        if p in a_fin and ((q is None or q not in b_fin) if difference else q in b_fin):
-            finals.add(i)
-        row = {}
+
+    def final(pq: tuple) -> bool:
+        p, q = pq
+        return p in a_fin and ((q is None or q not in b_fin) if difference else q in b_fin)
+
+    def step(pq: tuple) -> Iterator[tuple]:
+        p, q = pq
         pa = a_map.get(p, none)
         qb = none if q is None else b_map.get(q, none)
         for t, ka, kb in keys:
@@ -50,16 +46,9 @@ def product(a: Any, b: Any, difference: bool) -> Any:
             nq = qb.get(kb)
             if nq is None and not difference:
                 continue
-            s = (np_, nq)
-            j = index.get(s)
-            if j is None:
-                j = index[s] = len(pairs)
-                pairs.append(s)
-            row[t] = j
-        out[i] = row
-        i += 1
-    return FSM(alphabet=alphabet, states=range(len(pairs)), initial=0, finals=finals, map=out,
-               __no_validation__=True)
+            yield t, (np_, nq)
+
+    return _crawl(alphabet, (a.initial, b.initial), final, step)
 
 
 def minimal(f: Any) -> Any:
@@ -69,42 +58,51 @@ def minimal(f: Any) -> Any:
 
 def _reversed(f: Any) -> Any:
     """An FSM of the reversed language: subsets of ``f``'s states, from its finals (0: initial)."""
-    from interegular.fsm import FSM
-
     back: dict[Any, dict[Any, list]] = {}  # state -> transition -> its predecessors over it
     for s, row in f.map.items():
         for t, d in row.items():
             back.setdefault(d, {}).setdefault(t, []).append(s)
     keys = list(f.alphabet.by_transition)
-    start = frozenset(f.finals)
-    index = {start: 0}
     none: dict = {}
-    sets = [start]
-    finals = set()
-    out: dict[int, dict] = {}
-    i = 0
-    while i < len(sets):  # grows while read
-        cur = sets[i]
-        if f.initial in cur:
-            finals.add(i)
-        row = {}
+
+    def step(cur: frozenset) -> Iterator[tuple]:
         acc: dict[Any, set] = {}
         for s in cur:  # only the transitions that lead into cur
             for t, preds in back.get(s, none).items():
                 acc.setdefault(t, set()).update(preds)
         for t in keys:  # in alphabet order, as interegular numbers the subsets
             nxt = acc.get(t)
-            if not nxt:
-                continue
-            fs = frozenset(nxt)
-            j = index.get(fs)
+            if nxt:
+                yield t, frozenset(nxt)
+
+    return _crawl(f.alphabet, frozenset(f.finals), lambda cur: f.initial in cur, step)
+
+
+def _crawl(alphabet: Any, start: Hashable, final: Callable[[Any], bool],
+           step: Callable[[Any], Iterator[tuple]]) -> Any:
+    """interegular's ``crawl`` with a dict index: the states reachable from ``start`` through
+    ``step(state)`` -> (transition, next state) pairs, numbered as found (0: ``start``)."""
+    from interegular.fsm import FSM
+
+    index = {start: 0}
+    found = [start]
+    finals = set()
+    out: dict[int, dict] = {}
+    i = 0
+    while i < len(found):  # grows while read
+        s = found[i]
+        if final(s):
+            finals.add(i)
+        row = {}
+        for t, n in step(s):
+            j = index.get(n)
             if j is None:
-                j = index[fs] = len(sets)
-                sets.append(fs)
+                j = index[n] = len(found)
+                found.append(n)
             row[t] = j
         out[i] = row
         i += 1
-    return FSM(alphabet=f.alphabet, states=range(len(sets)), initial=0, finals=finals, map=out,
+    return FSM(alphabet=alphabet, states=range(len(found)), initial=0, finals=finals, map=out,
                __no_validation__=True)
 
 
