@@ -46,15 +46,15 @@ trellis accepts is dropped for that input and reported):
 
 Fresh means the input is new to the process (``--isolation grammar``, default): the run's
 ``TRELLIS_CACHE_DIR`` is a new empty temporary folder, and before every timed trellis compile
-the in-process memos keyed by grammar text are cleared (``compile.COMPILED``,
-``regex.DFA_MEMO``, ``regex.PARTS_MEMO``, ``regex_compile.PARSED``), the grammar-keyed disk entries (compiled tables) removed,
-and the spec is a new copy (a ``JsonSchema`` keeps its Lark translation on the object). What trellis
-shares across grammars (``walk_cache.SHARED`` and ``<cache>/walks``: vocabulary walks of common
-terminals; the regex -> FSM, pattern, fraction-range, scaled-DFA, format and JSON-escape memos) carries over
-from EARLIER inputs of the run, as in a server that has served them, but is reset before each
-timed compile to its state before the current input: the untimed compiles that generate and
-check documents run in a scratch cache dir and are undone, and a grammar's second document does
-not find its first document's walks. ``--isolation process`` clears all of it before every
+the in-process memos keyed by grammar text are cleared (``compile.COMPILED``, ``regex.DFA_MEMO``,
+``regex.PARTS_MEMO``, ``regex_compile.PARSED``), the grammar-keyed disk entries (compiled tables)
+removed, and the spec is a new copy (a ``JsonSchema`` keeps its Lark translation on the object).
+What trellis shares across grammars (``walk_cache.SHARED`` and ``<cache>/walks``: vocabulary walks
+of common terminals; the regex -> FSM, pattern, fraction-range, scaled-DFA, format, JSON-escape and
+alphabet-union memos) carries over from EARLIER inputs of the run, as in a server that has served
+them, but is reset before each timed compile to its state before the current input: the untimed
+compiles that generate and check documents run in a scratch cache dir and are undone, and a
+grammar's second document does not find its first document's walks. ``--isolation process`` clears all of it before every
 compile (``clear_caches()`` + the memos above, empty cache dir): the first grammar a new process
 with an empty cache ever sees. The per-vocabulary tables are kept in both. xgrammar gets a
 new ``GrammarCompiler`` without cache (created untimed) per compile, llguidance a new matcher.
@@ -145,7 +145,8 @@ SHARED_MEMOS = [("trellis.constrain.walk_cache", "SHARED"), ("trellis.constrain.
                 ("trellis.constrain.pattern", "_MATCHERS"), ("trellis.constrain.ranges", "_FRAC_MEMO"),
                 ("trellis.constrain.rest_walk", "_SCALED"), ("trellis.constrain.formats", "_FORMAT_IR"),
                 ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.scannerless", "_SHAPES"),
-                ("trellis.constrain.regex_ir", "_ENC_MEMO")]
+                ("trellis.constrain.regex_ir", "_ENC_MEMO"), ("trellis.constrain.pattern", "_IR_MEMO"),
+                ("trellis.constrain.fsm_product", "_UNIONS")]
 SHARED_DISK = ("walks",)  # cache-dir entries that are not keyed by a grammar (walk_cache.py)
 
 

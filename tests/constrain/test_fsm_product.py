@@ -69,3 +69,14 @@ def test_minimal_is_interegulars_reduce(seed: int) -> None:
         f = product(f, _fsm(_regex(rng)), rng.random() < 0.5)
     mine, theirs = minimal(f), f.reduce()
     assert mine.equivalent(theirs) and len(mine.states) == len(theirs.states)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_alphabet_union_memo_either_order(seed: int) -> None:
+    """Products of the same two FSMs asked in both orders (the memo keeps one union per pair of
+    alphabets and swaps the transition pairs for the other order) == interegular's."""
+    rng = random.Random(5000 + seed)
+    a, b = _fsm(_regex(rng)), _fsm(_regex(rng))
+    for x, y in ((a, b), (b, a), (a, b), (b, a)):
+        for difference in (False, True):
+            assert product(x, y, difference).equivalent((x - y) if difference else (x & y))

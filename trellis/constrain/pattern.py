@@ -77,8 +77,23 @@ def _ecma_to_python(p: str) -> str:
     return "".join(out)
 
 
+# pattern -> IR (IRs are immutable tuples). A schema repeats its patterns: Github_ultra o17072's
+# translation asked for 41 distinct patterns 3,178 times (0.56 of 1.9 s under cProfile).
+_IR_MEMO: dict[str, tuple] = {}
+
+
 def pattern_ir(pattern: str) -> tuple:
     """IR of the strings in which ``pattern`` (ECMA-262) matches somewhere (search semantics)."""
+    hit = _IR_MEMO.get(pattern)
+    if hit is None:
+        hit = _pattern_ir(pattern)
+        if len(_IR_MEMO) >= 4096:
+            _IR_MEMO.clear()
+        _IR_MEMO[pattern] = hit
+    return hit
+
+
+def _pattern_ir(pattern: str) -> tuple:
     try:
         p = _sre.parse(_ecma_to_python(pattern))
     except re.error as e:
