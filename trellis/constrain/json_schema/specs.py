@@ -188,7 +188,7 @@ def distinct_specs(xs: Iterable, generic: Any) -> tuple:
     xs = list(xs)
     try:
         # by hash: an enum of n strings is n specs, and pairwise tests were quadratic (an enum of
-        # 392 values: 13 ms per union, wp_124's translation; specs are frozen dataclasses)
+        # 392 values: 13 ms per union, Github_ultra o13020's; specs are frozen dataclasses)
         seen = dict.fromkeys(xs)
     except TypeError:  # a spec holding an unhashable value: pairwise
         out: list = []
