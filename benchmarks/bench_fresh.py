@@ -54,9 +54,9 @@ of common terminals; the regex -> FSM, pattern, fraction-range, scaled-DFA, form
 alphabet-union memos) carries over from EARLIER inputs of the run, as in a server that has served
 them, but is reset before each timed compile to its state before the current input: the untimed
 compiles that generate and check documents run in a scratch cache dir and are undone, and a
-grammar's second document does not find its first document's walks. ``--isolation process`` clears all of it before every
-compile (``clear_caches()`` + the memos above, empty cache dir): the first grammar a new process
-with an empty cache ever sees. The per-vocabulary tables are kept in both. xgrammar gets a
+grammar's second document does not find its first document's walks. ``--isolation process``
+clears all of it before every compile (``clear_caches()`` + the memos above, empty cache dir): the
+first grammar a new process with an empty cache ever sees. The per-vocabulary tables are kept in both. xgrammar gets a
 new ``GrammarCompiler`` without cache (created untimed) per compile, llguidance a new matcher.
 Imports, first-call paths (one tiny grammar, GBNF and schema per engine, then every trellis
 memo cleared) and the per-tokenizer setup (trellis' ``prepare_vocabulary``: token matrix, trie, sorted

@@ -185,19 +185,10 @@ GENERIC_SPECS = {"nums": NumSpec(), "strs": StrSpec(), "arrs": ArrSpec(), "objs"
 
 def distinct_specs(xs: Iterable, generic: Any) -> tuple:
     """The distinct specs of ``xs`` in order, or only ``generic`` when it is one of them."""
-    xs = list(xs)
-    try:
-        # by hash: an enum of n strings is n specs, and pairwise tests were quadratic (an enum of
-        # 392 values: 13 ms per union, Github_ultra o13020's; specs are frozen dataclasses)
-        seen = dict.fromkeys(xs)
-    except TypeError:  # a spec holding an unhashable value: pairwise
-        out: list = []
-        for x in xs:
-            if x == generic:
-                return (generic,)
-            if x not in out:
-                out.append(x)
-        return tuple(out)
+    # By hash (specs are frozen dataclasses of hashable fields; NodeTable.fixed hashes whole
+    # Shallows already): an enum of n strings is n specs, and pairwise tests were quadratic (an
+    # enum of 392 values: 13 ms per union, Github_ultra o13020's).
+    seen = dict.fromkeys(xs)
     return (generic,) if generic in seen else tuple(seen)
 
 
