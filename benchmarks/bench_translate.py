@@ -1,11 +1,12 @@
 """JSON Schema -> Lark translation time over every real-world maskbench schema: the part of a new
 schema's compile that happens before any grammar exists, including the time to refuse.
 
-    python benchmarks/bench_translate.py [--limit-s 30] [--only PREFIX] [--out results.json]
+    python benchmarks/bench_translate.py [--limit-s 30] [--only PREFIX] [--open-objects] [--out results.json]
 
 For each maskbench schema under ../shared/data/maskbench (all but the Handwritten/Synthesized
-files) it times ``JsonSchema(schema, closed_objects=False).to_lark()`` (as ``bench_fresh.py``
-configures it) on a new object, once, the process having translated the schemas before it (the
+files) it times ``JsonSchema(schema).to_lark()`` (what ``generate(schema=...)`` builds; with
+``--open-objects``, ``closed_objects=False`` as ``bench_fresh.py`` configures it to match the
+peers) on a new object, once, the process having translated the schemas before it (the
 memos shared across schemas warm, as in a server). A translation past ``--limit-s`` seconds is
 stopped (SIGALRM) and counted as a timeout. Prints, for the schemas that translate and for those
 refused (``SchemaError``) or timed out: count, median, p95, p99, max and sum in ms, counts above
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit-s", type=int, default=30, help="per-schema limit in seconds")
     ap.add_argument("--only", default=None, help="schema files whose names start with PREFIX")
+    ap.add_argument("--open-objects", action="store_true",
+                    help="closed_objects=False (bench_fresh's setting) instead of generate's default")
     ap.add_argument("--out", default=None, help="per-schema rows [name, ms, outcome] as JSON")
     args = ap.parse_args(argv)
 
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.alarm(args.limit_s)
         t0 = time.perf_counter()
         try:
-            JsonSchema(schema, closed_objects=False).to_lark()
+            JsonSchema(schema, closed_objects=not args.open_objects).to_lark()
             outcome = "ok"
         except _Timeout:
             outcome = "timeout"
