@@ -313,15 +313,9 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
 
 def _productive(rules: list[tuple[int, tuple[int, ...]]], n: int, terminals: list[Terminal],
                 nts: dict[str, int], start: str, text: str, source: str) -> list[tuple[int, tuple[int, ...]]]:
-    """Rules whose every symbol derives some string (fixpoint); error if the start rule has none."""
+    """Rules whose every symbol derives some string (least fixpoint); error if the start rule has none."""
     ok_t = [t.dfa.final.any() and (t.dfa.trans >= 0).any() for t in terminals]
-    prod = [False] * n
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in rules:
-            if not prod[lhs] and all(prod[s] if s >= 0 else ok_t[-1 - s] for s in rhs):
-                prod[lhs] = changed = True
+    prod = _derives(rules, n, lambda s: ok_t[-1 - s])
     if not prod[nts[start]]:
         line, col = _locate(text, start)
         raise GrammarError(f"rule {start} derives no string (every expansion needs a rule or terminal that "
@@ -330,14 +324,41 @@ def _productive(rules: list[tuple[int, tuple[int, ...]]], n: int, terminals: lis
 
 
 def _nullable(rules: list[tuple[int, tuple[int, ...]]], n: int) -> list[bool]:
-    null = [False] * n
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in rules:
-            if not null[lhs] and all(s >= 0 and null[s] for s in rhs):
-                null[lhs] = changed = True
-    return null
+    return _derives(rules, n, lambda s: False)
+
+
+def _derives(rules: list[tuple[int, tuple[int, ...]]], n: int, term_ok) -> list[bool]:
+    """Per nonterminal, whether some rule for it has every symbol true (a nonterminal: true
+    itself; a terminal: ``term_ok``): productivity, or nullability with ``term_ok`` false.
+    A worklist over rule occurrences, linear in the grammar: a round-robin sweep needs one round
+    per link of a chain written in the wrong order, and the Earley form of a schema's objects
+    (``LarkEmitter._edge_rules``) chains unions of thousands of states."""
+    ok = [False] * n
+    need: list[int] = []
+    uses: list[list[int]] = [[] for _ in range(n)]
+    todo: list[int] = []
+    for i, (lhs, rhs) in enumerate(rules):
+        k = 0
+        for s in rhs:
+            if s >= 0:
+                uses[s].append(i)
+                k += 1
+            elif not term_ok(s):
+                k = -1
+                break
+        need.append(k)
+        if k == 0:
+            todo.append(lhs)
+    while todo:
+        x = todo.pop()
+        if ok[x]:
+            continue
+        ok[x] = True
+        for i in uses[x]:
+            need[i] -= 1
+            if need[i] == 0:
+                todo.append(rules[i][0])
+    return ok
 
 
 def start_bytes(ir: GrammarIR) -> list[int]:
@@ -354,49 +375,53 @@ def follow_bytes(ir: GrammarIR) -> list[int]:
     ``%ignore`` terminals can follow anything and anything can follow them. Used to drop, ahead
     of any parse, token splits whose next byte no follower can start.
 
-    Sets are ints (FIRST as terminal bitsets, FOLLOW as byte bitsets) and each rule is swept once
-    per round from the right: the per-suffix frozensets this replaced took 0.5 s over 135
-    maskbench schema grammars (cProfile of their compiles; bench_fresh.py's compile column is the
-    user-facing figure, commit cd894bb)."""
+    Sets are ints (FIRST and FOLLOW as byte bitsets): the per-suffix frozensets they replaced
+    took 0.5 s over 135 maskbench schema grammars (cProfile of their compiles; bench_fresh.py's
+    compile column is the user-facing figure, commit cd894bb). Each rule is read once; the sets
+    then flow along their inclusions by a worklist (``_flow``): the sweeps over all rules until
+    nothing changed needed one round per link of a union chain written in rule order (a schema's
+    Earley form, ``LarkEmitter._edge_rules``: o18637's FOLLOW sets 20 -> 85 ms)."""
     n, m = len(ir.nonterminals), len(ir.terminals)
     starts = start_bytes(ir)
     null = ir.nullable
-    # FIRST of each nonterminal, as bytes (the first bytes of the terminals that can begin it)
+    # FIRST of each nonterminal, as bytes: the first bytes of the terminals that can begin it,
+    # and FIRST of each nonterminal that can (``into[x]``: the nonterminals x's FIRST flows into)
     first = [0] * n
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in ir.rules:
-            f = 0
-            for x in rhs:
-                if x < 0:
-                    f |= starts[-1 - x]
-                    break
-                f |= first[x]
-                if not null[x]:
-                    break
-            if f | first[lhs] != first[lhs]:
-                first[lhs] |= f
-                changed = True
+    into: list[list[int]] = [[] for _ in range(n)]
+    for lhs, rhs in ir.rules:
+        for x in rhs:
+            if x < 0:
+                first[lhs] |= starts[-1 - x]
+                break
+            into[x].append(lhs)
+            if not null[x]:
+                break
+    _flow(first, into)
+    # FOLLOW: what starts after each symbol of a rule is FIRST of the rest of the rule, and, where
+    # the rest is nullable, FOLLOW of the rule's left side (``down``: lhs -> those nonterminals;
+    # ``ends``: lhs -> those terminals, applied once the nonterminals' sets are final)
     follow_nt = [0] * n
     follow_t = [0] * m
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in ir.rules:
-            after = follow_nt[lhs]  # the bytes that can start what follows rhs[k], right to left
-            for x in reversed(rhs):
-                if x < 0:
-                    t = -1 - x
-                    if after | follow_t[t] != follow_t[t]:
-                        follow_t[t] |= after
-                        changed = True
-                    after = starts[t]
-                else:
-                    if after | follow_nt[x] != follow_nt[x]:
-                        follow_nt[x] |= after
-                        changed = True
-                    after = first[x] | after if null[x] else first[x]
+    down: list[list[int]] = [[] for _ in range(n)]
+    ends: list[tuple[int, int]] = []
+    for lhs, rhs in ir.rules:
+        after, open_end = 0, True  # the rest's FIRST; whether the rest is nullable
+        for x in reversed(rhs):
+            if x < 0:
+                t = -1 - x
+                follow_t[t] |= after
+                if open_end:
+                    ends.append((lhs, t))
+                after, open_end = starts[t], False
+            else:
+                follow_nt[x] |= after
+                if open_end:
+                    down[lhs].append(x)
+                after = first[x] | after if null[x] else first[x]
+                open_end = open_end and null[x]
+    _flow(follow_nt, down)
+    for lhs, t in ends:
+        follow_t[t] |= follow_nt[lhs]
     ign = 0
     for t in ir.ignore:
         ign |= starts[t]
@@ -405,6 +430,26 @@ def follow_bytes(ir: GrammarIR) -> list[int]:
         everything |= b
     ignored = set(ir.ignore)
     return [everything if t in ignored else follow_t[t] | ign for t in range(m)]
+
+
+def _flow(sets: list[int], edges: list[list[int]]) -> None:
+    """Close ``sets`` (bitsets as ints) under ``sets[v] |= sets[u]`` for every edge u -> v of
+    ``edges`` (adjacency lists), by a worklist: each node is revisited only when its set grows."""
+    todo = [u for u in range(len(sets)) if sets[u] and edges[u]]
+    queued = [False] * len(sets)
+    for u in todo:
+        queued[u] = True
+    while todo:
+        u = todo.pop()
+        queued[u] = False
+        su = sets[u]
+        for v in edges[u]:
+            sv = sets[v]
+            if su | sv != sv:
+                sets[v] = sv | su
+                if not queued[v] and edges[v]:
+                    queued[v] = True
+                    todo.append(v)
 
 
 def bool_to_bits(row: np.ndarray) -> int:
