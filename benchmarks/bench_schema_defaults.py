@@ -136,7 +136,7 @@ def grammar_for(schema: Any, ws: str, closed: bool) -> Any:
         return JsonSchema(schema, whitespace=ws, closed_objects=closed)
     from trellis.constrain.compile import SchemaGrammar
 
-    text = JsonSchema(schema, whitespace="compact", closed_objects=closed).to_lark()
+    text = JsonSchema(schema, whitespace="compact", closed_objects=closed).to_lark("earley")  # Earley-compiled
     lines = text.split("\n")
     for old, new in (('COMMA: ","', 'COMMA: ", "'), ('COLON: ":"', 'COLON: ": "')):
         if lines.count(old) != 1:

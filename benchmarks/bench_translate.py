@@ -1,10 +1,12 @@
 """JSON Schema -> Lark translation time over every real-world maskbench schema: the part of a new
 schema's compile that happens before any grammar exists, including the time to refuse.
 
-    python benchmarks/bench_translate.py [--limit-s 30] [--only PREFIX] [--open-objects] [--out results.json]
+    python benchmarks/bench_translate.py [--limit-s 30] [--only PREFIX] [--open-objects] [--form lalr]
+                                         [--out results.json]
 
 For each maskbench schema under ../shared/data/maskbench (all but the Handwritten/Synthesized
-files) it times ``JsonSchema(schema).to_lark()`` (what ``generate(schema=...)`` builds; with
+files) it times ``JsonSchema(schema).to_lark("earley")`` (what ``generate(schema=...)`` builds:
+the Earley engine's form; ``--form lalr`` the plain form the LALR engine takes; with
 ``--open-objects``, ``closed_objects=False`` as ``bench_fresh.py`` configures it to match the
 peers) on a new object, once, the process having translated the schemas before it (the
 memos shared across schemas warm, as in a server). A translation past ``--limit-s`` seconds is
@@ -48,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="schema files whose names start with PREFIX")
     ap.add_argument("--open-objects", action="store_true",
                     help="closed_objects=False (bench_fresh's setting) instead of generate's default")
+    ap.add_argument("--form", choices=("earley", "lalr"), default="earley",
+                    help="the grammar form: the Earley engine's (generate's path) or the LALR engine's")
     ap.add_argument("--out", default=None, help="per-schema rows [name, ms, outcome] as JSON")
     args = ap.parse_args(argv)
 
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.alarm(args.limit_s)
         t0 = time.perf_counter()
         try:
-            JsonSchema(schema, closed_objects=not args.open_objects).to_lark()
+            JsonSchema(schema, closed_objects=not args.open_objects).to_lark(args.form)
             outcome = "ok"
         except _Timeout:
             outcome = "timeout"

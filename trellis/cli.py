@@ -42,7 +42,7 @@ def _check_generate(args: argparse.Namespace) -> Any:
         from trellis.constrain.json_schema import JsonSchema
 
         schema = JsonSchema(_schema_arg(args.schema))
-        schema.to_lark()  # SchemaError (with its JSON pointer) now, not after loading the model
+        schema.to_lark("earley")  # SchemaError (with its JSON pointer) now, not after loading the model
         return schema
     if args.grammar is not None:
         from trellis.constrain.compile import check_grammar

@@ -285,7 +285,7 @@ def check_grammar(grammar: GrammarSpec, *, start: str = "start") -> None:
     from trellis.constrain.gbnf import Gbnf
 
     if isinstance(grammar, (JsonSchema, SchemaGrammar)):
-        text = grammar.to_lark() if isinstance(grammar, JsonSchema) else str(grammar)
+        text = grammar.to_lark("earley") if isinstance(grammar, JsonSchema) else str(grammar)
         if load_bnf(text, source="<json schema>", start=start, lexical_priority=True) is None:
             load_lark(text, source="<json schema>", start=start)
         return
@@ -361,8 +361,11 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     if isinstance(grammar, Gbnf):
         text, source, engine = grammar.to_lark(fuse=True), grammar.source, "earley"
     elif isinstance(grammar, JsonSchema):
-        text, source, ignored = grammar.to_lark(), "<json schema>", grammar.ignored_keywords
         engine = "earley" if engine == "auto" else engine
+        # the Earley engine takes the shared-source form (not LALR(1), linear in an object's
+        # optional properties: JsonSchema.to_lark); the LALR engine the plain one
+        text = grammar.to_lark("earley" if engine == "earley" else "lalr")
+        source, ignored = "<json schema>", grammar.ignored_keywords
     elif isinstance(grammar, SchemaGrammar):
         text, source = str(grammar), "<json schema>"
         engine = "earley" if engine == "auto" else engine

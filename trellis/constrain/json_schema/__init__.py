@@ -2,7 +2,9 @@
 
 ``JsonSchema(schema).to_lark()`` returns a grammar whose language is a set of JSON texts that
 are *all* valid instances of the schema (drafts 2020-12, 2019-09, 07, 06 and 04 spellings);
-``trellis.constrain.compile(JsonSchema(...), vocab)`` compiles it like any grammar. Honesty rule:
+``trellis.constrain.compile(JsonSchema(...), vocab)`` compiles it like any grammar (on the default
+Earley engine it takes ``to_lark("earley")``: the same language, object automata written with
+shared source unions, linear in the optional properties instead of quadratic). Honesty rule:
 a keyword the grammar cannot enforce exactly raises ``SchemaError`` naming the keyword and its
 JSON pointer, unless ``lenient=True``, where it is ignored (the language grows) and listed in
 ``ignored_keywords``. Malformed schemas (not JSON, unknown ``$ref``, empty ``enum``, a ``type``
@@ -157,32 +159,43 @@ class JsonSchema:
     format_assertion: bool = True
     unknown_formats: Literal["annotation", "refuse"] = "annotation"
     max_whitespace: int = MAX_WHITESPACE
-    _out: list = field(default_factory=list, init=False, repr=False, compare=False)
+    _out: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def _translate(self) -> tuple[str, tuple[IgnoredKeyword, ...]]:
-        if not self._out:
-            self._out.append(schema_to_lark(self.schema, whitespace=self.whitespace, lenient=self.lenient,
-                                            closed_objects=self.closed_objects,
-                                            format_assertion=self.format_assertion,
-                                            unknown_formats=self.unknown_formats,
-                                            max_whitespace=self.max_whitespace))
-        return self._out[0]
+    def _translate(self, engine: str = "lalr") -> tuple[str, tuple[IgnoredKeyword, ...]]:
+        if engine not in ("lalr", "earley"):
+            raise UsageError(f"engine must be 'lalr' or 'earley', not {engine!r}")
+        if engine not in self._out:
+            self._out[engine] = schema_to_lark(self.schema, whitespace=self.whitespace, lenient=self.lenient,
+                                               closed_objects=self.closed_objects,
+                                               format_assertion=self.format_assertion,
+                                               unknown_formats=self.unknown_formats,
+                                               max_whitespace=self.max_whitespace,
+                                               shared_sources=engine == "earley")
+        return self._out[engine]
 
-    def to_lark(self) -> str:
-        """The Lark grammar text (parser="lalr", start rule ``start``); SchemaError if refused."""
-        return self._translate()[0]
+    def to_lark(self, engine: str = "lalr") -> str:
+        """The Lark grammar text (start rule ``start``); SchemaError if refused. ``engine="lalr"``
+        (default): a grammar Lark's LALR parser takes. ``engine="earley"``: the same language
+        with the edges of object/array automata shared by source set (``LarkEmitter._edge_rules``:
+        linear instead of quadratic in an object's optional properties), which is not LALR(1);
+        what ``compile`` builds for the default (Earley) engine."""
+        return self._translate(engine)[0]
 
     @property
     def ignored_keywords(self) -> tuple[IgnoredKeyword, ...]:
         """Keywords ignored in lenient mode (empty in strict mode)."""
+        if self._out:  # the same for either form: the builder's, before emission
+            return next(iter(self._out.values()))[1]
         return self._translate()[1]
 
 
 def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = "compact", lenient: bool = False,
                    closed_objects: bool = True, format_assertion: bool = True,
                    unknown_formats: Literal["annotation", "refuse"] = "annotation",
-                   max_whitespace: int = MAX_WHITESPACE) -> tuple[str, tuple[IgnoredKeyword, ...]]:
-    """(Lark grammar text, ignored keywords) of a JSON Schema; ``SchemaError`` when refused."""
+                   max_whitespace: int = MAX_WHITESPACE, shared_sources: bool = False
+                   ) -> tuple[str, tuple[IgnoredKeyword, ...]]:
+    """(Lark grammar text, ignored keywords) of a JSON Schema; ``SchemaError`` when refused.
+    ``shared_sources``: ``JsonSchema.to_lark(engine="earley")``'s form."""
     if whitespace not in ("compact", "flexible"):
         raise UsageError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
     if max_whitespace < 1:
@@ -195,5 +208,6 @@ def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = 
     if not doc.dialect_known:
         b.refuse("$schema", "", "unknown dialect (custom metaschema); it is read as draft 2020-12")
     root = b.location(doc.root, "", doc.base)
-    text = LarkEmitter(b, whitespace=whitespace, max_ws=max_whitespace).grammar(root)
+    text = LarkEmitter(b, whitespace=whitespace, max_ws=max_whitespace,
+                       shared_sources=shared_sources).grammar(root)
     return text, tuple(b.ignored)

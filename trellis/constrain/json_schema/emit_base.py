@@ -42,10 +42,11 @@ class Automaton:
 class EmitterBase:
     """The emitter's state (filled by the stages), its refusals and its terminals."""
 
-    def __init__(self, b: NodeTable, *, whitespace: str, max_ws: int) -> None:
+    def __init__(self, b: NodeTable, *, whitespace: str, max_ws: int, shared_sources: bool = False) -> None:
         self.b = b
         self.flex = whitespace == "flexible"
         self.max_ws = max_ws
+        self.shared_sources = shared_sources  # LarkEmitter._edge_rules: one union per source set
         self.cells: dict[int, list[KeyCell]] = {}
         self._cell_memo: dict[tuple, list[KeyCell]] = {}
         self._regions: dict[tuple, tuple | None] = {}

@@ -126,7 +126,8 @@ def tool_constraint(tools: Sequence[Tool | Callable[..., Any]], vocab: Vocabular
         as_tools(tools)  # still validated
         return compile_grammar(Regex(text_pattern(parallel=parallel)), vocab)
     schema = call_schema(tools, tool_choice=tool_choice, parallel=parallel)
-    lark = JsonSchema(schema, whitespace=whitespace, max_whitespace=max_whitespace, lenient=lenient).to_lark()
+    lark = JsonSchema(schema, whitespace=whitespace, max_whitespace=max_whitespace,
+                      lenient=lenient).to_lark("earley")  # compiled below on the Earley engine
     # The schema grammar allows no whitespace around the whole value; a start rule of our own puts
     # the optional leading run in front (rule/terminal names chosen not to clash with its own).
     lark += (f"\ntrellis_tool_reply: TRELLIS_LEAD_WS start | start\n"
