@@ -746,3 +746,33 @@ def test_huge_numeric_bounds_are_exact_or_refused_by_name() -> None:
     with pytest.raises(SchemaError, match="magnitude 1e300") as e:
         make({"type": "number", "minimum": 1e300})
     assert e.value.pointer == "/minimum"
+
+
+def test_plain_integer_ranges_equal_the_fsm_difference() -> None:
+    """Draft-04's integers (``NumSpec.plain``): an integer range's regex is written without its
+    ``(?:\\.0+)?`` suffix, which must be the language the general path computes, the spelled
+    regex minus every text with a . e or E (an FSM difference)."""
+    from decimal import Decimal
+
+    from trellis.constrain.ranges import _NOT_PLAIN, NumSpec
+    from trellis.constrain.regex_ir import fsm_sub, regex_fsm
+
+    rng = random.Random(4)
+    bounds = [None, Decimal(0), Decimal(-1), Decimal(7), Decimal("2.5"), Decimal(-30), Decimal(1000), Decimal(10) ** 9]
+    checked = 0
+    for _ in range(60):
+        lo, hi = rng.choice(bounds), rng.choice(bounds)
+        spec = NumSpec(integer=True, lo=lo, lo_x=rng.random() < 0.3, hi=hi, hi_x=rng.random() < 0.3, plain=True)
+        direct = spec.regex()
+        spelled = spec._spelled()
+        if spelled is None:
+            assert direct is None
+            continue
+        general = fsm_sub(regex_fsm(spelled), regex_fsm(_NOT_PLAIN))
+        if direct is None:
+            assert general.empty()
+            continue
+        d = regex_fsm(direct)
+        assert fsm_sub(d, general).empty() and fsm_sub(general, d).empty(), (lo, hi, direct)
+        checked += 1
+    assert checked >= 30

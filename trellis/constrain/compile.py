@@ -203,7 +203,7 @@ def clear_caches() -> None:
     """Forget every in-process memo of compiled grammars and shared tables (the disk cache stays:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
-    from trellis.constrain import fsm_product, pattern, regex_compile, regex_ir, rest_walk, scannerless
+    from trellis.constrain import fsm_product, formats, pattern, ranges, regex_compile, regex_ir, rest_walk, scannerless
     from trellis.constrain.grammar_ir import IMPORTS_MEMO
     from trellis.constrain.regex import DFA_MEMO, PARTS_MEMO
     from trellis.constrain.walk_cache import LISTED, SHARED
@@ -220,6 +220,11 @@ def clear_caches() -> None:
     regex_ir._ENC_MEMO.clear()
     pattern._IR_MEMO.clear()
     fsm_product._UNIONS.clear()
+    regex_ir._FSM_CACHE.clear()
+    pattern._MATCHERS.clear()
+    ranges._FRAC_MEMO.clear()
+    ranges._PLAIN_MEMO.clear()
+    formats._FORMAT_IR.clear()
     scannerless.clear_shapes()
 
 
