@@ -24,7 +24,7 @@ from typing import Any, Callable, Hashable, Iterator
 def product(a: Any, b: Any, difference: bool) -> Any:
     """``a & b`` (``difference`` False) or ``a - b`` (True) as an interegular ``FSM`` over the
     union of their alphabets, states numbered in the order they are found (0: initial)."""
-    alphabet, keys = _union(a.alphabet, b.alphabet)
+    alphabet, _, by_a = _union(a.alphabet, b.alphabet)
     a_map, b_map, a_fin, b_fin = a.map, b.map, a.finals, b.finals
     none: dict = {}
 
@@ -33,17 +33,23 @@ def product(a: Any, b: Any, difference: bool) -> Any:
         return p in a_fin and ((q is None or q not in b_fin) if difference else q in b_fin)
 
     def step(pq: tuple) -> Iterator[tuple]:
+        # Only the union transitions under a's moves from p (where a is dead nothing final
+        # follows, either way), in the union alphabet's order: states are numbered as found, and
+        # the numbering decides the regex written from the FSM. A state of a literal or a short
+        # chain has one or two moves among the union's dozens of transitions (o17072's 4,008
+        # products: 717k dict lookups, 0.14 of 0.41 s of its translation under cProfile).
         p, q = pq
-        pa = a_map.get(p, none)
         qb = none if q is None else b_map.get(q, none)
-        for t, ka, kb in keys:
-            np_ = pa.get(ka)
-            if np_ is None:  # the first component is dead: nothing final follows, either way
-                continue
-            nq = qb.get(kb)
-            if nq is None and not difference:
-                continue
-            yield t, (np_, nq)
+        out = []
+        for ka, np_ in a_map.get(p, none).items():
+            for i, t, kb in by_a.get(ka, ()):
+                nq = qb.get(kb)
+                if nq is None and not difference:
+                    continue
+                out.append((i, t, (np_, nq)))
+        out.sort(key=_first)
+        for _, t, pair in out:
+            yield t, pair
 
     return _crawl(alphabet, (a.initial, b.initial), final, step)
 
@@ -58,8 +64,9 @@ def product(a: Any, b: Any, difference: bool) -> Any:
 _UNIONS: dict[tuple[int, int], tuple] = {}
 
 
-def _union(a: Any, b: Any) -> tuple[Any, list]:
-    """(the union alphabet of ``a`` and ``b``, its transitions as (new, a's, b's) triples)."""
+def _union(a: Any, b: Any) -> tuple[Any, list, dict]:
+    """(the union alphabet of ``a`` and ``b``, its transitions as (new, a's, b's) triples, and
+    per transition of ``a`` the union's under it as (position, new, b's) triples)."""
     key = (id(a), id(b)) if id(a) <= id(b) else (id(b), id(a))
     hit = _UNIONS.get(key)
     if hit is None or not ((hit[0] is a and hit[1] is b) or (hit[0] is b and hit[1] is a)):
@@ -68,10 +75,25 @@ def _union(a: Any, b: Any) -> tuple[Any, list]:
         alphabet, (a_key, b_key) = Alphabet.union(a, b)
         if len(_UNIONS) >= 4096:
             _UNIONS.clear()
-        hit = _UNIONS[key] = (a, b, alphabet, [(t, a_key[t], b_key[t]) for t in alphabet.by_transition])
+        keys = [(t, a_key[t], b_key[t]) for t in alphabet.by_transition]
+        hit = _UNIONS[key] = (a, b, alphabet, keys, _under(keys), {})
     if hit[0] is a:
-        return hit[2], hit[3]
-    return hit[2], [(t, kb, ka) for t, ka, kb in hit[3]]  # asked in the other order
+        return hit[2], hit[3], hit[4]
+    if not hit[5]:  # asked in the other order
+        swapped = [(t, kb, ka) for t, ka, kb in hit[3]]
+        hit[5]["keys"], hit[5]["under"] = swapped, _under(swapped)
+    return hit[2], hit[5]["keys"], hit[5]["under"]
+
+
+def _under(keys: list) -> dict:
+    under: dict = {}
+    for i, (t, ka, kb) in enumerate(keys):
+        under.setdefault(ka, []).append((i, t, kb))
+    return under
+
+
+def _first(x: tuple) -> int:
+    return x[0]
 
 
 def minimal(f: Any) -> Any:
