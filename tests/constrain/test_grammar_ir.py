@@ -88,7 +88,7 @@ def _reference_follow(ir) -> list[frozenset]:
 
 
 @pytest.mark.parametrize("name", ["json.lark", "arithmetic.lark", "python_call.lark", "sql_select.lark", "csv.lark",
-                                  "yaml_flat.lark", "json_object.lark", "schema"])
+                                  "yaml_flat.lark", "json_object.lark", "schema", "schema-earley", "random"])
 def test_follow_bytes_are_the_first_bytes_of_the_follow_sets(name: str) -> None:
     import numpy as np
 
@@ -101,6 +101,21 @@ def test_follow_bytes_are_the_first_bytes_of_the_follow_sets(name: str) -> None:
                                                    "b": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
                   "required": ["a"]}
         ir = load_bnf(JsonSchema(schema, whitespace="flexible").to_lark(), lexical_priority=True)
+    elif name == "schema-earley":  # union chains (JsonSchema's Earley form), open: other keys too
+        schema = {"type": "object", "properties": {f"p{i}": {"type": ["integer", "null"]} for i in range(12)},
+                  "required": ["p5"]}
+        ir = load_bnf(JsonSchema(schema, closed_objects=False).to_lark("earley"), lexical_priority=True)
+    elif name == "random":  # rules in random order, chains both ways, nullable and recursive rules
+        rng = random.Random(7)
+        lines = [f"start: r0 {rng.choice('ABCD')}"]
+        for i in range(40):
+            for _ in range(rng.randint(1, 3)):
+                syms = [rng.choice([f"r{rng.randrange(40)}", rng.choice("ABCD")]) for _ in range(rng.randint(0, 3))]
+                lines.append(f"r{i}: " + " ".join(syms))
+        rng.shuffle(lines)
+        lines += [f'{t}: "{t.lower()}"' for t in "ABCD"]
+        ir = load_bnf("\n".join(lines) + "\n")
+        assert ir is not None
     else:
         ir = load_lark(load_grammar_text(name)[0])
     want = _reference_follow(ir)
