@@ -754,7 +754,7 @@ def test_plain_integer_ranges_equal_the_fsm_difference() -> None:
     regex minus every text with a . e or E (an FSM difference)."""
     from decimal import Decimal
 
-    from trellis.constrain.ranges import _NOT_PLAIN, NumSpec
+    from trellis.constrain.ranges import NOT_PLAIN, NumSpec
     from trellis.constrain.regex_ir import fsm_sub, regex_fsm
 
     rng = random.Random(4)
@@ -768,7 +768,7 @@ def test_plain_integer_ranges_equal_the_fsm_difference() -> None:
         if spelled is None:
             assert direct is None
             continue
-        general = fsm_sub(regex_fsm(spelled), regex_fsm(_NOT_PLAIN))
+        general = fsm_sub(regex_fsm(spelled), regex_fsm(NOT_PLAIN))
         if direct is None:
             assert general.empty()
             continue

@@ -292,7 +292,7 @@ class NumSpec:
         hit = _PLAIN_MEMO.get(self, False)
         if hit is not False:
             return hit
-        f = fsm_sub(regex_fsm(rx), regex_fsm(_NOT_PLAIN))
+        f = fsm_sub(regex_fsm(rx), regex_fsm(NOT_PLAIN))
         out = None if f.empty() else fsm_regex(f, to_regex)
         if len(_PLAIN_MEMO) > 10_000:
             _PLAIN_MEMO.clear()
@@ -352,7 +352,7 @@ class NumSpec:
 
 
 # Number texts with a fraction or an exponent part (JSON number characters around a . e or E).
-_NOT_PLAIN = r"[-+.0-9eE]*[.eE][-+.0-9eE]*"
+NOT_PLAIN = r"[-+.0-9eE]*[.eE][-+.0-9eE]*"
 
 
 def _multiple_regex(unit: Fraction) -> str:
