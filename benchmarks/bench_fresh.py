@@ -146,7 +146,7 @@ SHARED_MEMOS = [("trellis.constrain.walk_cache", "SHARED"), ("trellis.constrain.
                 ("trellis.constrain.rest_walk", "_SCALED"), ("trellis.constrain.formats", "_FORMAT_IR"),
                 ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.scannerless", "_SHAPES"),
                 ("trellis.constrain.regex_ir", "_ENC_MEMO"), ("trellis.constrain.pattern", "_IR_MEMO"),
-                ("trellis.constrain.fsm_product", "_UNIONS"), ("trellis.constrain.ranges", "_PLAIN_MEMO")]
+                ("trellis.constrain.fsm_product", "_UNIONS")]
 SHARED_DISK = ("walks",)  # cache-dir entries that are not keyed by a grammar (walk_cache.py)
 
 

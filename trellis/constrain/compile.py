@@ -223,7 +223,6 @@ def clear_caches() -> None:
     regex_ir._FSM_CACHE.clear()
     pattern._MATCHERS.clear()
     ranges._FRAC_MEMO.clear()
-    ranges._PLAIN_MEMO.clear()
     formats._FORMAT_IR.clear()
     scannerless.clear_shapes()
 
@@ -369,7 +368,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         engine = "earley" if engine == "auto" else engine
         # the Earley engine takes the shared-source form (not LALR(1), linear in an object's
         # optional properties: JsonSchema.to_lark); the LALR engine the plain one
-        text = grammar.to_lark("earley" if engine == "earley" else "lalr")
+        text = grammar.to_lark(engine)
         source, ignored = "<json schema>", grammar.ignored_keywords
     elif isinstance(grammar, SchemaGrammar):
         text, source = str(grammar), "<json schema>"

@@ -24,7 +24,7 @@ from typing import Any, Callable, Hashable, Iterator
 def product(a: Any, b: Any, difference: bool) -> Any:
     """``a & b`` (``difference`` False) or ``a - b`` (True) as an interegular ``FSM`` over the
     union of their alphabets, states numbered in the order they are found (0: initial)."""
-    alphabet, _, by_a = _union(a.alphabet, b.alphabet)
+    alphabet, by_a = _union(a.alphabet, b.alphabet)
     a_map, b_map, a_fin, b_fin = a.map, b.map, a.finals, b.finals
     none: dict = {}
 
@@ -47,26 +47,26 @@ def product(a: Any, b: Any, difference: bool) -> Any:
                 if nq is None and not difference:
                     continue
                 out.append((i, t, (np_, nq)))
-        out.sort(key=_first)
+        out.sort()  # by position: each union transition is under one of a's, so positions never tie
         for _, t, pair in out:
             yield t, pair
 
     return _crawl(alphabet, (a.initial, b.initial), final, step)
 
 
-# {id(A), id(B)} -> (A, B, their union, [(new transition, A's, B's)]), either order: the products
-# of a Venn decomposition (g & f, g - f, f - g, then the next f against every region made so
-# far) meet the same few alphabets again and again (Github_ultra o17072: 4,008 products,
-# interegular's Alphabet.union 0.73 of 1.9 s under cProfile; with the memo, translation A/B in one
-# process, other memos cold, min of 3: monika-config 71 -> 50 ms, strmprivacy 189 -> 174 ms,
-# o17072 unchanged, its unions mostly of new pairs). The entry holds A and B, so their ids cannot
-# be reused while it lives.
-_UNIONS: dict[tuple[int, int], tuple] = {}
+# {id(A), id(B)} -> (A, B, their union, per transition of A the union's under it, the same per
+# transition of B once asked), either order: the products of a Venn decomposition (g & f, g - f,
+# f - g, then the next f against every region made so far) meet the same few alphabets again and
+# again (Github_ultra o17072: 4,008 products, interegular's Alphabet.union 0.73 of 1.9 s under
+# cProfile; with the memo, translation A/B in one process, other memos cold, min of 3:
+# monika-config 71 -> 50 ms, strmprivacy 189 -> 174 ms, o17072 unchanged, its unions mostly of new
+# pairs). The entry holds A and B, so their ids cannot be reused while it lives.
+_UNIONS: dict[tuple[int, int], list] = {}
 
 
-def _union(a: Any, b: Any) -> tuple[Any, list, dict]:
-    """(the union alphabet of ``a`` and ``b``, its transitions as (new, a's, b's) triples, and
-    per transition of ``a`` the union's under it as (position, new, b's) triples)."""
+def _union(a: Any, b: Any) -> tuple[Any, dict]:
+    """(the union alphabet of ``a`` and ``b``, per transition of ``a`` the union's transitions
+    under it as (position in the union, union transition, ``b``'s transition) triples)."""
     key = (id(a), id(b)) if id(a) <= id(b) else (id(b), id(a))
     hit = _UNIONS.get(key)
     if hit is None or not ((hit[0] is a and hit[1] is b) or (hit[0] is b and hit[1] is a)):
@@ -76,24 +76,20 @@ def _union(a: Any, b: Any) -> tuple[Any, list, dict]:
         if len(_UNIONS) >= 4096:
             _UNIONS.clear()
         keys = [(t, a_key[t], b_key[t]) for t in alphabet.by_transition]
-        hit = _UNIONS[key] = (a, b, alphabet, keys, _under(keys), {})
+        hit = _UNIONS[key] = [a, b, alphabet, _under(keys, 1, 2), keys]
     if hit[0] is a:
-        return hit[2], hit[3], hit[4]
-    if not hit[5]:  # asked in the other order
-        swapped = [(t, kb, ka) for t, ka, kb in hit[3]]
-        hit[5]["keys"], hit[5]["under"] = swapped, _under(swapped)
-    return hit[2], hit[5]["keys"], hit[5]["under"]
+        return hit[2], hit[3]
+    if isinstance(hit[4], list):  # asked in the other order: index by the other's transitions
+        hit[4] = _under(hit[4], 2, 1)
+    return hit[2], hit[4]
 
 
-def _under(keys: list) -> dict:
+def _under(keys: list, mine: int, other: int) -> dict:
+    """(union transition, a's, b's) triples indexed by component ``mine``'s transition."""
     under: dict = {}
-    for i, (t, ka, kb) in enumerate(keys):
-        under.setdefault(ka, []).append((i, t, kb))
+    for i, k in enumerate(keys):
+        under.setdefault(k[mine], []).append((i, k[0], k[other]))
     return under
-
-
-def _first(x: tuple) -> int:
-    return x[0]
 
 
 def minimal(f: Any) -> Any:

@@ -229,7 +229,6 @@ class LarkEmitter(Automata):
                 lines.append(f"{name}: /{_lark_regex(text)}/")
         return "\n".join(lines) + "\n"
 
-
     def _edge_rules(self, nt: str, edges: list[tuple[int, str, int]], rule) -> None:
         """The rules of an automaton's edges ``(source, label, target)``: state ``d``'s
         nonterminal derives the pairs (or items) read up to ``d``, so an edge is
