@@ -34,6 +34,7 @@ from typing import Union
 
 from trellis.constrain.cfg import CFGConstraint, GrammarTables, build_top_table, compile_lark
 from trellis.constrain.errors import GrammarError
+from trellis.constrain.gc_pause import paused
 from trellis.constrain.json_schema import JsonSchema
 from trellis.constrain.grammar_ir import load_bnf, load_lark
 from trellis.constrain.regex import Regex, RegexConstraint
@@ -392,14 +393,15 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         COMPILED.move_to_end(key)
         return hit
     if engine == "earley":
-        ir = None
-        schema = isinstance(grammar, (JsonSchema, SchemaGrammar))
-        if schema:  # plain BNF: skip Lark's grammar parser
-            ir = load_bnf(text, source=source, start=start, lexical_priority=True)
-        if ir is None:
-            ir = load_lark(text, source=source, start=start, path=path)
-            ir.lexical_priority = schema
-        c = EarleyConstraint(ir, vocab, share=cache)
+        with paused():  # an allocation burst (terminal DFAs, rules, the engine's tables): gc_pause.py
+            ir = None
+            schema = isinstance(grammar, (JsonSchema, SchemaGrammar))
+            if schema:  # plain BNF: skip Lark's grammar parser
+                ir = load_bnf(text, source=source, start=start, lexical_priority=True)
+            if ir is None:
+                ir = load_lark(text, source=source, start=start, path=path)
+                ir.lexical_priority = schema
+            c = EarleyConstraint(ir, vocab, share=cache)
     else:
         c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
     if isinstance(grammar, JsonSchema):

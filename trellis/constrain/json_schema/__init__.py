@@ -117,6 +117,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trellis.constrain.errors import SchemaError
+from trellis.constrain.gc_pause import paused
 from trellis.constrain.json_schema.builder import NodeBuilder
 from trellis.constrain.json_schema.complement import MAX_COMPLEMENT_DEPTH
 from trellis.constrain.json_schema.documents import DEFAULT_BASE, SchemaDocument, load_schema
@@ -165,12 +166,14 @@ class JsonSchema:
         if engine not in ("lalr", "earley"):
             raise UsageError(f"engine must be 'lalr' or 'earley', not {engine!r}")
         if engine not in self._out:
-            self._out[engine] = schema_to_lark(self.schema, whitespace=self.whitespace, lenient=self.lenient,
-                                               closed_objects=self.closed_objects,
-                                               format_assertion=self.format_assertion,
-                                               unknown_formats=self.unknown_formats,
-                                               max_whitespace=self.max_whitespace,
-                                               shared_sources=engine == "earley")
+            with paused():  # an allocation burst over long-lived memos (gc_pause.py)
+                self._out[engine] = schema_to_lark(self.schema, whitespace=self.whitespace,
+                                                   lenient=self.lenient,
+                                                   closed_objects=self.closed_objects,
+                                                   format_assertion=self.format_assertion,
+                                                   unknown_formats=self.unknown_formats,
+                                                   max_whitespace=self.max_whitespace,
+                                                   shared_sources=engine == "earley")
         return self._out[engine]
 
     def to_lark(self, engine: str = "lalr") -> str:
