@@ -71,3 +71,42 @@ def test_small_and_grouped_chart_walks_equal_the_recogniser(name: str, monkeypat
                 break
             s = c.advance(s, rng.choice(allowed))
     assert checked > 100 and nonempty > 20, (checked, nonempty)
+
+
+@pytest.mark.parametrize("name", ["json.lark", "sql_select.lark", "csv.lark", "schema"])
+def test_masks_equal_with_every_rest_set_split_per_scan(name: str, monkeypatch) -> None:
+    """``_rests_allowed`` steps sets of up to ``CHART_WALK_SMALL`` rests through the chart; on a
+    small vocabulary that is almost every set, so the per-scan splitting that real vocabularies
+    take for larger sets is checked here: with it forced at every size (``CHART_WALK_SMALL`` 0)
+    the masks along random walks equal the default's (which the Lark oracle tests check)."""
+    from trellis.constrain.json_schema import JsonSchema
+
+    rng = random.Random(11)
+    if name == "schema":
+        spec = JsonSchema({"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 20}, "tags": {"type": "array", "items": {"enum": ["a", "b c"]}},
+            "n": {"type": "integer", "minimum": -5}, "ok": {"type": "boolean"}}}, closed_objects=False)
+        alphabet = b'{}[]":,abcnmeo tl-0123456789\\'
+    else:
+        spec = name
+        text, _ = load_grammar_text(name)
+        alphabet = bytes(sorted(set(text.encode()) - {ord("/"), ord("%")} | set(b" \n0123456789abcxyz\"")))
+    vocab = random_vocab(alphabet, rng)
+    default = compile(spec, vocab, cache=False)
+    split = scannerless.EarleyConstraint(default.ir, vocab, share=False)  # its own memos
+    steps = 0
+    for _ in range(8):
+        s1, s2 = default.start(), split.start()
+        for _ in range(25):
+            monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", 64)
+            m1 = default.mask_array(s1)
+            monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", 0)
+            m2 = split.mask_array(s2)
+            assert np.array_equal(m1, m2), (name, steps)
+            steps += 1
+            allowed = [t for t in range(default.tm.size) if (int(m1[t >> 5]) >> (t & 31)) & 1 and t not in default.tm.eos]
+            if not allowed:
+                break
+            t = rng.choice(allowed)
+            s1, s2 = default.advance(s1, t), split.advance(s2, t)
+    assert steps > 60

@@ -304,29 +304,36 @@ class EarleyConstraint:
         Rests are split per scan (context-free walks, cached per sub-automaton and rest set) down
         to ``SPLIT_DEPTH`` terminals; the leftovers beyond are stepped through the chart itself
         (``_chart_walk``), so grammars whose terminals can abut (every split of a word into
-        words) cost a chart step per byte instead of a rest set per way of splitting."""
+        words) cost a chart step per byte instead of a rest set per way of splitting. Sets of at
+        most ``CHART_WALK_SMALL`` rests are stepped through the chart at any depth."""
         key = (state, id(rs))
         hit = self._allowed.get(key)
         if hit is not None:
             return hit
-        ok = np.zeros(len(rs), dtype=bool)
-        firsts = rs.firsts
-        for t, q, bits, es in self._groups(state):
-            if not bits & firsts:
-                continue
-            w = self._walk(t, q, rs)
-            ok |= w.inside
-            if w.cross is None:
-                continue
-            for e in es:
-                a = self.earley.boundary(e, t)
-                if depth < SPLIT_DEPTH:
-                    sub = self._rests_allowed(a, w.cross, depth + 1)
-                else:
-                    sub = self._chart_walk(a, w.cross)
-                if len(sub):
-                    w.mark_sources(sub, ok)
-        res = np.flatnonzero(ok)
+        if len(rs) <= CHART_WALK_SMALL:
+            # A few rests: stepping their bytes through the chart (memoised per state and byte)
+            # is cheaper than a walk per scan of the state, each with its crossings and the
+            # boundaries they reach (a key position expects a literal per remaining key).
+            res = self._chart_walk_small(state, rs)
+        else:
+            ok = np.zeros(len(rs), dtype=bool)
+            firsts = rs.firsts
+            for t, q, bits, es in self._groups(state):
+                if not bits & firsts:
+                    continue
+                w = self._walk(t, q, rs)
+                ok |= w.inside
+                if w.cross is None:
+                    continue
+                for e in es:
+                    a = self.earley.boundary(e, t)
+                    if depth < SPLIT_DEPTH:
+                        sub = self._rests_allowed(a, w.cross, depth + 1)
+                    else:
+                        sub = self._chart_walk(a, w.cross)
+                    if len(sub):
+                        w.mark_sources(sub, ok)
+            res = np.flatnonzero(ok)
         size = res.nbytes + 100 + 100 * len(state[0])  # the key's state is kept alive too
         self._allowed_bytes += size
         if self._allowed_bytes > ALLOWED_CACHE_BYTES:
@@ -476,7 +483,10 @@ MEMO_SCANS = 1 << 21
 SPLIT_DEPTH = 2
 # Rest sets up to this size are chart-walked rest by rest in Python (``_chart_walk_small``):
 # sql_select.lark's 144-token benchmark document, fresh (bench_fresh's sql_select doc 2), 333 -> 289
-# ms, median of 6 alternating in one process (0 vs 64; 1024 was no better).
+# ms, median of 6 alternating in one process (0 vs 64; 1024 was no better). ``_rests_allowed``
+# chart-walks them at every depth, not only past SPLIT_DEPTH: 50 median maskbench schemas, fresh,
+# alternating in one process, 2 reps: median per-input (a) ratio 0.944 (masks 4.97 -> 4.56 ms a
+# schema; 32: 0.953, 128: 0.935, 256: 0.948); the tail (sp_120, sp_13, wp_124) 0.984, 4 reps.
 CHART_WALK_SMALL = 64
 # Inside a grouped chart walk, a chart state left with at most this many rests finishes them in
 # Python (``_take``): the groups fragment by chart state within a few bytes. lark.lark's fresh
