@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from trellis.constrain.literal_walk import (Literal, literal_at, walk_literal_rests,
+from trellis.constrain.literal_walk import (Literal, literal_at, literal_vocabulary_ids, walk_literal_rests,
                                             walk_literal_vocabulary)
 from trellis.constrain.regex import regex_to_byte_dfa
 from trellis.constrain.rest_walk import RestSet, walk
@@ -61,6 +61,10 @@ def test_literal_walks_equal_the_flat_walk(seed: int) -> None:
                 flat = walk(dfa.trans, dfa.final, q, vocab_rs, tm, follow)
                 fast = walk_literal_vocabulary(lit, vocab_rs, tm, follow)
                 assert _canon(fast, vocab_rs) == _canon(flat, vocab_rs), (p, q)
+                ids, sparse = literal_vocabulary_ids(lit, vocab_rs, tm, follow)  # vocab_walk's form
+                assert ids.tolist() == np.flatnonzero(flat.inside).tolist() and not len(sparse.inside), (p, q)
+                sparse.inside = flat.inside
+                assert _canon(sparse, vocab_rs) == _canon(flat, vocab_rs), (p, q)
                 # rest sets: the leftovers of tokens split after their first byte
                 rests = walk(splitter.trans, splitter.final, 0, vocab_rs, tm, None).cross
                 assert rests is not None

@@ -127,10 +127,22 @@ def _finish(inside: np.ndarray, rs: RestSet, tm: TokenMatrix, ci: list[np.ndarra
 def walk_literal_vocabulary(lit: Literal, rs: RestSet, tm: TokenMatrix,
                             follow: np.ndarray | None = None) -> Walk:
     """``rest_walk.walk`` of the literal's first state over ``rs = RestSet.vocabulary(tm)``."""
+    ids, w = literal_vocabulary_ids(lit, rs, tm, follow)
+    w.inside = np.zeros(len(rs), dtype=bool)
+    w.inside[ids] = True
+    return w
+
+
+def literal_vocabulary_ids(lit: Literal, rs: RestSet, tm: TokenMatrix,
+                           follow: np.ndarray | None = None) -> tuple[np.ndarray, Walk]:
+    """``walk_literal_vocabulary`` as (the sorted indices in ``rs`` of the tokens that stay inside,
+    the walk with an empty ``inside``): a literal keeps a handful of tokens, and a vocabulary-wide
+    bool array, written and then gathered into token ids, was ~2/3 of a key's walk (~40 us of
+    which ~30 on Gemma's 262k tokens, line_profiler)."""
     sv = SortedVocab.of(tm)
     keys, n = sv.keys, len(sv.keys)
-    inside = np.zeros(len(rs), dtype=bool)
     s, ends = lit.text, set(lit.ends)
+    runs: list[np.ndarray] = []
     ci: list[np.ndarray] = []
     cj: list[np.ndarray] = []
     lo = 0
@@ -140,7 +152,8 @@ def walk_literal_vocabulary(lit: Literal, rs: RestSet, tm: TokenMatrix,
         if lo == n or not keys[lo].startswith(p):
             break  # no token starts with p, so none with a longer prefix of s either
         eq = bisect_right(keys, p, lo)
-        inside[sv.rest[lo:eq]] = True  # tokens equal to p: a prefix of s
+        if eq > lo:
+            runs.append(sv.rest[lo:eq])  # tokens equal to p: a prefix of s
         if k in ends:
             succ = prefix_successor(p)
             hi = n if succ is None else bisect_left(keys, succ, eq)
@@ -151,7 +164,19 @@ def walk_literal_vocabulary(lit: Literal, rs: RestSet, tm: TokenMatrix,
                 if len(r):
                     ci.append(r)
                     cj.append(np.full(len(r), k, dtype=np.int64))
-    return _finish(inside, rs, tm, ci, cj, True)
+    ids = np.sort(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)
+    none = np.zeros(0, dtype=np.int64)
+    empty = np.zeros(0, dtype=bool)
+    if not ci:
+        return ids, Walk(empty, None, none, none)
+    i, j = np.concatenate(ci), np.concatenate(cj)
+    if len(ids):  # drop_inside: a token that stays inside is allowed however else it splits
+        keep = ~np.isin(i, ids)
+        i, j = i[keep], j[keep]
+    if not len(i):
+        return ids, Walk(empty, None, none, none)
+    sub, inv = leftovers(tm, rs, i, j, True)
+    return ids, Walk(empty, sub, i, inv)
 
 
 def walk_literal_rests(lit: Literal, rs: RestSet, tm: TokenMatrix, follow: np.ndarray | None = None) -> Walk | None:
