@@ -75,10 +75,11 @@ def test_small_and_grouped_chart_walks_equal_the_recogniser(name: str, monkeypat
 
 @pytest.mark.parametrize("name", ["json.lark", "sql_select.lark", "csv.lark", "schema"])
 def test_masks_equal_with_every_rest_set_split_per_scan(name: str, monkeypatch) -> None:
-    """``_rests_allowed`` steps sets of up to ``CHART_WALK_SMALL`` rests through the chart; on a
-    small vocabulary that is almost every set, so the per-scan splitting that real vocabularies
-    take for larger sets is checked here: with it forced at every size (``CHART_WALK_SMALL`` 0)
-    the masks along random walks equal the default's (which the Lark oracle tests check)."""
+    """``_rests_allowed`` steps sets of up to ``CHART_WALK_SMALL`` rests through the chart where
+    the grammar has no %ignore (``_chart_first``); on a small vocabulary that is almost every
+    set, so both routes are checked against each other on every grammar: small sets through the
+    chart vs per-scan splitting at every size, equal masks along random walks (the default
+    route is the one the Lark oracle tests check)."""
     from trellis.constrain.json_schema import JsonSchema
 
     rng = random.Random(11)
@@ -92,21 +93,22 @@ def test_masks_equal_with_every_rest_set_split_per_scan(name: str, monkeypatch) 
         text, _ = load_grammar_text(name)
         alphabet = bytes(sorted(set(text.encode()) - {ord("/"), ord("%")} | set(b" \n0123456789abcxyz\"")))
     vocab = random_vocab(alphabet, rng)
-    default = compile(spec, vocab, cache=False)
-    split = scannerless.EarleyConstraint(default.ir, vocab, share=False)  # its own memos
+    ir = compile(spec, vocab, cache=False).ir
+    chart = scannerless.EarleyConstraint(ir, vocab, share=False)  # each its own memos
+    split = scannerless.EarleyConstraint(ir, vocab, share=False)
+    monkeypatch.setattr(chart, "_chart_first", lambda rs: len(rs) <= 64)
+    monkeypatch.setattr(split, "_chart_first", lambda rs: False)
     steps = 0
     for _ in range(8):
-        s1, s2 = default.start(), split.start()
+        s1, s2 = chart.start(), split.start()
         for _ in range(25):
-            monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", 64)
-            m1 = default.mask_array(s1)
-            monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", 0)
+            m1 = chart.mask_array(s1)
             m2 = split.mask_array(s2)
             assert np.array_equal(m1, m2), (name, steps)
             steps += 1
-            allowed = [t for t in range(default.tm.size) if (int(m1[t >> 5]) >> (t & 31)) & 1 and t not in default.tm.eos]
+            allowed = [t for t in range(chart.tm.size) if (int(m1[t >> 5]) >> (t & 31)) & 1 and t not in chart.tm.eos]
             if not allowed:
                 break
             t = rng.choice(allowed)
-            s1, s2 = default.advance(s1, t), split.advance(s2, t)
+            s1, s2 = chart.advance(s1, t), split.advance(s2, t)
     assert steps > 60

@@ -305,15 +305,13 @@ class EarleyConstraint:
         to ``SPLIT_DEPTH`` terminals; the leftovers beyond are stepped through the chart itself
         (``_chart_walk``), so grammars whose terminals can abut (every split of a word into
         words) cost a chart step per byte instead of a rest set per way of splitting. Sets of at
-        most ``CHART_WALK_SMALL`` rests are stepped through the chart at any depth."""
+        most ``CHART_WALK_SMALL`` rests are stepped through the chart at any depth in grammars
+        without ``%ignore`` terminals (a JSON Schema's)."""
         key = (state, id(rs))
         hit = self._allowed.get(key)
         if hit is not None:
             return hit
-        if len(rs) <= CHART_WALK_SMALL:
-            # A few rests: stepping their bytes through the chart (memoised per state and byte)
-            # is cheaper than a walk per scan of the state, each with its crossings and the
-            # boundaries they reach (a key position expects a literal per remaining key).
+        if self._chart_first(rs):
             res = self._chart_walk_small(state, rs)
         else:
             ok = np.zeros(len(rs), dtype=bool)
@@ -341,6 +339,15 @@ class EarleyConstraint:
             self._allowed_bytes = size
         self._allowed[key] = res
         return res
+
+    def _chart_first(self, rs: RestSet) -> bool:
+        """Whether ``_rests_allowed`` steps ``rs`` through the chart at once: a few rests' bytes
+        stepped through the chart (memoised per state and byte) cost less than a walk per scan
+        of the state, each with its crossings and the boundaries they reach (a key position
+        expects a literal per remaining key). Not with %ignore terminals: their scans stand in
+        every state, so the per-scan walks of a rest set (cached per scan and set) recur across
+        states where chart walks would not (``CHART_WALK_SMALL``)."""
+        return len(rs) <= CHART_WALK_SMALL and not self.earley.ignore_scans
 
     def _chart_walk(self, state: ChartState, rs: RestSet) -> np.ndarray:
         """Sorted indices of the rests of ``rs`` whose bytes the chart takes from ``state``.
@@ -483,10 +490,12 @@ MEMO_SCANS = 1 << 21
 SPLIT_DEPTH = 2
 # Rest sets up to this size are chart-walked rest by rest in Python (``_chart_walk_small``):
 # sql_select.lark's 144-token benchmark document, fresh (bench_fresh's sql_select doc 2), 333 -> 289
-# ms, median of 6 alternating in one process (0 vs 64; 1024 was no better). ``_rests_allowed``
-# chart-walks them at every depth, not only past SPLIT_DEPTH: 50 median maskbench schemas, fresh,
-# alternating in one process, 2 reps: median per-input (a) ratio 0.944 (masks 4.97 -> 4.56 ms a
-# schema; 32: 0.953, 128: 0.935, 256: 0.948); the tail (sp_120, sp_13, wp_124) 0.984, 4 reps.
+# ms, median of 6 alternating in one process (0 vs 64; 1024 was no better). In a grammar without
+# %ignore, ``_rests_allowed`` chart-walks them at every depth, not only past SPLIT_DEPTH: 50 median
+# maskbench schemas, fresh, alternating in one process, 2 reps: median per-input (a) ratio 0.944
+# (masks 4.97 -> 4.56 ms a schema; 32: 0.953, 128: 0.935, 256: 0.948); the tail (sp_120, sp_13,
+# wp_124) 0.984, 4 reps; json.lark's 6 documents 0.97-1.0. With %ignore it cost more:
+# sql_select.lark's 6 documents +0-19% (+58% one; min of 4), arithmetic.lark's up to +13%.
 CHART_WALK_SMALL = 64
 # Inside a grouped chart walk, a chart state left with at most this many rests finishes them in
 # Python (``_take``): the groups fragment by chart state within a few bytes. lark.lark's fresh
