@@ -100,20 +100,10 @@ def alphabet_union(a: Any, b: Any) -> tuple[Any, tuple[dict, dict]]:
     ea, eb = ma.get(anything_else), mb.get(anything_else)  # where the other's extra symbols go
     cells: dict[tuple, list] = {}
     for s, ka in ma.items():
-        pair = (ka, mb.get(s, eb))
-        cell = cells.get(pair)
-        if cell is None:
-            cells[pair] = [s]
-        else:
-            cell.append(s)
+        cells.setdefault((ka, mb.get(s, eb)), []).append(s)
     for s, kb in mb.items():
         if s not in ma:
-            pair = (ea, kb)
-            cell = cells.get(pair)
-            if cell is None:
-                cells[pair] = [s]
-            else:
-                cell.append(s)
+            cells.setdefault((ea, kb), []).append(s)
     mapping: dict = {}
     a_key: dict = {}
     b_key: dict = {}

@@ -10,8 +10,8 @@ lark/lark.lark documents 0 and 8: 3,466 -> 1,964 ms and 1,344 -> 742 ms, alterna
 process; sql_select.lark and the maskbench schemas: unchanged minima, fewer outliers). A large
 JSON Schema's translation is such a burst too (FSM products and unions of its string Venn regions):
 Github_ultra o17072's first translation in a process made 299 young, 28 middle and 2 full
-collections (415 ms; 1 young collection and ~150-200 ms paused), and in one run o18637's grammar build took
-353 ms with a full collection in it (42 ms paused; ``compile``, with Gemma loaded in the process).
+collections (415 ms; 1 young collection and ~150-200 ms paused), and in one run o18637's grammar
+build took 353 ms with a full collection in it (42 ms paused; ``compile``, with Gemma loaded).
 
 ``paused()`` disables the collector for the duration of such a call and restores it afterwards, if
 it was enabled when the outermost pause began (calls nest and threads share one count, so a

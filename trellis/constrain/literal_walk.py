@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trellis.constrain.byte_dfa import ByteDFA
-from trellis.constrain.rest_walk import RestSet, Walk, drop_inside, leftovers
+from trellis.constrain.rest_walk import RestSet, Walk, with_crossings
 from trellis.constrain.walks import TokenMatrix
 
 # Literals longer than this are walked by numpy (a chain that long is a padded or generated
@@ -112,33 +112,13 @@ def prefix_successor(p: bytes) -> bytes | None:
     return p[:-1] + bytes([p[-1] + 1]) if p else None
 
 
-def _finish(inside: np.ndarray, rs: RestSet, tm: TokenMatrix, ci: list[np.ndarray], cj: list[np.ndarray],
-            distinct: bool) -> Walk:
-    none = np.zeros(0, dtype=np.int64)
-    if not ci:
-        return Walk(inside, None, none, none)
-    i, j = drop_inside(inside, np.concatenate(ci), np.concatenate(cj))
-    if not len(i):
-        return Walk(inside, None, none, none)
-    sub, inv = leftovers(tm, rs, i, j, distinct)
-    return Walk(inside, sub, i, inv)
-
-
-def walk_literal_vocabulary(lit: Literal, rs: RestSet, tm: TokenMatrix,
-                            follow: np.ndarray | None = None) -> Walk:
-    """``rest_walk.walk`` of the literal's first state over ``rs = RestSet.vocabulary(tm)``."""
-    ids, w = literal_vocabulary_ids(lit, rs, tm, follow)
-    w.inside = np.zeros(len(rs), dtype=bool)
-    w.inside[ids] = True
-    return w
-
-
 def literal_vocabulary_ids(lit: Literal, rs: RestSet, tm: TokenMatrix,
                            follow: np.ndarray | None = None) -> tuple[np.ndarray, Walk]:
-    """``walk_literal_vocabulary`` as (the sorted indices in ``rs`` of the tokens that stay inside,
-    the walk with an empty ``inside``): a literal keeps a handful of tokens, and a vocabulary-wide
-    bool array, written and then gathered into token ids, was ~2/3 of a key's walk (~40 us of
-    which ~30 on Gemma's 262k tokens, line_profiler)."""
+    """``rest_walk.walk`` of the literal's first state over ``rs = RestSet.vocabulary(tm)``, as
+    (the sorted indices in ``rs`` of the tokens that stay inside, the walk with an empty
+    ``inside``): a literal keeps a handful of tokens, and a vocabulary-wide bool array, written and
+    then gathered into token ids, was ~2/3 of a key's walk (~40 us of which ~30 on Gemma's 262k
+    tokens, line_profiler)."""
     sv = SortedVocab.of(tm)
     keys, n = sv.keys, len(sv.keys)
     s, ends = lit.text, set(lit.ends)
@@ -164,19 +144,13 @@ def literal_vocabulary_ids(lit: Literal, rs: RestSet, tm: TokenMatrix,
                 if len(r):
                     ci.append(r)
                     cj.append(np.full(len(r), k, dtype=np.int64))
-    ids = np.sort(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)
     none = np.zeros(0, dtype=np.int64)
-    empty = np.zeros(0, dtype=bool)
-    if not ci:
-        return ids, Walk(empty, None, none, none)
-    i, j = np.concatenate(ci), np.concatenate(cj)
-    if len(ids):  # drop_inside: a token that stays inside is allowed however else it splits
+    ids = np.sort(np.concatenate(runs)) if runs else none
+    i, j = (np.concatenate(ci), np.concatenate(cj)) if ci else (none, none)
+    if len(ids) and len(i):  # drop_inside on indices: a token that stays inside is allowed anyway
         keep = ~np.isin(i, ids)
         i, j = i[keep], j[keep]
-    if not len(i):
-        return ids, Walk(empty, None, none, none)
-    sub, inv = leftovers(tm, rs, i, j, True)
-    return ids, Walk(empty, sub, i, inv)
+    return ids, with_crossings(np.zeros(0, dtype=bool), i, j, rs, tm)
 
 
 def walk_literal_rests(lit: Literal, rs: RestSet, tm: TokenMatrix, follow: np.ndarray | None = None) -> Walk | None:
@@ -203,6 +177,6 @@ def walk_literal_rests(lit: Literal, rs: RestSet, tm: TokenMatrix, follow: np.nd
             if follow is None or follow[r[j]]:
                 ci.append(i)
                 cj.append(j)
-    return _finish(inside, rs, tm, [np.array(ci, dtype=np.int64)] if ci else [],
-                   [np.array(cj, dtype=np.int64)] if cj else [], rs.distinct)
+    # (a rest that stays inside was never split above)
+    return with_crossings(inside, np.array(ci, dtype=np.int64), np.array(cj, dtype=np.int64), rs, tm)
 
