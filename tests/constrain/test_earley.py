@@ -13,6 +13,7 @@ Checks, from the inside out:
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
 import shutil
@@ -431,6 +432,58 @@ def test_difference_and_intersection_of_dfas() -> None:
         assert cut.matches(w) == ok, w
     assert difference(literal_dfa(b"if"), [word]) is None
     assert intersects(word, literal_dfa(b"if")) and not intersects(word, literal_dfa(b"1"))
+
+
+def test_key_cuts_and_literal_shortcuts_equal_the_general_constructions() -> None:
+    """A DFA minus a set of words (the trie product ``difference`` takes for literals) against
+    brute-force membership, trimmed and reachable; and a ``literal_dfa``'s shortcuts
+    (``literal_at``, ``intersects``, the Earley scan tables) against the same DFA without its
+    ``literal`` text, which takes the general routes."""
+    from trellis.constrain.byte_dfa import ByteDFA
+    from trellis.constrain.literal_walk import literal_at
+    from trellis.constrain.regex import difference, intersects, literal_dfa, regex_to_byte_dfa
+
+    rng = random.Random(7)
+    patterns = ['"[ab]*"', "[ab]+", "a*b?a", "(ab|ba)*", "[abc]{1,3}", 'a|b|ab|"b"']
+    strings = [bytes(s) for n in range(6) for s in itertools.product(b'ab"c', repeat=n)]
+    for pat in patterns:
+        a = regex_to_byte_dfa(pat)
+        for _ in range(12):
+            words = sorted({bytes(rng.choice(b'ab"') for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 5))})
+            cut = difference(a, [literal_dfa(w) for w in words])
+            for s in strings:
+                want = a.matches(s) and s not in words
+                assert (cut is not None and cut.matches(s)) == want, (pat, words, s)
+            if cut is None:
+                continue
+            trans, final = cut.trans, cut.final
+            live = final.copy()  # every state reaches acceptance
+            for _ in range(len(final)):
+                live = live | ((trans >= 0) & live[np.maximum(trans, 0)]).any(axis=1)
+            assert live.all(), (pat, words)
+            seen, todo = {0}, [0]  # every state is reachable
+            while todo:
+                for t in set(trans[todo.pop()].tolist()) - {-1} - seen:
+                    seen.add(t)
+                    todo.append(t)
+            assert len(seen) == len(final), (pat, words)
+        for w in [b"a", b"ab", b'"ab"', b"ba", b"ca"]:
+            lit = literal_dfa(w)
+            plain = ByteDFA(lit.trans, lit.final)  # no literal text: the general routes
+            assert intersects(a, lit) == intersects(a, plain) == intersects(lit, a) == a.matches(w)
+    for w in [b"x", b'"name"', b"a-b_c 123"]:
+        lit = literal_dfa(w)
+        plain = ByteDFA(lit.trans, lit.final)
+        for q in range(len(w) + 1):
+            assert literal_at(lit, q) == literal_at(plain, q), (w, q)
+        c = compile("start: %s\n" % json.dumps(w.decode()), byte_vocab(), cache=False)
+        e = c.earley
+        d = next(i for i, x in enumerate(e.scan_dfa) if x.literal == w)
+        e._load(d)
+        fast = (e.trans[d], e.final[d], e.has_out[d])
+        e.scan_dfa[d] = plain
+        e._load(d)
+        assert fast == (e.trans[d], e.final[d], e.has_out[d])
 
 
 def test_equal_sub_automata_share_one_vocabulary_walk() -> None:

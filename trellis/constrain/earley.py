@@ -160,6 +160,15 @@ class Earley:
 
     def _load(self, d: int) -> None:
         dfa = self.scan_dfa[d]
+        if dfa.literal is not None:  # a JSON key's chain: n entries set, not n * 256 listed
+            n = len(dfa.literal)
+            flat = [-1] * ((n + 1) << 8)
+            for q, b in enumerate(dfa.literal):
+                flat[(q << 8) | b] = q + 1
+            self.trans[d] = flat
+            self.final[d] = [False] * n + [True]
+            self.has_out[d] = [True] * n + [False]
+            return
         self.trans[d] = dfa.trans.reshape(-1).tolist()
         self.final[d] = dfa.final.tolist()
         self.has_out[d] = (dfa.trans >= 0).any(axis=1).tolist()

@@ -52,6 +52,9 @@ _CHAINS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict]] = {}
 def literal_at(dfa: ByteDFA, q: int) -> Literal | None:
     """The literal from state ``q`` of ``dfa``, or None when some reachable state branches or
     loops (memoised per DFA and state)."""
+    if dfa.literal is not None:  # a literal_dfa: state q is the rest of its text (~1 vs ~10 us)
+        rest = dfa.literal[q:]
+        return Literal(rest, (len(rest),)) if 0 < len(rest) <= MAX_LITERAL else None
     trans = dfa.trans
     hit = _CHAINS.get(id(trans))
     if hit is None or hit[0] is not trans:
