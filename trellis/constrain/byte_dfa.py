@@ -209,7 +209,7 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray
     fin_a = a.final.tolist()
     ids = {(0, 0): 0}
     order = [(0, 0)]
-    kids: list[list[int]] = []  # product children of each product state
+    kids: list[list[tuple[int, int]]] = []  # (byte, product child) of each product state
     i = 0
     while i < len(order):
         qa, node = order[i]
@@ -223,7 +223,7 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray
                 if j is None:
                     j = ids[(q2, child)] = len(order)
                     order.append((q2, child))
-                mine.append(j)
+                mine.append((b, j))
         kids.append(mine)
     p = len(order)
     # a's states entered from the product (a valid byte the trie does not take), then closed
@@ -250,7 +250,7 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray
     finals = [bool(fin_a[qa]) and not end[node] for qa, node in order]
     live = [False] * p
     for k in range(p - 1, -1, -1):  # children come after their parent
-        live[k] = finals[k] or any(live_a[q2] for q2 in exits[k]) or any(live[j] for j in kids[k])
+        live[k] = finals[k] or any(live_a[q2] for q2 in exits[k]) or any(live[j] for _, j in kids[k])
     if not live[0]:
         return None
     # unreachable product states cannot exist (each was found from the start); keep the live ones
@@ -260,11 +260,9 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray
     remap[np.array(keep)] = np.arange(len(keep), dtype=np.int32)
     shifted = np.where(a.trans >= 0, a.trans + p, -1).astype(np.int32)
     rows = shifted[[qa for qa, _ in order]]
-    for k, (qa, node) in enumerate(order):
-        for b, child in children[node].items():
-            j = ids.get((rows_a[qa][b], child))
-            if j is not None:
-                rows[k, b] = j
+    for k, mine in enumerate(kids):
+        for b, j in mine:
+            rows[k, b] = j
     trans = np.concatenate([rows, shifted])[keep]
     t = np.where(trans >= 0, remap[np.maximum(trans, 0)], -1).astype(np.int32)
     f = np.concatenate([np.array(finals, dtype=bool), a.final])[keep]
