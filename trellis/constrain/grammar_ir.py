@@ -277,7 +277,8 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
             t = term(name)
             # an empty language keeps the terminal (dropped by the productivity pass); a terminal
             # that also matches "" stands for its nonterminal T? -> T' | (empty)
-            empty_lang = terminals[t].dfa.num_states == 0 or not terminals[t].dfa.final.any()
+            d = terminals[t].dfa
+            empty_lang = not d.literal and (d.num_states == 0 or not d.final.any())
             if name in parts_of:
                 hit = nt(f"{name}|")
                 out_rules.extend((hit, (-1 - p,)) for p in parts_of[name])
@@ -314,7 +315,8 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
 def _productive(rules: list[tuple[int, tuple[int, ...]]], n: int, terminals: list[Terminal],
                 nts: dict[str, int], start: str, text: str, source: str) -> list[tuple[int, tuple[int, ...]]]:
     """Rules whose every symbol derives some string (least fixpoint); error if the start rule has none."""
-    ok_t = [t.dfa.final.any() and (t.dfa.trans >= 0).any() for t in terminals]
+    # (a literal chain is a non-empty word: no numpy test, a schema grammar has a key per terminal)
+    ok_t = [bool(t.dfa.literal) or bool(t.dfa.final.any() and (t.dfa.trans >= 0).any()) for t in terminals]
     prod = _derives(rules, n, lambda s: ok_t[-1 - s])
     if not prod[nts[start]]:
         line, col = _locate(text, start)

@@ -156,13 +156,20 @@ def literal_vocabulary_ids(lit: Literal, rs: RestSet, tm: TokenMatrix,
     return ids, with_crossings(np.zeros(0, dtype=bool), i, j, rs, tm)
 
 
+def literal_rests_fit(lit: Literal, rs: RestSet) -> bool:
+    """Whether ``walk_literal_rests`` walks ``rs`` (at most ``MAX_PY_RESTS`` rests start with the
+    literal's first byte) rather than declining."""
+    b = lit.text[0]
+    return int(rs.lo[b + 1]) - int(rs.lo[b]) <= MAX_PY_RESTS
+
+
 def walk_literal_rests(lit: Literal, rs: RestSet, tm: TokenMatrix, follow: np.ndarray | None = None) -> Walk | None:
     """``rest_walk.walk`` of the literal's first state over a small rest set, or None when the
     rests starting with the literal's first byte are over ``MAX_PY_RESTS`` (walk those by numpy)."""
+    if not literal_rests_fit(lit, rs):
+        return None
     s = lit.text
     lo, hi = int(rs.lo[s[0]]), int(rs.lo[s[0] + 1])
-    if hi - lo > MAX_PY_RESTS:
-        return None
     inside = np.zeros(len(rs), dtype=bool)
     toks = tm.tokens
     ci: list[int] = []
