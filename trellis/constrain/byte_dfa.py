@@ -87,9 +87,26 @@ def codepoint_ranges_to_utf8(ranges: list[tuple[int, int]]) -> list[list[tuple[i
     return out
 
 
+# Literal DFAs by their text, shared by every grammar (a DFA is immutable; what is derived from
+# it is cached on the object): JSON Schema grammars repeat their punctuation and many keys
+# ("name", "type", ...), and each chain was a [n + 1, 256] table built again. Bounded by entries.
+LITERAL_MEMO: dict[bytes, "ByteDFA"] = {}
+LITERAL_MEMO_MAX = 1 << 15
+
+
 def literal_dfa(data: bytes) -> ByteDFA:
     """The chain DFA matching exactly ``data`` (non-empty); what interegular would build for
-    ``re.escape(text)``, without the ~2 ms of parsing and determinising per literal."""
+    ``re.escape(text)``, without the ~2 ms of parsing and determinising per literal. Memoised
+    (``LITERAL_MEMO``): equal texts give one object."""
+    hit = LITERAL_MEMO.get(data)
+    if hit is None:
+        if len(LITERAL_MEMO) >= LITERAL_MEMO_MAX:
+            LITERAL_MEMO.clear()
+        hit = LITERAL_MEMO[bytes(data)] = _literal_dfa(data)
+    return hit
+
+
+def _literal_dfa(data: bytes) -> ByteDFA:
     n = len(data)
     trans = np.full((n + 1, 256), -1, dtype=np.int32)
     trans[np.arange(n), np.frombuffer(data, dtype=np.uint8)] = np.arange(1, n + 1, dtype=np.int32)

@@ -205,7 +205,8 @@ def clear_caches() -> None:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
     from trellis.constrain import fsm_product, formats, pattern, ranges, regex_compile, regex_ir, rest_walk, scannerless
-    from trellis.constrain.grammar_ir import IMPORTS_MEMO
+    from trellis.constrain.byte_dfa import LITERAL_MEMO
+    from trellis.constrain.grammar_ir import IMPORTS_MEMO, PATTERN_MEMO
     from trellis.constrain.regex import DFA_MEMO, PARTS_MEMO
     from trellis.constrain.walk_cache import LISTED, SHARED
 
@@ -216,6 +217,8 @@ def clear_caches() -> None:
     PARTS_MEMO.clear()
     SHARED.clear()
     IMPORTS_MEMO.clear()
+    LITERAL_MEMO.clear()
+    PATTERN_MEMO.clear()
     rest_walk._SCALED.clear()
     regex_compile.PARSED.clear()
     regex_ir._ENC_MEMO.clear()

@@ -482,6 +482,21 @@ def literal_pattern(literal: str) -> object:
     decoded with ``unicode_escape``; anything unusual (a trailing backslash, a bad escape) goes to
     Lark's own function, which raises its own errors. ``test_grammar_ir`` checks equality on
     random literals."""
+    hit = PATTERN_MEMO.get(literal)
+    if hit is None:
+        if len(PATTERN_MEMO) >= PATTERN_MEMO_MAX:
+            PATTERN_MEMO.clear()
+        hit = PATTERN_MEMO[literal] = _literal_pattern(literal)
+    return hit
+
+
+# Patterns by literal text, shared by every grammar (read-only objects): a schema grammar's
+# punctuation, keys and value regexes recur across schemas. Bounded by entries.
+PATTERN_MEMO: dict[str, object] = {}
+PATTERN_MEMO_MAX = 1 << 15
+
+
+def _literal_pattern(literal: str) -> object:
     from lark import Token
     from lark.lexer import PatternRE, PatternStr
     from lark.load_grammar import _literal_to_pattern
