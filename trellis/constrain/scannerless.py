@@ -291,17 +291,28 @@ class EarleyConstraint:
         return hit
 
     def _token_mask(self, state: ChartState) -> np.ndarray:
-        m = np.zeros(self.tm.words, dtype=np.int32)
+        # The first group's packed walk is the mask until something is added to it (copy on
+        # write: that array is shared by the walk caches and must never change). Most new
+        # states inside a string or a key are one scan whose crossings allow nothing new.
+        m: np.ndarray | None = None
+        owned = False
         tid = self._vocab_rests.tid
         for t, q, _, es in self._groups(state):
             packed, w = self._inside_of(t, q)
-            m |= packed
+            if m is None:
+                m = packed
+            elif owned:
+                m |= packed
+            else:
+                m, owned = m | packed, True
             if w.cross is not None:
                 for e in es:
                     ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)
                     if len(ok):
+                        if not owned:
+                            m, owned = m.copy(), True
                         w.mark_sources(ok, m, tid)
-        return m
+        return np.zeros(self.tm.words, dtype=np.int32) if m is None else m
 
     def _rests_allowed(self, state: ChartState, rs: RestSet, depth: int = 1) -> np.ndarray:
         """Sorted indices of the rests of ``rs`` that the chart ``state`` can take whole (cached
