@@ -292,8 +292,7 @@ class EarleyConstraint:
 
     def _token_mask(self, state: ChartState) -> np.ndarray:
         # The first group's packed walk is the mask until something is added to it (copy on
-        # write: that array is shared by the walk caches and must never change). Most new
-        # states inside a string or a key are one scan whose crossings allow nothing new.
+        # write: the walk caches share that array, it must never change).
         m: np.ndarray | None = None
         owned = False
         tid = self._vocab_rests.tid
