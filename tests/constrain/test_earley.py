@@ -650,3 +650,40 @@ def test_walks_of_large_dfas_are_keyed_by_their_tables(tmp_path, monkeypatch) ->
     a, b, longer = (f"start: /[ab]{{{n}}}/\n", f"start: x\nx: A\nA: /[ab]{{{n}}}/\n", f"start: /[ab]{{{n + 1}}}/\n")
     assert masks[a, "new"] and not any(k[1][0][0] == "dfa" for k in masks[b, "new"])  # b reused a's
     assert any(k[1][0][0] == "dfa" for k in masks[longer, "new"])  # other tables: walked anew
+
+
+def test_literal_walks_over_shared_rests_equal_unshared_masks(tmp_path, monkeypatch) -> None:
+    """A literal's walk over a rest set with a content key (a string's closing-quote leftovers met
+    by ``,`` ``}`` ``]`` after it) is shared across grammars (``("xl", ...)`` entries of
+    ``walk_cache.SHARED``). Schemas compiled one after the other, each finding the entries of those
+    before it: along random walks every mask equals a build of the same grammar that shares nothing."""
+    from trellis.constrain import JsonSchema
+    from trellis.constrain.compile import clear_caches
+    from trellis.constrain.walk_cache import SHARED
+
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    clear_caches()
+    rng = random.Random(5)
+    v = random_vocab(b'{}[]",:ab', rng, 400)
+    n = len(v.tokens)
+    eos = next(iter(v.eos))
+    schemas = [{"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a"]},
+               {"type": "array", "items": {"type": "object", "properties": {"ab": {"type": "string"}}}},
+               {"type": "object", "properties": {"b": {"type": "array", "items": {"type": "string"}}}}]
+    checked = 0
+    for schema in schemas:
+        c = compile(JsonSchema(schema), v)
+        plain = EarleyConstraint(c.ir, v, share=False)
+        for _ in range(6):
+            s, p = c.start(), plain.start()
+            for _ in range(40):
+                m = c.mask_array(s)
+                assert np.array_equal(m, plain.mask_array(p)), (schema, s)
+                checked += 1
+                allowed = [t for t in np.flatnonzero(np.unpackbits(m.view(np.uint8), bitorder="little")[:n]) if t != eos]
+                if not allowed:
+                    break
+                t = int(rng.choice(allowed))
+                s, p = c.advance(s, t), plain.advance(p, t)
+    assert checked >= 200
+    assert any(k[1][0] == "xl" for k in SHARED._mem)  # the shared literal walks were taken
