@@ -87,22 +87,31 @@ def codepoint_ranges_to_utf8(ranges: list[tuple[int, int]]) -> list[list[tuple[i
     return out
 
 
-# Literal DFAs by their text, shared by every grammar (a DFA is immutable; what is derived from
-# it is cached on the object): JSON Schema grammars repeat their punctuation and many keys
-# ("name", "type", ...), and each chain was a [n + 1, 256] table built again. Bounded by entries.
+# Literal DFAs by their text, shared by every grammar (read-only arrays, as regex.DFA_MEMO's;
+# what is derived from a DFA is cached on the object): JSON Schema grammars repeat their
+# punctuation and many keys ("name", "type", ...), and each chain was a [n + 1, 256] table built
+# again. Bounded by the tables' bytes (~1 KB a byte of text: a long enum constant is a big table).
 LITERAL_MEMO: dict[bytes, "ByteDFA"] = {}
-LITERAL_MEMO_MAX = 1 << 15
+LITERAL_MEMO_BYTES = 64 * 2**20
+_literal_bytes = 0
 
 
 def literal_dfa(data: bytes) -> ByteDFA:
     """The chain DFA matching exactly ``data`` (non-empty); what interegular would build for
     ``re.escape(text)``, without the ~2 ms of parsing and determinising per literal. Memoised
-    (``LITERAL_MEMO``): equal texts give one object."""
+    (``LITERAL_MEMO``): equal texts give one object, its arrays read-only."""
+    global _literal_bytes
     hit = LITERAL_MEMO.get(data)
     if hit is None:
-        if len(LITERAL_MEMO) >= LITERAL_MEMO_MAX:
+        hit = _literal_dfa(data)
+        hit.trans.setflags(write=False)  # shared from now on
+        hit.final.setflags(write=False)
+        size = hit.trans.nbytes
+        if _literal_bytes + size > LITERAL_MEMO_BYTES:
             LITERAL_MEMO.clear()
-        hit = LITERAL_MEMO[bytes(data)] = _literal_dfa(data)
+            _literal_bytes = 0
+        LITERAL_MEMO[bytes(data)] = hit
+        _literal_bytes += size
     return hit
 
 

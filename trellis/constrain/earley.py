@@ -47,7 +47,7 @@ from typing import Iterable
 import numpy as np
 
 from trellis.constrain.byte_dfa import ByteDFA, difference, intersects, restrict_first_char
-from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, bool_to_bits
+from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, state_bits
 from trellis.constrain.lookaround import FollowGuard
 
 ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
@@ -473,13 +473,7 @@ class Earley:
         """The bytes scan ``t``'s DFA takes from state ``q``, as a 256-bit int (memoised)."""
         b = self._live_rows.get((t, q))
         if b is None:
-            dfa = self.scan_dfa[t]
-            lit = dfa.literal
-            if lit is not None:  # a chain: one byte on, none at its end (no numpy row: ~3 us)
-                b = 1 << lit[q] if q < len(lit) else 0
-            else:
-                b = bool_to_bits(dfa.trans[q] >= 0)
-            self._live_rows[(t, q)] = b
+            b = self._live_rows[(t, q)] = state_bits(self.scan_dfa[t], q)
         return b
 
 

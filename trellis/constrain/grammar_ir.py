@@ -371,14 +371,20 @@ def start_bytes(ir: GrammarIR) -> list[int]:
     out = []
     for t in ir.terminals:
         d = t.dfa
-        if d.literal:
-            out.append(1 << d.literal[0])
-            continue
         bits = d.__dict__.get("_start_bits")
         if bits is None:
-            bits = d.__dict__["_start_bits"] = bool_to_bits(d.trans[0] >= 0)
+            bits = d.__dict__["_start_bits"] = state_bits(d, 0)
         out.append(bits)
     return out
+
+
+def state_bits(dfa: ByteDFA, q: int) -> int:
+    """The bytes ``dfa`` takes from state ``q``, as a 256-bit int; a literal chain's from its text
+    (one byte, none at its end) without reading a table row (~3 us of numpy)."""
+    lit = dfa.literal
+    if lit is not None:
+        return 1 << lit[q] if q < len(lit) else 0
+    return bool_to_bits(dfa.trans[q] >= 0)
 
 
 def follow_bytes(ir: GrammarIR) -> list[int]:

@@ -155,8 +155,8 @@ class Walk:
             walkc.gather_dense(c_int64(self.src), c_int64(self.inv), allowed, len(self.cross), tid, out)  # type: ignore[arg-type]
             return
         by_rest, bounds = self._index()
-        if tid is None or not hasattr(walkc, "gather_ids"):  # (an extension built before gather_ids)
-            walkc.gather(by_rest, bounds, allowed, tid, out)
+        if tid is None:
+            walkc.gather(by_rest, bounds, allowed, None, out)
             return
         # The token ids of the crossings in CSR order, looked up once per walk and token-id array:
         # a tid[x] read per crossing per mask was ~17% of sql_select.lark's fresh documents
