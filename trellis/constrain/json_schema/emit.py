@@ -220,13 +220,13 @@ class LarkEmitter(Automata):
             else:
                 before = ws if name in ("RBRACE", "RSQB", "COMMA", "COLON") else ""
                 after = ws if name in ("LBRACE", "LSQB", "COMMA", "COLON") else ""
-                lines.append(f"{name}: /{_lark_regex(before + re.escape(p) + after)}/")
+                lines.append(f"{name}: /{lark_regex(before + re.escape(p) + after)}/")
         lines += ['NULL: "null"', 'TRUE: "true"', 'FALSE: "false"']
         for (kind, text, _), name in self.terms.items():
             if kind == "lit":
                 lines.append(f'{name}: "{_lark_str(text)}"')
             else:
-                lines.append(f"{name}: /{_lark_regex(text)}/")
+                lines.append(f"{name}: /{lark_regex(text)}/")
         return "\n".join(lines) + "\n"
 
     def _edge_rules(self, nt: str, edges: list[tuple[int, str, int]], rule) -> None:
@@ -294,19 +294,22 @@ def _lark_str(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _lark_regex(rx: str) -> str:
-    """A Python regex as the body of a Lark /.../ literal (Lark unescapes \\uXXXX itself)."""
-    out = []
-    for c in rx:
-        o = ord(c)
-        if c == "/":
-            out.append("\\/")
-        elif c == '"':  # Lark's unescaping turns \\" into \" (losing the backslash): spell it \u0022
-            out.append("\\u0022")
-        elif 32 <= o < 127:
-            out.append(c)
-        elif o <= 0xFFFF:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(f"\\U{o:08x}")
-    return "".join(out)
+def lark_regex(rx: str) -> str:
+    """A Python regex as the body of a Lark /.../ literal (Lark unescapes \\uXXXX itself):
+    ``/`` escaped, ``"`` spelled ``\\u0022`` (Lark's unescaping turns ``\\"`` into ``\"``, losing
+    the backslash), everything outside printable ASCII as ``\\uXXXX`` / ``\\UXXXXXXXX``. One
+    ``re.sub`` instead of a Python loop per character: that loop was ~0.1 ms of a median maskbench
+    schema's ~0.9 ms translation (50 schemas, line_profiler; a schema's regexes run to kilobytes)."""
+    return rx if _LARK_PLAIN.fullmatch(rx) else _LARK_SPECIAL.sub(_lark_escape, rx)
+
+
+_LARK_PLAIN = re.compile(r'[ !#-.0-~]*')  # printable ASCII but '"' and '/': kept as they are
+_LARK_SPECIAL = re.compile(r'[^ !#-.0-~]')
+
+
+def _lark_escape(m: "re.Match[str]") -> str:
+    c = m.group()
+    if c == "/":
+        return "\\/"
+    o = ord(c)
+    return f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}"
