@@ -10,7 +10,8 @@ import random
 import numpy as np
 import pytest
 
-from trellis.constrain.literal_walk import Literal, literal_at, literal_vocabulary_ids, walk_literal_rests
+from trellis.constrain.literal_walk import (Literal, literal_at, literal_vocabulary_ids, walk_literal_rests, words_at,
+                                            words_vocabulary_ids)
 from trellis.constrain.regex import regex_to_byte_dfa
 from trellis.constrain.rest_walk import RestSet, walk
 from trellis.constrain.walks import TokenMatrix
@@ -73,3 +74,36 @@ def test_literal_walks_equal_the_flat_walk(seed: int) -> None:
                 checked += 1
     assert checked >= 20
 
+
+
+ENUMS = [r'"(?:ab|a\\b|abc)"', r"(?:a|ab|ab c)", r"(?:a|ab|ac)", r"a(?:bc)*d", r'(?:\xff\xff|\xffa|\x00)', r'"(?:ab c|ab|"a)",', r"[ab](?:c|\x00)"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_finite_sub_automata_walk_path_by_path_as_the_flat_walk(seed: int) -> None:
+    """A state whose sub-automaton is a finite language (a string enum) is walked path by path
+    (``words_at`` + ``words_vocabulary_ids``): the same tokens inside and crossings as the flat
+    walk, with and without follow sets, including paths that are prefixes of others."""
+    tm = TokenMatrix.of(_vocab(seed))
+    vocab_rs = RestSet.vocabulary(tm)
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for p in ENUMS:
+        dfa = regex_to_byte_dfa(p)
+        for q in range(dfa.trans.shape[0]):
+            words = words_at(dfa, q)
+            if words is None:
+                continue
+            checked += len(words) > 1
+            for follow in (None, rng.random(256) < 0.5):
+                flat = walk(dfa.trans, dfa.final, q, vocab_rs, tm, follow)
+                ids, fast = words_vocabulary_ids(words, vocab_rs, tm, follow)
+                assert ids.tolist() == np.flatnonzero(flat.inside).tolist() and not len(fast.inside), (p, q)
+                fast.inside = np.zeros(len(vocab_rs), dtype=bool)
+                fast.inside[ids] = True
+                assert _canon(fast, vocab_rs) == _canon(flat, vocab_rs), (p, q)
+    assert checked >= 5
+    assert words_at(regex_to_byte_dfa(r"(?:ab)+"), 0) is None  # loops
+    assert words_at(regex_to_byte_dfa(r"a(?:bc)*d"), 0) is None  # a loop beside a finite path
+    assert words_at(regex_to_byte_dfa(r"[a-z]{3}"), 0) is None  # 26^3 paths: past MAX_WORDS
+    assert words_at(regex_to_byte_dfa(r"(?:ab|ac)d"), 0) == (Literal(b"abd", (3,)), Literal(b"acd", (3,)))

@@ -276,3 +276,57 @@ def test_trailing_lookaheads_become_follow_guards(seed: int) -> None:
 def test_lookarounds_the_document_cannot_decide_are_refused(pattern: str, feature: str) -> None:
     with pytest.raises(GrammarError, match=feature):
         terminal_parts(pattern, name="T")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_string_enums_take_the_trie_path_and_keep_the_regex_language(seed: int) -> None:
+    """A JSON Schema string ``enum`` is written ``"(?:v1|v2)"`` with ``re.escape``d values: it is
+    built as the values' trie (``literal_alternatives``), not through the NFA; the DFA is the
+    same language as the NFA path's and as ``re.fullmatch``'s."""
+    from trellis.constrain.byte_dfa import difference
+    from trellis.constrain.dfa_minimise import already_deterministic, minimal, subset_construction
+    from trellis.constrain.regex import literal_alternatives
+    from trellis.constrain.regex_compile import regex_nfa
+
+    rng = random.Random(seed)
+    alpha = list('ab .-"\\/|()*+?[]{}^$é') + ["\U0001F600", "\u2028", "\t"]
+    taken = 0
+    for _ in range(200):
+        values = ["".join(rng.choice(alpha) for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(1, 5))]
+        q = rng.choice(['"', ""])
+        p = q + "(?:" + "|".join(re.escape(v) for v in values) + ")" + q
+        words = literal_alternatives(p)
+        assert words is not None, p  # re.escape backslashes ASCII punctuation and whitespace only
+        taken += 1
+        assert sorted(set(words)) == sorted({(q + v + q).encode() for v in values}), p
+        edges, finals = regex_nfa(p)
+        det = already_deterministic(edges, finals, 0)
+        via_nfa = minimal(*(det if det is not None else subset_construction(edges, finals, 0)), name="t", pattern=p)
+        dfa = regex_to_byte_dfa(p)
+        assert difference(dfa, [via_nfa]) is None and difference(via_nfa, [dfa]) is None, p
+        rx = re.compile(p)
+        for s in [q + v + q for v in values] + ["".join(rng.choice(alpha) for _ in range(rng.randint(0, 7)))
+                                                for _ in range(50)]:
+            assert dfa.matches(s.encode("utf-8", "surrogatepass")) == (rx.fullmatch(s) is not None), (p, s)
+    assert taken >= 100, taken
+    for p in ['(?:[0-9]|a)', '"(?:a\\d)"', '(?:a|b)*', '"(?:a)"x', '(?:a)|(?:b)', '(?:a.b)', '"(?:a|b)', '(?:\\x41)']:
+        assert literal_alternatives(p) is None, p
+
+
+def test_lark_regex_bodies_escape_what_lark_unescapes() -> None:
+    """``emit.lark_regex`` (one ``re.sub``) writes what its per-character definition writes."""
+    from trellis.constrain.json_schema.emit import lark_regex
+
+    def by_char(rx: str) -> str:
+        out = []
+        for c in rx:
+            o = ord(c)
+            out.append("\\/" if c == "/" else "\\u0022" if c == '"' else c if 32 <= o < 127 else
+                       f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
+        return "".join(out)
+
+    rng = random.Random(0)
+    pool = [chr(i) for i in range(160)] + ["é", "\u2028", "\U0001F600", "\ud800"]
+    for _ in range(3000):
+        s = "".join(rng.choice(pool) for _ in range(rng.randint(0, 12)))
+        assert lark_regex(s) == by_char(s), s

@@ -20,6 +20,7 @@ constraint; the automaton type and its algebra are ``byte_dfa.py``, determinisin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Hashable
 
@@ -81,13 +82,15 @@ def _automaton(pattern: str, *, name: str, ordered: bool = False) -> tuple[np.nd
     lookaround one (``lookaround.automaton``) where the regex has a lookaround or ``ordered``
     asks for the first-match language; ``guards`` (per state, a ``FollowGuard`` or None) comes
     from the latter only. Every failure is a ``GrammarError`` naming ``name``."""
-    import re
 
     from trellis.constrain.lookaround import automaton
 
     try:
         if ordered:
             return automaton(pattern, ordered=True)
+        words = literal_alternatives(pattern)
+        if words is not None:  # a string enum: its trie, no NFA (0.1-0.25 ms -> ~20 us a schema enum)
+            return (*_trie(words), None)
         try:
             edges, finals = regex_nfa(pattern)
         except Lookaround:
@@ -102,6 +105,56 @@ def _automaton(pattern: str, *, name: str, ordered: bool = False) -> tuple[np.nd
         raise GrammarError(f"{name}: regex feature not supported ({e}) in /{pattern}/") from None
     except (re.error, OverflowError, RecursionError) as e:
         raise GrammarError(f"{name}: invalid regex ({e}) in /{pattern}/") from None
+
+
+_ALTERNATIVES = re.compile(r'("?)\(\?:(.*)\)\1', re.S)
+_META = frozenset("[](){}*+?.^$|\\")
+
+
+def literal_alternatives(pattern: str) -> list[bytes] | None:
+    """The strings of a pattern that is an alternation of literals, ``(?:a|b\\.c)`` or quoted
+    ``"(?:a|b)"`` (how a JSON Schema string ``enum`` is written: ``re.escape``d values), as UTF-8;
+    None for anything else (a class, a quantifier, a group, an escape other than a backslashed
+    punctuation character or space)."""
+    m = _ALTERNATIVES.fullmatch(pattern) if isinstance(pattern, str) else None  # (bytes patterns too)
+    if m is None:
+        return None
+    quote, body = m.group(1), m.group(2)
+    words: list[bytes] = []
+    cur: list[str] = []
+    chars = iter(body)
+    for c in chars:
+        if c == "\\":
+            c = next(chars, "")
+            if not c or c.isalnum() or c == "_" or not c.isascii():
+                return None  # \d, \x41, \u00e9, \n...: not a plain literal character
+        elif c == "|":
+            words.append((quote + "".join(cur) + quote).encode("utf-8", "surrogatepass"))
+            cur = []
+            continue
+        elif c in _META:
+            return None
+        cur.append(c)
+    words.append((quote + "".join(cur) + quote).encode("utf-8", "surrogatepass"))
+    return words
+
+
+def _trie(words: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(trans, final) of the trie of ``words`` (not minimal)."""
+    edges: dict[tuple[int, int], int] = {}  # (node, byte) -> child
+    ends = [False]
+    for w in words:
+        node = 0
+        for b in w:
+            nxt = edges.get((node, b))
+            if nxt is None:
+                nxt = edges[(node, b)] = len(ends)
+                ends.append(False)
+            node = nxt
+        ends[node] = True
+    trans = np.full(len(ends) * 256, -1, dtype=np.int32)
+    trans[[(q << 8) | b for q, b in edges]] = list(edges.values())
+    return trans.reshape(len(ends), 256), np.array(ends, dtype=bool)
 
 
 # ----------------------------------------------------------------------------- the constraint

@@ -71,7 +71,7 @@ from trellis.constrain.earley import ChartState, Earley
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
 from trellis.constrain import vocab_walk
-from trellis.constrain.literal_walk import literal_at, literal_rests_fit, walk_literal_rests
+from trellis.constrain.literal_walk import literal_at, literal_rests_fit, walk_literal_rests, words_at
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.walk_cache import SHARED, key_digest
 from trellis.constrain.walks import TokenMatrix
@@ -125,8 +125,7 @@ class EarleyConstraint:
 
     def advance(self, state: Hashable, token: int) -> ChartState | None:
         key = (state, token)
-        hit = self._advance.get(key, False)
-        if hit is not False:
+        if (hit := self._advance.get(key, False)) is not False:
             return hit  # type: ignore[return-value]
         if not 0 <= token < self.tm.size or not self.tm.valid[token]:
             return None
@@ -532,8 +531,9 @@ def _canonical(dfa: ByteDFA, q: int) -> tuple[Hashable, bool]:
     ``CANON_MAX`` states (then the walk is shared only by DFAs with the very same tables). With
     it, whether its accepting states are all dead ends (known only for the bytes form)."""
     lit = literal_at(dfa, q)
-    if lit is not None:  # the sub-automaton is the chain itself (0.2 ms -> ~1 us)
-        return ("lit", lit.text, lit.ends), False
+    words = None if lit is not None else words_at(dfa, q)  # a few chains: a string enum's values
+    if lit is not None or words is not None:  # the chains themselves (0.2-0.5 ms -> ~1-10 us)
+        return (("lit", lit.text, lit.ends) if lit is not None else ("lit", words)), False
     # Every schema builds its own DFA objects for the same terminals (a string, a number): the
     # shape is memoised by DFA content, not identity (~45 us a state otherwise; fresh masks over
     # 40 maskbench schemas 166 -> 152 ms, commit 79da505). The digest lives on the DFA object.

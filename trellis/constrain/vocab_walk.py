@@ -18,7 +18,7 @@ from typing import Hashable
 import numpy as np
 
 from trellis.constrain.byte_dfa import ByteDFA
-from trellis.constrain.literal_walk import literal_at, literal_vocabulary_ids
+from trellis.constrain.literal_walk import literal_at, words_at, words_vocabulary_ids
 from trellis.constrain.rest_walk import RestSet, Walk, walk as flat_walk
 from trellis.constrain.slices import slice_for, walk_sliced
 from trellis.constrain.trie_walk import walk_vocabulary
@@ -43,9 +43,10 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
     cache key) with the method that ordered them."""
     rs = RestSet.vocabulary(tm)
     lit = literal_at(dfa, q)
-    sl = None if lit is not None else slice_for(tm, dfa.trans, q)
-    if lit is not None:  # a keyword, key or punctuation: two bisects per prefix
-        ids, w = literal_vocabulary_ids(lit, rs, tm, follow)
+    words = (lit,) if lit is not None else words_at(dfa, q)
+    sl = None if words is not None else slice_for(tm, dfa.trans, q)
+    if words is not None:  # a keyword, key, punctuation or string enum: two bisects per prefix
+        ids, w = words_vocabulary_ids(words, rs, tm, follow)
         packed, how = tm.pack_ids(rs.tid[ids]), "literal"
     elif sl is not None:  # most tokens surely stay inside: walk the others
         (packed, w), how = walk_sliced(sl, dfa.trans, dfa.final, q, tm, follow), "slice " + sl.pattern
