@@ -44,34 +44,45 @@ def test_literal_at_finds_chains_only() -> None:
     assert literal_at(dfa, 0) is None and literal_at(dfa, int(dfa.trans[0, ord("x")])) == Literal(b"abc", (3,))
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_literal_walks_equal_the_flat_walk(seed: int) -> None:
+def _vocabulary_walks(seed: int, patterns: list, find):
+    """Every state of ``patterns`` where ``find`` (``literal_at`` or ``words_at``) finds paths, with
+    and without a random follow set, after checking that the walk by prefix lookups over the
+    whole vocabulary equals the flat walk: yields (pattern, state, DFA, the paths, follow set,
+    token matrix, vocabulary rests)."""
     tm = TokenMatrix.of(_vocab(seed))
     vocab_rs = RestSet.vocabulary(tm)
     rng = np.random.default_rng(seed)
-    splitter = regex_to_byte_dfa(r"(?:[ab]|\xff|\x00)")  # one byte then ends: every token splits after it
-    checked = 0
-    for p in LITERALS:
+    for p in patterns:
         dfa = regex_to_byte_dfa(p)
         for q in range(dfa.trans.shape[0]):
-            lit = literal_at(dfa, q)
-            if lit is None:
+            found = find(dfa, q)
+            if found is None:
                 continue
             for follow in (None, rng.random(256) < 0.5):
                 flat = walk(dfa.trans, dfa.final, q, vocab_rs, tm, follow)
-                ids, fast = literal_vocabulary_ids(lit, vocab_rs, tm, follow)
+                ids, fast = words_vocabulary_ids(found if isinstance(found, tuple) else (found,), vocab_rs, tm, follow)
                 assert ids.tolist() == np.flatnonzero(flat.inside).tolist() and not len(fast.inside), (p, q)
                 fast.inside = np.zeros(len(vocab_rs), dtype=bool)
                 fast.inside[ids] = True
                 assert _canon(fast, vocab_rs) == _canon(flat, vocab_rs), (p, q)
-                # rest sets: the leftovers of tokens split after their first byte
-                rests = walk(splitter.trans, splitter.final, 0, vocab_rs, tm, None).cross
-                assert rests is not None
-                flat_r = walk(dfa.trans, dfa.final, q, rests, tm, follow)
-                fast_r = walk_literal_rests(lit, rests, tm, follow)
-                assert fast_r is not None
-                assert _canon(fast_r, rests) == _canon(flat_r, rests), (p, q)
-                checked += 1
+                yield p, q, dfa, found, follow, tm, vocab_rs
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_literal_walks_equal_the_flat_walk(seed: int) -> None:
+    splitter = regex_to_byte_dfa(r"(?:[ab]|\xff|\x00)")  # one byte then ends: every token splits after it
+    checked = 0
+    for p, q, dfa, lit, follow, tm, vocab_rs in _vocabulary_walks(seed, LITERALS, literal_at):
+        ids, fast = literal_vocabulary_ids(lit, vocab_rs, tm, follow)  # the one-literal entry point
+        assert ids.tolist() == words_vocabulary_ids((lit,), vocab_rs, tm, follow)[0].tolist()
+        # rest sets: the leftovers of tokens split after their first byte
+        rests = walk(splitter.trans, splitter.final, 0, vocab_rs, tm, None).cross
+        assert rests is not None
+        flat_r = walk(dfa.trans, dfa.final, q, rests, tm, follow)
+        fast_r = walk_literal_rests(lit, rests, tm, follow)
+        assert fast_r is not None
+        assert _canon(fast_r, rests) == _canon(flat_r, rests), (p, q)
+        checked += 1
     assert checked >= 20
 
 
@@ -84,25 +95,8 @@ def test_finite_sub_automata_walk_path_by_path_as_the_flat_walk(seed: int) -> No
     """A state whose sub-automaton is a finite language (a string enum) is walked path by path
     (``words_at`` + ``words_vocabulary_ids``): the same tokens inside and crossings as the flat
     walk, with and without follow sets, including paths that are prefixes of others."""
-    tm = TokenMatrix.of(_vocab(seed))
-    vocab_rs = RestSet.vocabulary(tm)
-    rng = np.random.default_rng(seed)
-    checked = 0
-    for p in ENUMS:
-        dfa = regex_to_byte_dfa(p)
-        for q in range(dfa.trans.shape[0]):
-            words = words_at(dfa, q)
-            if words is None:
-                continue
-            checked += len(words) > 1
-            for follow in (None, rng.random(256) < 0.5):
-                flat = walk(dfa.trans, dfa.final, q, vocab_rs, tm, follow)
-                ids, fast = words_vocabulary_ids(words, vocab_rs, tm, follow)
-                assert ids.tolist() == np.flatnonzero(flat.inside).tolist() and not len(fast.inside), (p, q)
-                fast.inside = np.zeros(len(vocab_rs), dtype=bool)
-                fast.inside[ids] = True
-                assert _canon(fast, vocab_rs) == _canon(flat, vocab_rs), (p, q)
-    assert checked >= 5
+    checked = sum(len(words) > 1 for _, _, _, words, *_ in _vocabulary_walks(seed, ENUMS, words_at))
+    assert checked >= 10
     assert words_at(regex_to_byte_dfa(r"(?:ab)+"), 0) is None  # loops
     assert words_at(regex_to_byte_dfa(r"a(?:bc)*d"), 0) is None  # a loop beside a finite path
     assert words_at(regex_to_byte_dfa(r"[a-z]{3}"), 0) is None  # 26^3 paths: past MAX_WORDS
