@@ -207,18 +207,9 @@ def _chain_words(dfa: ByteDFA) -> list[bytes] | None:
     return ([b""] if dfa.final[0] else []) + [lit.text[:j] for j in lit.ends]
 
 
-def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
-    """L(a) minus a finite set of strings: the product of ``a`` with the words' trie, where a
-    state that has left the trie is ``a``'s own state; trimmed (states that cannot reach
-    acceptance dropped) and restricted to the states reachable from the start. A schema object's
-    "other keys" regex minus its declared keys: the general product (one ``np.unique`` per state
-    over k+1 DFAs) took ~10 ms per object with a few dozen keys.
-
-    The product is a tree (one ``a`` state per trie node: the path to it is fixed), so liveness
-    is one pass over it in reverse breadth-first order and reachability one search over ``a``'s
-    successor sets, in Python on ``a``'s rows as lists (cached on ``a``): the 28 cuts met along
-    50 median maskbench schemas' documents, 547 -> 160 us each with ``trim`` (numpy fixpoints
-    before; timeit, same outputs)."""
+def word_trie(words: list[bytes]) -> tuple[list[dict[int, int]], list[bool]]:
+    """The trie of ``words``: each node's children by byte (node 0 the root, a child numbered
+    after its parent) and whether a word ends at it."""
     children: list[dict[int, int]] = [{}]
     end = [False]
     for w in words:
@@ -231,6 +222,22 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray
                 end.append(False)
             node = nxt
         end[node] = True
+    return children, end
+
+
+def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
+    """L(a) minus a finite set of strings: the product of ``a`` with the words' trie, where a
+    state that has left the trie is ``a``'s own state; trimmed (states that cannot reach
+    acceptance dropped) and restricted to the states reachable from the start. A schema object's
+    "other keys" regex minus its declared keys: the general product (one ``np.unique`` per state
+    over k+1 DFAs) took ~10 ms per object with a few dozen keys.
+
+    The product is a tree (one ``a`` state per trie node: the path to it is fixed), so liveness
+    is one pass over it in reverse breadth-first order and reachability one search over ``a``'s
+    successor sets, in Python on ``a``'s rows as lists (cached on ``a``): the 28 cuts met along
+    50 median maskbench schemas' documents, 547 -> 160 us each with ``trim`` (numpy fixpoints
+    before; timeit, same outputs)."""
+    children, end = word_trie(words)
     rows_a, succ_a, live_a = _row_lists(a)
     fin_a = a.final.tolist()
     ids = {(0, 0): 0}

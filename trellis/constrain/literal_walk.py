@@ -220,8 +220,6 @@ def words_at(dfa: ByteDFA, q: int) -> tuple[Literal, ...] | None:
     return res
 
 
-
-
 def literal_rests_fit(lit: Literal, rs: RestSet) -> bool:
     """Whether ``walk_literal_rests`` walks ``rs`` (at most ``MAX_PY_RESTS`` rests start with the
     literal's first byte) rather than declining."""

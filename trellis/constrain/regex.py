@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.byte_dfa import (ByteDFA, codepoint_ranges_to_utf8, difference, intersects, literal_dfa,
-                                        restrict_first_char, trim)
+                                        restrict_first_char, trim, word_trie)
 from trellis.constrain.dfa_minimise import (MAX_DFA_STATES, already_deterministic, minimal, minimise,
                                             subset_construction, unique_rows)
 from trellis.constrain.errors import GrammarError
@@ -140,21 +140,12 @@ def literal_alternatives(pattern: str) -> list[bytes] | None:
 
 
 def _trie(words: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """(trans, final) of the trie of ``words`` (not minimal)."""
-    edges: dict[tuple[int, int], int] = {}  # (node, byte) -> child
-    ends = [False]
-    for w in words:
-        node = 0
-        for b in w:
-            nxt = edges.get((node, b))
-            if nxt is None:
-                nxt = edges[(node, b)] = len(ends)
-                ends.append(False)
-            node = nxt
-        ends[node] = True
-    trans = np.full(len(ends) * 256, -1, dtype=np.int32)
-    trans[[(q << 8) | b for q, b in edges]] = list(edges.values())
-    return trans.reshape(len(ends), 256), np.array(ends, dtype=bool)
+    """(trans, final) of the trie of ``words`` (``byte_dfa.word_trie``; not minimal)."""
+    children, end = word_trie(words)
+    flat = [(q << 8) | b for q, ch in enumerate(children) for b in ch]
+    trans = np.full(len(end) * 256, -1, dtype=np.int32)
+    trans[flat] = [c for ch in children for c in ch.values()]
+    return trans.reshape(len(end), 256), np.array(end, dtype=bool)
 
 
 # ----------------------------------------------------------------------------- the constraint
