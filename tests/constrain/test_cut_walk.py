@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 
+from trellis.constrain.byte_dfa import ByteDFA
 from trellis.constrain.cut_walk import Simulation, patch
 from trellis.constrain.regex import difference, regex_to_byte_dfa, restrict_first_char
 from trellis.constrain.rest_walk import RestSet, walk
@@ -88,6 +89,39 @@ def test_patched_walks_equal_full_walks_of_the_cut_dfa(seed: int) -> None:
                 patched += sim.tainted[q]
                 assert _same(got, _full(cut, q, tm, follow), tm), (name, q, follow is None)
     assert patched > 20 and declined >= 1  # both branches taken: the test is not vacuous
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_trie_cut_is_simulated_from_its_construction_as_by_search(seed: int) -> None:
+    # ``Simulation.of`` takes what ``difference`` recorded for a cut by words (byte_dfa.Cut)
+    # instead of searching: it must equal the search on the same tables (origins, special
+    # places, taint and every tainted state's special paths), over random key sets that
+    # prefix one another, share prefixes, spell the empty string or the whole language.
+    rng = random.Random(seed)
+    bases = [regex_to_byte_dfa(STRING), regex_to_byte_dfa(r"[ab]+"), regex_to_byte_dfa(r"ab?"),
+             regex_to_byte_dfa(r'"(?:a|b\\")*"?')]
+    checked = 0
+    for _ in range(40):
+        base = rng.choice(bases)
+        words = set()
+        for _ in range(rng.randint(1, 8)):
+            w = bytes(rng.choice(b'ab"\\') for _ in range(rng.randint(0, 6)))
+            words.add(b'"' + w + b'"' if rng.random() < 0.6 else w)
+        cut = difference(base, [_lit(w) if w else regex_to_byte_dfa("(?:)") for w in sorted(words)])
+        if cut is None:
+            continue
+        searched = Simulation.of(ByteDFA(cut.trans, cut.final), base)
+        if cut.cut is None:  # an empty word is no chain: the general product was taken
+            continue
+        fast = Simulation.of(cut, base)
+        assert searched is not None and fast is not None
+        for f in ("origin", "special_final", "removed", "tainted"):
+            assert np.array_equal(getattr(fast, f), getattr(searched, f)), (words, f)
+        for q in np.flatnonzero(fast.tainted).tolist():
+            for max_len in (2, 64):
+                assert fast.special_paths(q, max_len) == searched.special_paths(q, max_len)
+        checked += 1
+    assert checked >= 20
 
 
 def test_a_dfa_that_does_not_simulate_is_refused() -> None:

@@ -31,6 +31,10 @@ class ByteDFA:
     # None for every other DFA: lets the literal's users (``literal_walk.literal_at``, the Earley
     # scan tables, ``intersects``) skip scanning the [S, 256] table of a JSON key.
     literal: bytes | None = None
+    # For a DFA that ``difference`` cut from ``base`` by a trie of words (a schema object's "other
+    # keys" regex minus its declared keys): how it sits inside ``base``, as the construction knows
+    # it, so ``cut_walk.Simulation`` need not rediscover it (None for every other DFA).
+    cut: "Cut | None" = None
 
     @property
     def num_states(self) -> int:
@@ -43,6 +47,18 @@ class ByteDFA:
             if s < 0:
                 return False
         return bool(self.final[s])
+
+
+@dataclass(frozen=True, eq=False)
+class Cut:
+    """How a DFA cut from ``base`` by a trie of words (``_minus_words``) sits inside it: state
+    ``s`` simulates ``base`` state ``origin[s]`` (int64 [S]); the states from ``inner`` on are
+    ``base``'s own (copies entered on a byte that leaves the trie: no word is reachable from
+    them), those before it the product's, numbered parent before child (a tree)."""
+
+    base: "ByteDFA"
+    origin: np.ndarray
+    inner: int
 
 
 # ----------------------------------------------------------------------------- UTF-8 ranges
@@ -225,7 +241,7 @@ def word_trie(words: list[bytes]) -> tuple[list[dict[int, int]], list[bool]]:
     return children, end
 
 
-def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray] | None:
+def _minus_words(a: ByteDFA, words: list[bytes]) -> ByteDFA | None:
     """L(a) minus a finite set of strings: the product of ``a`` with the words' trie, where a
     state that has left the trie is ``a``'s own state; trimmed (states that cannot reach
     acceptance dropped) and restricted to the states reachable from the start. A schema object's
@@ -299,7 +315,10 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> tuple[np.ndarray, np.ndarray
     trans = np.concatenate([rows, shifted])[keep]
     t = np.where(trans >= 0, remap[np.maximum(trans, 0)], -1).astype(np.int32)
     f = np.concatenate([np.array(finals, dtype=bool), a.final])[keep]
-    return np.ascontiguousarray(t), f
+    inner = sum(live)
+    origin = np.array([qa for (qa, _), ok in zip(order, live) if ok] + keep[inner:], dtype=np.int64)
+    origin[inner:] -= p
+    return ByteDFA(np.ascontiguousarray(t), f, cut=Cut(a, origin, inner))
 
 
 def _row_lists(a: ByteDFA) -> tuple[list[list[int]], list[dict[int, int]], list[bool]]:
@@ -332,8 +351,7 @@ def difference(a: ByteDFA, subtract: list[ByteDFA], *, name: str = "terminal") -
     the bytes ``a`` takes, trimmed), or None when nothing is left."""
     words = [_chain_words(b) for b in subtract]
     if all(w is not None for w in words):
-        res = _minus_words(a, [x for w in words for x in w])  # type: ignore[union-attr]
-        return None if res is None else ByteDFA(*res)
+        return _minus_words(a, [x for w in words for x in w])  # type: ignore[union-attr]
     k = len(subtract)
     start = (0,) * (k + 1)
     ids: dict[tuple[int, ...], int] = {start: 0}
