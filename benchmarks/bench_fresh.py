@@ -153,7 +153,7 @@ SHARED_MEMOS = [("trellis.constrain.regex", "DFA_MEMO"), ("trellis.constrain.reg
                 ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.scannerless", "_SHAPES"),
                 ("trellis.constrain.regex_ir", "_ENC_MEMO"), ("trellis.constrain.pattern", "_IR_MEMO"),
                 ("trellis.constrain.fsm_product", "_UNIONS"), ("trellis.constrain.byte_dfa", "LITERAL_MEMO"),
-                ("trellis.constrain.grammar_ir", "PATTERN_MEMO")]
+                ("trellis.constrain.grammar_ir", "PATTERN_MEMO"), ("trellis.constrain.grammar_ir", "BOOL_ROWS")]
 SHARED_DISK = ("walks",)  # cache-dir entries that are not keyed by a grammar (walk_cache.py)
 
 

@@ -59,6 +59,7 @@ STEP_CACHE_SCANS = 1 << 22
 # memoises its successors (``ESet.after``), so all sets ever made stay reachable from the first
 # one. ~2-4 KB a set: a few hundred MB at most (lark.lark grew 0.45 GB per 250 fuzz decodes).
 MAX_SETS = 1 << 16
+_MISS = object()  # not in a memo (``walk``)
 _NO_ROOTS: frozenset = frozenset()  # the kernel items predicted "here" (origin None): none but the first set's
 
 # Memoised prediction closures (``Earley._static``) before the memo is cleared: each is a few
@@ -455,8 +456,10 @@ class Earley:
         return res
 
     def walk(self, state: ChartState, data: bytes) -> ChartState | None:
+        steps = self._steps  # (memo hits looked up here: no call per byte; the dict is only cleared)
         for b in data:
-            state = self.step(state, b)  # type: ignore[assignment]
+            nxt = steps.get((state, b), _MISS)
+            state = self.step(state, b) if nxt is _MISS else nxt  # type: ignore[assignment]
             if state is None:
                 return None
         return state

@@ -476,8 +476,20 @@ def bool_to_bits(row: np.ndarray) -> int:
 
 
 def bits_to_bool(bits: int) -> np.ndarray:
-    """[256] bool of a 256-bit int."""
-    return np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little").astype(bool)
+    """[256] bool of a 256-bit int (read-only: memoised by value, ``BOOL_ROWS``)."""
+    hit = BOOL_ROWS.get(bits)
+    if hit is None:
+        hit = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little").astype(bool)
+        hit.setflags(write=False)
+        if len(BOOL_ROWS) >= 1 << 12:
+            BOOL_ROWS.clear()
+        BOOL_ROWS[bits] = hit
+    return hit
+
+
+# Byte sets as [256] bool rows by their 256-bit int: follow sets and the live bytes of chart states
+# recur across grammars (a JSON string's, a number's followers); each conversion is ~3 us of numpy.
+BOOL_ROWS: dict[int, np.ndarray] = {}
 
 
 _BNF_RULE = re.compile(r"([a-z_][a-z0-9_]*): ([A-Za-z0-9_ |]*)")

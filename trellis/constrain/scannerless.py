@@ -385,7 +385,7 @@ class EarleyConstraint:
             nxt_groups: dict = {}
             for st, (r, k) in groups.items():
                 if len(r) <= CHART_GROUP_SMALL:  # a few rests left in this state: finish in Python
-                    took = self._take(st, rs, r.tolist(), k.tolist())
+                    took = self._take(st, r.tolist(), rs.tid[r].tolist(), rs.length[r].tolist(), k.tolist())
                     if took:
                         out.append(np.array(took, dtype=np.int64))
                     continue
@@ -411,16 +411,16 @@ class EarleyConstraint:
 
     def _chart_walk_small(self, state: ChartState, rs: RestSet) -> np.ndarray:
         """``_chart_walk`` one rest at a time."""
-        return np.array(self._take(state, rs, list(range(len(rs))), [0] * len(rs)), dtype=np.int64)
+        return np.array(self._take(state, range(len(rs)), rs.tid.tolist(), rs.length.tolist(), [0] * len(rs)), np.int64)
 
-    def _take(self, state: ChartState, rs: RestSet, idx: list[int], done: list[int]) -> list[int]:
-        """The rests ``idx`` of ``rs`` whose bytes after the first ``done[j]`` the chart takes whole
-        from ``state``, in their order (a rest is the last ``length`` bytes of its token); equal byte
-        strings (suffixes of different tokens) are stepped once."""
+    def _take(self, state: ChartState, idx, tids: list[int], lengths: list[int], done: list[int]) -> list[int]:
+        """The rests ``idx`` (with their ``tids`` and ``lengths``) whose bytes after the first
+        ``done[j]`` the chart takes whole from ``state``, in their order (a rest is the last ``length``
+        bytes of its token); equal byte strings (suffixes of different tokens) are stepped once."""
         toks, walk = self._toks, self.earley.walk
         seen: dict[bytes, bool] = {}
         out = []
-        for i, t, n, j in zip(idx, rs.tid[idx].tolist(), rs.length[idx].tolist(), done):
+        for i, t, n, j in zip(idx, tids, lengths, done):
             tok = toks[t]
             rest = tok[len(tok) - n + j:]
             ok = seen.get(rest)
