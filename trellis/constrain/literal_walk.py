@@ -25,7 +25,7 @@ crossings; the leftover ``RestSet`` may list them in another order), which
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,7 +151,9 @@ def words_vocabulary_ids(lits: tuple[Literal, ...], rs: RestSet, tm: TokenMatrix
             lo = bisect_left(keys, p, lo)
             if lo == n or not keys[lo].startswith(p):
                 break  # no token starts with p, so none with a longer prefix of s either
-            eq = bisect_right(keys, p, lo)
+            eq = lo  # the tokens equal to p follow at once (a scan: most prefixes match 0-1 tokens)
+            while eq < n and keys[eq] == p:
+                eq += 1
             if eq > lo:
                 runs.append(sv.rest[lo:eq])  # tokens equal to p: a prefix of s
             if k in ends:
