@@ -315,9 +315,8 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> ByteDFA | None:
     trans = np.concatenate([rows, shifted])[keep]
     t = np.where(trans >= 0, remap[np.maximum(trans, 0)], -1).astype(np.int32)
     f = np.concatenate([np.array(finals, dtype=bool), a.final])[keep]
-    inner = sum(live)
-    origin = np.array([qa for (qa, _), ok in zip(order, live) if ok] + keep[inner:], dtype=np.int64)
-    origin[inner:] -= p
+    inner = sum(live)  # the kept product states come first, then a's own (numbered p + q in keep)
+    origin = np.array([qa for (qa, _), ok in zip(order, live) if ok] + [x - p for x in keep[inner:]], dtype=np.int64)
     return ByteDFA(np.ascontiguousarray(t), f, cut=Cut(a, origin, inner))
 
 

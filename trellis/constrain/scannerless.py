@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import Hashable
+from typing import Hashable, Iterable
 
 import numpy as np
 import torch
@@ -413,10 +413,10 @@ class EarleyConstraint:
         """``_chart_walk`` one rest at a time."""
         return np.array(self._take(state, range(len(rs)), rs.tid.tolist(), rs.length.tolist(), [0] * len(rs)), np.int64)
 
-    def _take(self, state: ChartState, idx, tids: list[int], lengths: list[int], done: list[int]) -> list[int]:
-        """The rests ``idx`` (with their ``tids`` and ``lengths``) whose bytes after the first
-        ``done[j]`` the chart takes whole from ``state``, in their order (a rest is the last ``length``
-        bytes of its token); equal byte strings (suffixes of different tokens) are stepped once."""
+    def _take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int],
+              done: list[int]) -> list[int]:
+        """The rests ``idx`` (tokens ``tids``, the last ``lengths`` bytes of each) whose bytes after the first
+        ``done[j]`` the chart takes whole from ``state``, in order; equal suffixes are stepped once."""
         toks, walk = self._toks, self.earley.walk
         seen: dict[bytes, bool] = {}
         out = []
