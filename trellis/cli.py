@@ -25,7 +25,7 @@ def _check_generate(args: argparse.Namespace) -> Any:
     grammar or schema to pass on."""
     checks = [
         (args.max_new_tokens >= 1, f"--max-new-tokens must be >= 1, got {args.max_new_tokens}"),
-        (args.temperature >= 0, f"--temperature must be >= 0, got {args.temperature}"),
+        (args.temperature is None or args.temperature >= 0, f"--temperature must be >= 0, got {args.temperature}"),
         (args.top_k >= 0, f"--top-k must be >= 0, got {args.top_k}"),
         (0 < args.top_p <= 1, f"--top-p must be in (0, 1], got {args.top_p}"),
         (0 <= args.min_p <= 1, f"--min-p must be in [0, 1], got {args.min_p}"),
@@ -33,6 +33,13 @@ def _check_generate(args: argparse.Namespace) -> Any:
         (not (args.grammar and args.schema), "pass one of --grammar and --schema"),
         (not (args.speculate and (args.strategy or args.tree_out)),
          "--speculate is its own strategy; it cannot be combined with --strategy/--tree-out"),
+        (args.strategy == "smc" or (args.particles is None and args.ess_threshold is None and args.resampler is None),
+         "--particles, --ess-threshold and --resampler are SMC's: add --strategy smc"),
+        (args.particles is None or args.particles >= 1, f"--particles must be >= 1, got {args.particles}"),
+        (args.ess_threshold is None or 0 <= args.ess_threshold <= 1,
+         f"--ess-threshold must be in [0, 1], got {args.ess_threshold}"),
+        (not (args.strategy == "smc" and args.temperature == 0),
+         "--strategy smc samples: --temperature must be > 0 (unset: 1.0, the model's own distribution)"),
     ]
     _check_device(args.device)
     for ok, message in checks:
@@ -114,12 +121,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
                   "steered": "steered to finish within the budget"}[res.stop_reason]
         print(f"[{st.new_tokens} tokens, {st.tokens_per_s:.1f} tok/s, {st.forward_calls} forward calls, "
               f"{ending}]", file=sys.stderr)
+        if res.smc is not None:
+            _print_posterior(res.smc)
         if spec is not None:
             ss = spec.stats
             by = ", ".join(f"{k} {v:.0%}" for k, v in ss.acceptance_by_drafter().items())
             print(f"[speculative: {ss.rounds} rounds, {ss.mean_accepted:.2f} accepted draft tokens/round"
                   f"{', acceptance ' + by if by else ''}]", file=sys.stderr)
     return 0
+
+
+def _print_posterior(smc: Any, top: int = 5) -> None:
+    """SMC's summary on stderr: the most probable outputs, log Z^, resampling and the final ESS."""
+    n = len(smc.particles)
+    ess = smc.ess[-1] if smc.ess else float("nan")
+    print(f"[smc: {n} particles, {smc.resamples} resampling steps, final ESS {ess:.1f}, "
+          f"log Z^ = {smc.log_z:.3f} (log P(output in the grammar), estimated)]", file=sys.stderr)
+    for text, p in list(smc.posterior.items())[:top]:
+        print(f"[  {p:6.1%}  {text!r}]", file=sys.stderr)
+    if not smc.posterior:
+        print("[  every particle has weight 0: none ended inside the grammar within --max-new-tokens]", file=sys.stderr)
 
 
 def _schema_arg(value: str) -> Any:
@@ -200,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--schema", default=None, metavar="FILE_OR_JSON",
                    help="JSON Schema the output must satisfy: a .json file or the schema's JSON text")
     g.add_argument("--max-new-tokens", type=int, default=128)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--temperature", type=float, default=None,
+                   help="0 = greedy (the default; with --strategy smc the default is 1.0)")
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--min-p", type=float, default=0.0)
@@ -245,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # a tqdm progress bar (shown once a search has run for a second) for the non-streaming searches.
 # ---------------------------------------------------------------------------------------------
 
+from trellis.lm_proxy import LMProxy  # noqa: E402
 from trellis.search.names import STRATEGIES  # noqa: E402  (the names generate(strategy=...) takes)
 
 
@@ -270,6 +293,10 @@ def _add_search_args(g: argparse.ArgumentParser) -> None:
     s.add_argument("--budget-tokens", type=int, default=None, help="mcts: forward-token budget")
     s.add_argument("--max-seconds", type=float, default=None, help="mcts: wall-time budget")
     s.add_argument("--threshold", type=float, default=1.0, help="entropy-gate: pause above this entropy (nats)")
+    s.add_argument("--particles", type=int, default=None, help="smc: particles (default 8)")
+    s.add_argument("--ess-threshold", type=float, default=None,
+                   help="smc: resample when the effective sample size < this x particles (default 0.5)")
+    s.add_argument("--resampler", choices=("systematic", "multinomial"), default=None, help="smc (default systematic)")
     s.add_argument("--tree-out", default=None, help="write the explored tree (.dot, .svg, .png, .pdf)")
 
 
@@ -282,7 +309,7 @@ def search_strategy(args: argparse.Namespace):  # -> Strategy | None
     name = getattr(args, "strategy", None)
     if name is None and not getattr(args, "tree_out", None):
         return None  # generate() picks greedy or sample and streams token by token
-    name = name or ("greedy" if args.temperature == 0 else "sample")
+    name = name or ("greedy" if not args.temperature else "sample")
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
     phrases = tuple(args.include or ())
@@ -297,10 +324,14 @@ def search_strategy(args: argparse.Namespace):  # -> Strategy | None
                      budget_tokens=args.budget_tokens, max_seconds=args.max_seconds),
         "best-of-n": dict(n=args.num_samples, scorer=args.scorer),
         "entropy-gate": dict(threshold=args.threshold, k=args.k, depth=args.depth),
+        "smc": dict(particles=args.particles or 8, ess_threshold=0.5 if args.ess_threshold is None else args.ess_threshold,
+                    resampler=args.resampler or "systematic"),
     }[name]
     strategy = strategy_from_name(name, generator=gen, **params)
     if name in ("greedy", "sample") and not args.tree_out:
         return strategy
+    if name == "smc":
+        return ObservedSMC(strategy, _TREE_HOLDER, bool(args.tree_out))
     return ObservedSearch(strategy, _TREE_HOLDER)
 
 
@@ -321,19 +352,21 @@ def _cli_reward(phrases: tuple[str, ...]):
 _TREE_HOLDER: dict = {}
 
 
-class _ProgressLM:
-    """A LanguageModel proxy that ticks a tqdm bar once per LM call (bar appears after 1 s)."""
+class _ProgressLM(LMProxy):
+    """A LanguageModel proxy that ticks a tqdm bar once per LM call (bar appears after 1 s); as an
+    ``LMProxy`` it forwards the model's declared capabilities (commit, row re-indexing, stats)."""
 
     def __init__(self, lm, bar) -> None:
-        self.lm, self.bar, self.vocab_size = lm, bar, lm.vocab_size
+        super().__init__(lm)
+        self.bar = bar
 
     def logits(self, prefixes):
         self.bar.update(1)
-        return self.lm.logits(prefixes)
+        return super().logits(prefixes)
 
     def tree_logits(self, prefix, tree):
         self.bar.update(1)
-        return self.lm.tree_logits(prefix, tree)
+        return super().tree_logits(prefix, tree)
 
 
 @dataclass(frozen=True)
@@ -362,6 +395,39 @@ class ObservedSearch:
                 tree = path_tree(decoder, root, hyps)
         self.holder["tree"] = tree
         return hyps
+
+
+@dataclass(frozen=True)
+class ObservedSMC:
+    """SMC with a progress bar over its steps (one batched forward each, at most --max-new-tokens)
+    and, with --tree-out, its explored tree; ``generate`` still gets its weighted result."""
+
+    strategy: Any
+    holder: dict
+    record: bool
+
+    @property
+    def particles(self) -> int:
+        return self.strategy.particles
+
+    def weighted(self, decoder, root, *, max_new_tokens: int, recorder=None):
+        from dataclasses import replace
+
+        from tqdm import tqdm
+
+        from trellis.search.tree import TreeRecorder
+
+        rec = TreeRecorder(decoder, root) if self.record else recorder
+        with tqdm(desc=f"SMC ({self.strategy.particles} particles)", unit=" steps", total=max_new_tokens, delay=1.0,
+                  file=sys.stderr, leave=False) as bar:
+            res = self.strategy.weighted(replace(decoder, lm=_ProgressLM(decoder.lm, bar)), root,
+                                         max_new_tokens=max_new_tokens, recorder=rec)
+        if rec is not None and self.record:
+            self.holder["tree"] = rec.graph
+        return res
+
+    def __call__(self, decoder, root, *, max_new_tokens: int):
+        return self.weighted(decoder, root, max_new_tokens=max_new_tokens).hypotheses()
 
 
 def _write_search_tree(args: argparse.Namespace) -> None:

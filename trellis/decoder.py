@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from trellis.constrain.base import Constraint, State, Unconstrained, fill_masks, refine_scores, tree_masks
+from trellis.constrain.base import Constraint, Refines, State, Unconstrained, fill_masks, refine_scores, tree_masks
 from trellis.errors import UsageError
 from trellis.lm import LanguageModel
 from trellis.mask import apply_bitmask_
@@ -121,6 +121,41 @@ class Decoder:
     def log_probs(self, hyps: Sequence[Hypothesis]) -> Tensor:
         """[B, V] masked, warped, renormalised log-probabilities (one batched forward)."""
         return log_softmax(self.scores(hyps))
+
+    def proposal(self, hyps: Sequence[Hypothesis], *, eos_only: bool = False) -> tuple[Tensor, Tensor]:
+        """The locally constrained proposal of sequential Monte Carlo and its exact weight, one
+        batched forward: ``(log_q [B, V], log_mass [B])``.
+
+        p~ is the penalised, banned and warped model WITHOUT the mask, renormalised over the whole
+        vocabulary (at temperature 1 and no filters: the model itself); ``log_mass`` is the log of
+        the mass p~ gives the allowed tokens (-inf where none is allowed) and ``log_q`` is p~
+        renormalised over them. ``eos_only`` allows EOS alone (where the constraint accepts): the
+        last step of a bounded budget. Unlike ``log_probs`` the filters (top-k/top-p/min-p) see the
+        unmasked scores, so p~ is one distribution whatever the grammar; a ``Refines`` constraint
+        (``Budgeted``) would change p~ per state and is refused."""
+        if self.temperature == 0:
+            raise UsageError("the proposal samples: temperature must be > 0 (1.0 is the model's own distribution)")
+        if isinstance(self.constraint, Refines):
+            raise UsageError(f"{type(self.constraint).__name__} steers the scores (Refines): a proposal's weights "
+                             "would not estimate the model's probability of the language")
+        logits = self.lm.logits([h.tokens for h in hyps])  # [B, V]
+        scores = logits.float()
+        if self.repetition_penalty != 1.0:
+            scores = repetition_penalty(scores, [h.tokens for h in hyps], self.repetition_penalty)
+        if self.suppress or self.bad_words:
+            scores = self._ban(scores, hyps)
+        scores = warp(scores, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
+        total = torch.logsumexp(scores, -1)  # [B]: log of p~'s normaliser
+        if self.constrained:
+            apply_bitmask_(scores, fill_masks(self.constraint, [h.state for h in hyps], scores.shape[-1]))
+        if eos_only:
+            keep = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+            keep[[t for t in self.eos if t < scores.shape[-1]]] = True
+            scores = scores.masked_fill(~keep, float("-inf"))
+        allowed = torch.logsumexp(scores, -1)  # [B], -inf where nothing is allowed
+        log_mass = allowed - total
+        log_q = torch.nan_to_num(scores - allowed[:, None], nan=float("-inf"), neginf=float("-inf"))  # an empty row stays all -inf
+        return log_q, log_mass
 
     def tree_scores(self, hyp: Hypothesis, tree: TokenTree) -> tuple[Tensor, list[State | None]]:
         """Scores [N+1, V] for every node of a draft tree in one forward, and the constraint state

@@ -18,14 +18,15 @@ from trellis.decoder import Decoder, Hypothesis
 from trellis.errors import UsageError
 from trellis.hf_lm import language_model
 from trellis.lm_proxy import lm_stats
-from trellis.search.base import BatchStrategy, StepwiseStrategy, Strategy
+from trellis.search.base import BatchStrategy, StepwiseStrategy, Strategy, WeightedStrategy
 from trellis.search.greedy import Greedy
-from trellis.search.names import strategy_from_name
+from trellis.search.names import canonical_name, strategy_from_name
 from trellis.search.sample import Sample
+from trellis.search.smc import SMCResult
 from trellis.tokens import TokenTree, Vocabulary
 
 
-StopReason = Literal["eos", "stop", "length", "steered"]
+StopReason = Literal["eos", "stop", "length", "steered", "rejected"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,10 @@ class GenerationResult:
     string), ``"length"`` (``max_new_tokens`` spent, or no token allowed: ``finished=False``, the
     output is cut as it stood), ``"steered"`` (``finish_in_budget=True`` overrode the model's
     choice to close the output in time: it parses, but it is not what the model would have
-    written). ``logprobs``: per generated token when asked for (``logprobs=k``)."""
+    written), ``"rejected"`` (SMC only: every particle had weight 0, the potentials rejected the
+    output shown). ``logprobs``: per generated token when asked for (``logprobs=k``). ``smc``: with
+    ``strategy="smc"``, the run's ``SMCResult``: the posterior over output texts, log Z^ (the
+    estimate of log P(output in the grammar)), ESS per step, resampling count, every particle."""
 
     text: str | None
     tokens: tuple[int, ...]
@@ -82,6 +86,7 @@ class GenerationResult:
     tool_calls: tuple[ToolCall, ...] = ()
     stop_reason: StopReason = "length"
     logprobs: tuple[TokenLogprob, ...] | None = None
+    smc: SMCResult | None = None
 
 
 def _constraint(grammar: Any, vocab: Vocabulary | None) -> Constraint:
@@ -114,7 +119,7 @@ Prompt = Union[str, Sequence[int]]
 def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
              messages: Sequence[Mapping[str, str]] | Sequence[Sequence[Mapping[str, str]]] | None = None,
              chat_template: str | None = None, grammar: Any = None, schema: Any = None,
-             strategy: Strategy | str | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
+             strategy: Strategy | str | None = None, max_new_tokens: int = 128, temperature: float | None = None,
              top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
              stop: str | Sequence[str] = (), seed: int | None = None, n: int = 1, logprobs: int | None = None,
              suppress_tokens: Sequence[int | str] | str = (), bad_words: Sequence[str | Sequence[int]] = (),
@@ -139,7 +144,10 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     or a compiled ``Constraint``. ``strategy``: a ``Strategy`` or its name as on the command line
     (``"beam"``, ``"best-of-n"``, ...; ``trellis.search.strategy_from_name``); default greedy when
     ``temperature == 0``, else ``Sample``. ``seed`` seeds the default sampler and any strategy with
-    a ``generator`` field left unset. With ``stream=True`` returns a ``GenerationStream`` of text
+    a ``generator`` field left unset. ``temperature``: default 0 (greedy), but 1.0 (the model's own
+    distribution) for ``strategy="smc"``: sequential Monte Carlo samples from the model conditioned
+    on the grammar, and ``n`` is then its particle count (one result per prompt, whose ``smc`` holds
+    the posterior; ``trellis.search.smc``). With ``stream=True`` returns a ``GenerationStream`` of text
     increments (stepwise strategies stream token by token; one prompt, ``n == 1``).
 
     ``stop``: a string or strings that end the output (cut before them, ``stop_reason="stop"``).
@@ -198,8 +206,11 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
             prompts = [tool_prompt(tool_list, p) if isinstance(p, str) else p for p in prompts]
     ids = [_ids(p, tok) for p in prompts]
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    if temperature is None:
+        temperature = 1.0 if _weighted(strategy) else 0.0
     strategy = _strategy(strategy, temperature, generator, n)
-    if (batched or n > 1) and stream:
+    per_root = 1 if isinstance(strategy, WeightedStrategy) else n  # SMC: n is the particle count
+    if (batched or per_root > 1) and stream:
         raise UsageError("stream=True takes one prompt and n=1")
     constraint = _constraint(grammar, vocab)
     if finish_in_budget and not is_unconstrained(constraint) and constraint.vocab is not None:
@@ -208,7 +219,7 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
                       top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
                       stop=tuple(s.encode() for s in stops), vocab=vocab,
                       suppress=suppressed_ids(suppress_tokens, vocab, tok), bad_words=_bad_words(bad_words, tok))
-    roots = [decoder.start(i) for i in ids for _ in range(n)]
+    roots = [decoder.start(i) for i in ids for _ in range(per_root)]
     if stream:
         holder = GenerationStream(iter(()))
         holder._chunks = _stream(decoder, strategy, roots[0], max_new_tokens, holder, logprobs)
@@ -217,16 +228,17 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
         return holder
     t0, s0 = time.perf_counter(), _lm_stats(decoder.lm)
     if len(roots) > 1 and isinstance(strategy, BatchStrategy):
-        runs = [[h] for h in strategy.batch(decoder, roots, max_new_tokens=max_new_tokens)]
+        runs = [([h], None) for h in strategy.batch(decoder, roots, max_new_tokens=max_new_tokens)]
     else:
-        runs = [strategy(decoder, r, max_new_tokens=max_new_tokens) for r in roots]
-    results = [_result(decoder, hyps, t0, s0) for hyps in runs]
+        runs = [_run_root(strategy, decoder, r, max_new_tokens) for r in roots]
+    results = [_result(decoder, hyps, t0, s0, smc) for hyps, smc in runs]
     if logprobs is not None:
         results = [dataclasses.replace(r, logprobs=_token_logprobs(decoder, root, r.hypotheses[0], logprobs))
                    for r, root in zip(results, roots)]
     if tool_list:
         results = [_with_tool_calls(r, tool_list, parallel_tool_calls) for r in results]
-    per_prompt: list[Any] = [results[i * n:(i + 1) * n] if n > 1 else results[i] for i in range(len(ids))]
+    per_prompt: list[Any] = [results[i * per_root:(i + 1) * per_root] if per_root > 1 else results[i]
+                             for i in range(len(ids))]
     return per_prompt if batched else per_prompt[0]
 
 
@@ -262,18 +274,33 @@ def _ids(prompt: Prompt, tok: Any) -> list[int]:
     return [int(t) for t in prompt]
 
 
+def _weighted(strategy: Any) -> bool:
+    """A strategy (or name) that returns weighted particles: SMC."""
+    if isinstance(strategy, str):
+        return canonical_name(strategy) == "smc"
+    return isinstance(strategy, WeightedStrategy)
+
+
 def _strategy(strategy: Strategy | str | None, temperature: float, generator: torch.Generator | None,
               n: int) -> Strategy:
     if strategy is None:
         strategy = Greedy() if temperature == 0 else Sample(generator=generator)
     elif isinstance(strategy, str):
-        strategy = strategy_from_name(strategy, generator=generator)
+        strategy = strategy_from_name(strategy, generator=generator, **({"particles": n} if _weighted(strategy) else {}))
     elif generator is not None and _samples(strategy):
         if strategy.generator is not None:  # type: ignore[attr-defined]
             raise UsageError("seed= and a strategy with its own generator: pass one of them")
         strategy = dataclasses.replace(strategy, generator=generator)  # type: ignore[type-var]
     if not isinstance(strategy, Strategy):
         raise UsageError(f"strategy must be a Strategy or a strategy name, got {strategy!r}")
+    if isinstance(strategy, WeightedStrategy):
+        if n > 1 and n != strategy.particles:
+            raise UsageError(f"n={n} is SMC's particle count, but the strategy object has particles="
+                             f"{strategy.particles}: pass one of them")
+        if temperature == 0:
+            raise UsageError("SMC samples the model conditioned on the grammar: temperature must be > 0 "
+                             "(leave it unset for 1.0, the model's own distribution)")
+        return strategy
     if n > 1 and (not _samples(strategy) or temperature == 0):
         raise UsageError(f"n={n} needs a sampling strategy at temperature > 0 (greedy, beam and the "
                          "other deterministic searches would return n identical outputs)")
@@ -375,7 +402,17 @@ def _lm_stats(lm: Any) -> dict[str, int]:
     return stats.snapshot() if stats is not None else {}
 
 
-def _result(decoder: Decoder, hyps: Sequence[Hypothesis], t0: float, s0: dict[str, int]) -> GenerationResult:
+def _run_root(strategy: Strategy, decoder: Decoder, root: Hypothesis,
+              max_new_tokens: int) -> tuple[list[Hypothesis], SMCResult | None]:
+    """One root's hypotheses, best first, and SMC's result when the strategy is weighted."""
+    if isinstance(strategy, WeightedStrategy):
+        run = strategy.weighted(decoder, root, max_new_tokens=max_new_tokens)
+        return run.hypotheses(), run
+    return strategy(decoder, root, max_new_tokens=max_new_tokens), None
+
+
+def _result(decoder: Decoder, hyps: Sequence[Hypothesis], t0: float, s0: dict[str, int],
+            smc: SMCResult | None = None) -> GenerationResult:
     seconds = time.perf_counter() - t0
     s1 = _lm_stats(decoder.lm)
     delta = {k: s1.get(k, 0) - s0.get(k, 0) for k in ("forward_calls", "tokens_forwarded", "cache_hits")}
@@ -384,11 +421,12 @@ def _result(decoder: Decoder, hyps: Sequence[Hypothesis], t0: float, s0: dict[st
     return GenerationResult(
         text=texts[0] if texts is not None else None,
         tokens=best.new_tokens,
-        finished=best.finished,
+        finished=best.finished and (smc is None or smc.output.ending == "eos"),
         hypotheses=tuple(hyps),
         stats=GenerationStats(new_tokens=sum(h.num_new for h in hyps[:1]), seconds=seconds, **delta),
         texts=texts,
-        stop_reason=stop_reason(decoder, best),
+        stop_reason=stop_reason(decoder, best) if smc is None else smc.output.ending,
+        smc=smc,
     )
 
 
@@ -431,13 +469,13 @@ def _stream(decoder: Decoder, strategy: Strategy, root: Hypothesis, max_new_toke
             piece = pending(last, False)
             if piece:
                 yield piece
-        hyps = [last]
+        hyps, smc = [last], None
     else:
-        hyps = strategy(decoder, root, max_new_tokens=max_new_tokens)
+        hyps, smc = _run_root(strategy, decoder, root, max_new_tokens)
     tail = pending(hyps[0], True)
     if tail:
         yield tail
-    res = _result(decoder, hyps, t0, s0)
+    res = _result(decoder, hyps, t0, s0, smc)
     if logprobs is not None:
         res = dataclasses.replace(res, logprobs=_token_logprobs(decoder, root, hyps[0], logprobs))
     holder.result = res

@@ -229,6 +229,22 @@ class HFLanguageModel:
         self._last = pend.logits[(path[-1] + 1) if path else 0].unsqueeze(0)
         self._pending = None
 
+    def reindex_rows(self, rows: Sequence[int]) -> None:
+        """Row ``j`` of the cache becomes a copy of row ``rows[j]`` of the last ``logits`` batch
+        (``ReindexesRows``): resampled particles continue from their ancestors' rows, in order, so
+        the next ``logits`` call forwards only their new tokens and selects no rows itself."""
+        self._settle()
+        idx = [int(r) for r in rows]
+        if any(not 0 <= r < len(self._rows) for r in idx):
+            raise UsageError(f"reindex_rows: rows must lie in [0, {len(self._rows)}), got {idx}")
+        if not idx or idx == list(range(len(self._rows))) or self._pos is None or self._last is None:
+            return
+        sel = torch.tensor(idx, dtype=torch.long)
+        self._select_rows(sel.to(self.device))
+        self._rows = [self._rows[r] for r in idx]
+        self._pos = self._pos[sel]
+        self._last = self._last[sel.to(self._last.device)]
+
     # ----------------------------------------------------------------------------- internals
     def _settle(self) -> None:
         if self._pending is not None:
@@ -298,7 +314,16 @@ class HFLanguageModel:
         if self._pos is not None and self._cache is not None and self._rows:
             rows = self._rows
             width = min(max(len(r) for r in rows), max(max_reuse))
-            if width > 0:
+            if width > 0 and len(rows) == b and all(len(r) <= m and p[:len(r)] == r
+                                                    for p, r, m in zip(prefs, rows, max_reuse)):
+                # Each prefix extends its own row (lockstep decoding, rows re-indexed after SMC's
+                # resampling): no [B, R, w] comparison, no row selection.
+                src = torch.arange(b)
+                best = torch.tensor([len(r) for r in rows])
+                run = torch.cummax(self._pos, 1).values
+                cols = torch.searchsorted(run, (best - 1).unsqueeze(1).to(run.dtype), right=False)
+                c = int((cols.squeeze(1) + 1).min()) if int(best.min()) > 0 else 0
+            elif width > 0:
                 want = torch.tensor([(p + (-2,) * width)[:width] for p in prefs], dtype=torch.long)  # [B, w]
                 have = torch.tensor([(r + (-3,) * width)[:width] for r in rows], dtype=torch.long)  # [R, w]
                 eq = want[:, None, :] == have[None, :, :]  # [B, R, w]

@@ -8,6 +8,9 @@ optional, and callers must know whether a model has them without probing for att
   round does not re-forward the tokens it just accepted.
 - ``Metered``: the model counts the compute it spends (``stats: LMStats``); search budgets in
   forward tokens read it.
+- ``ReindexesRows``: the rows of the last ``logits`` batch can be copied and re-ordered in the KV
+  cache (``reindex_rows(rows)``); sequential Monte Carlo calls it after resampling, so a copied
+  particle continues from its ancestor's cache row instead of being matched to it by prefix.
 
 Search strategies wrap the model for one search (MCTS's logits memo, codegen's test-guided proxy).
 A wrapper that forgot ``commit`` made every speculative rollout inside it re-forward its accepted
@@ -43,17 +46,27 @@ class Metered(Protocol):
     def stats(self) -> LMStats | None: ...
 
 
+@runtime_checkable
+class ReindexesRows(Protocol):
+    """A model whose cache rows (one per prefix of the last ``logits`` call) can be re-ordered."""
+
+    def reindex_rows(self, rows: Sequence[int]) -> None:
+        """Make row ``j`` of the cache a copy of row ``rows[j]`` of the last ``logits`` batch (rows
+        may repeat or be left out): the next batch's ``j``-th prefix continues that row."""
+        ...
+
+
 def lm_stats(lm: object) -> LMStats | None:
     """The counters of ``lm`` (through any wrappers), or ``None`` when it keeps none."""
     return lm.stats if isinstance(lm, Metered) else None
 
 
 class LMProxy:
-    """Base of language-model wrappers: forwards ``logits``, ``tree_logits``, ``commit`` and
-    ``stats`` to ``lm``, and meters what it passed on (``spent``).
+    """Base of language-model wrappers: forwards ``logits``, ``tree_logits``, ``commit``,
+    ``reindex_rows`` and ``stats`` to ``lm``, and meters what it passed on (``spent``).
 
-    ``commit`` is always present: on a model that is not ``Committing`` it does nothing, which is
-    what such a model needs (it keeps no tree to cut)."""
+    ``commit`` and ``reindex_rows`` are always present: on a model without the capability they do
+    nothing, which is what such a model needs (it keeps no tree to cut, no rows to copy)."""
 
     def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
@@ -85,3 +98,7 @@ class LMProxy:
     def commit(self, path: Sequence[int]) -> None:
         if isinstance(self.lm, Committing):
             self.lm.commit(path)
+
+    def reindex_rows(self, rows: Sequence[int]) -> None:
+        if isinstance(self.lm, ReindexesRows):
+            self.lm.reindex_rows(rows)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trellis.cli import STRATEGIES, ObservedSearch, search_strategy, build_parser
-from trellis.search import MCTS, Beam, BestOfN, DiverseBeam, EntropyGate, Greedy, Lookahead, Sample
+from trellis.cli import STRATEGIES, ObservedSearch, ObservedSMC, search_strategy, build_parser
+from trellis.search import MCTS, SMC, Beam, BestOfN, DiverseBeam, EntropyGate, Greedy, Lookahead, Sample
 
 
 @pytest.mark.parametrize("name", STRATEGIES)
@@ -13,12 +13,39 @@ def test_every_strategy_name_builds(name):
     args = build_parser().parse_args(["generate", "hi", "--strategy", name, "--width", "4", "--include", "x",
                                       "--seed", "1", "--temperature", "0.5"])
     s = search_strategy(args)
-    inner = s.strategy if isinstance(s, ObservedSearch) else s
+    inner = s.strategy if isinstance(s, (ObservedSearch, ObservedSMC)) else s
     expected = {"greedy": Greedy, "sample": Sample, "beam": Beam, "diverse-beam": DiverseBeam,
-                "lookahead": Lookahead, "mcts": MCTS, "best-of-n": BestOfN, "entropy-gate": EntropyGate}[name]
+                "lookahead": Lookahead, "mcts": MCTS, "best-of-n": BestOfN, "entropy-gate": EntropyGate,
+                "smc": SMC}[name]
     assert isinstance(inner, expected)
     if name == "lookahead":
         assert inner.clauses == (("x",),)
+
+
+def test_smc_flags_build_its_particles_and_need_its_strategy(capsys):
+    from trellis.cli import main
+
+    args = build_parser().parse_args(["generate", "hi", "--strategy", "smc", "--particles", "5", "--ess-threshold",
+                                      "0.3", "--resampler", "multinomial", "--seed", "2"])
+    s = search_strategy(args)
+    assert isinstance(s, ObservedSMC) and s.particles == 5
+    assert (s.strategy.ess_threshold, s.strategy.resampler) == (0.3, "multinomial")
+    for argv, message in ((["generate", "hi", "--particles", "4"], "add --strategy smc"),
+                          (["generate", "hi", "--strategy", "smc", "--temperature", "0"], "temperature"),
+                          (["generate", "hi", "--strategy", "smc", "--particles", "0"], "--particles")):
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.model
+def test_cli_smc_prints_its_posterior_on_gemma(capsys, gemma):
+    from trellis.cli import main
+
+    assert main(["generate", "Is the sky blue? Answer yes or no:", "--grammar", 'start: " yes" | " no"',
+                 "--strategy", "smc", "--particles", "4", "--seed", "0", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() in ("yes", "no")
+    assert "[smc: 4 particles" in out.err and "log Z^" in out.err
 
 
 def test_default_is_generates_own_choice():

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.errors import UsageError
+
+if TYPE_CHECKING:
+    from trellis.search.smc import SMCResult
 
 
 @runtime_checkable
@@ -34,6 +37,18 @@ class BatchStrategy(Strategy, Protocol):
         """One final hypothesis per root, in order; each equals ``self(decoder, root)[0]`` in
         distribution (and token for token under greedy decoding)."""
         ...
+
+
+@runtime_checkable
+class WeightedStrategy(Strategy, Protocol):
+    """A strategy that returns weighted particles and its estimate of the posterior over outputs
+    (``SMC``): ``generate`` passes its ``n`` as ``particles`` and puts the ``SMCResult`` in the
+    result (``GenerationResult.smc``)."""
+
+    particles: int
+
+    def weighted(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
+                 recorder: Any = None) -> "SMCResult": ...
 
 
 def lockstep(decoder: Decoder, roots: Sequence[Hypothesis], max_new_tokens: int | Sequence[int],

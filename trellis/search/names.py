@@ -17,10 +17,12 @@ from trellis.search.greedy import Greedy
 from trellis.search.lookahead import Lookahead
 from trellis.search.mcts import MCTS
 from trellis.search.sample import Sample
+from trellis.search.smc import SMC
 
 STRATEGIES: dict[str, type] = {
     "greedy": Greedy, "sample": Sample, "beam": Beam, "diverse-beam": DiverseBeam, "lookahead": Lookahead,
     "mcts": MCTS, "best-of-n": BestOfN, "entropy-gate": EntropyGate,
+    "smc": SMC,
 }
 
 
@@ -29,12 +31,17 @@ def mean_logprob(h: Hypothesis) -> float:
     return h.logprob / max(1, h.num_new)
 
 
+def canonical_name(name: str) -> str:
+    """``name`` as ``STRATEGIES`` spells it (hyphens, lower case)."""
+    return name.strip().lower().replace("_", "-")
+
+
 def strategy_from_name(name: str, *, generator: torch.Generator | None = None, **params: Any) -> Strategy:
     """The strategy called ``name`` (``"beam"``, ``"best_of_n"``: hyphens or underscores, any case)
     built with ``params`` (its dataclass fields, e.g. ``width=8``). ``generator`` seeds the strategies
-    that sample (``sample``, ``best-of-n``, ``lookahead``); ``mcts`` without a ``reward`` ranks
+    that sample (``sample``, ``best-of-n``, ``lookahead``, ``smc``); ``mcts`` without a ``reward`` ranks
     rollouts by mean log-prob per token."""
-    key = name.strip().lower().replace("_", "-")
+    key = canonical_name(name)
     cls = STRATEGIES.get(key)
     if cls is None:
         raise UsageError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
