@@ -107,7 +107,7 @@ eos_ids = spec.get("eos_token_ids")
 if eos_ids:
     # genlm names EOS tokens by byte string (every vocab token with those bytes becomes EOS);
     # its default is only tokenizer.eos_token_id (<eos>=1 for Gemma, NOT <end_of_turn>=106).
-    eos_bytes = [llm.token_maps.decode[i].byte_string for i in eos_ids]
+    eos_bytes = list(dict.fromkeys(llm.token_maps.decode[i].byte_string for i in eos_ids))  # one per text
     if sorted(llm.token_maps.eos_idxs) != sorted(eos_ids):
         llm = llm.spawn_new_eos(eos_bytes)
 llm.prompt_ids = list(spec["prompt_ids"])  # verbatim, BOS included (no re-tokenisation)

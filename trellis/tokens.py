@@ -51,6 +51,18 @@ class Vocabulary:
             object.__setattr__(self, "_fingerprint", h.hexdigest()[:32])
         return self._fingerprint
 
+    def ending_at(self, text: bytes) -> "Vocabulary":
+        """This vocabulary with every token whose bytes start with ``text`` as its only EOS (control
+        symbols, no bytes); the old EOS tokens stay special. A base model ends a line with
+        ``"\n"`` or ``"\n\n"``, almost never with its EOS token, so ``ending_at(b"\n")`` makes "the
+        output is one line" an ending the model actually writes: under a grammar, a locally
+        masked sampler and SMC's weights (p(EOS | x)) then see the model's own end of output."""
+        ids = frozenset(i for i, t in enumerate(self.tokens) if text and t.startswith(text))
+        if not ids:
+            raise UsageError(f"no token of this vocabulary starts with {text!r}")
+        toks = tuple(b"" if i in ids else t for i, t in enumerate(self.tokens))
+        return Vocabulary(toks, eos=ids, special=self.special | self.eos | ids)
+
     def decode(self, ids: Any) -> bytes:
         """Concatenate the bytes of ``ids`` (special tokens contribute nothing)."""
         return b"".join(self.tokens[int(i)] for i in ids)

@@ -17,13 +17,16 @@ Control of Large Language Models via Sequential Monte Carlo"). Symbols as there:
   Z_t = sum_{v allowed} p(v | x_<t): exact, one masked log-sum-exp per row, no rejection sampling;
   times the twist ratio psi_t / psi_{t-1} of the potentials' ``prefix`` values, and at EOS the
   correction phi / psi_{t-1} (``trellis.search.potentials``);
-- resampling when the effective sample size ESS = (sum w)^2 / sum w^2 falls below
-  ``ess_threshold * N`` (``trellis.search.resampling``); every weight then becomes the mean, so
+- resampling of the unfinished particles when their effective sample size
+  ESS = (sum w)^2 / sum w^2 falls below ``ess_threshold`` times their number
+  (``trellis.search.resampling``); their weights then become their mean, so
   Z^ = (1/N) sum_i w_i at the end is the unbiased estimate of Z, and log Z^ of log P(x in L).
+  Finished particles keep their weight and their place (resampling within a subset that keeps
+  its total weight is still unbiased); particles with weight 0 give their slots to the copies.
 
 All live particles decode in lockstep: ONE batched forward per step (``Decoder.proposal`` over the
 live rows). After resampling the model is asked to copy its KV rows (``ReindexesRows``); a
-strategy never touches caches. Finished particles keep their weight (and can be copied). The last
+strategy never touches caches. The last
 step of ``max_new_tokens`` proposes EOS alone, so the target is the language's outputs of at most
 ``max_new_tokens`` tokens, EOS included: a particle that cannot end there gets weight 0
 (``ending="length"``).
@@ -71,9 +74,11 @@ class SMCResult:
     ``particles`` in particle order; ``posterior``: each distinct output text and its probability
     (normalised weights summed over the particles that wrote it), most probable first (empty when
     every weight is 0); ``log_z``: log Z^, the estimate of log P(x in L) (times the potentials);
-    ``ess``: the effective sample size after each step's weighting, before resampling;
+    ``ess``: the effective sample size of the unfinished (and dead) particles after each step's
+    weighting, before resampling (what the threshold is compared with);
     ``resamples``: how many steps resampled; ``output``: the particle ``SMC.output`` chose;
-    ``live``: the particles extended at each step (the rows of its one batched forward)."""
+    ``live``: the particles extended at each step; ``rows``: the distinct prefixes among them, the
+    rows of the step's one batched forward."""
 
     particles: tuple[Particle, ...]
     posterior: dict[str, float]
@@ -82,6 +87,7 @@ class SMCResult:
     resamples: int
     output: Particle
     live: tuple[int, ...] = ()
+    rows: tuple[int, ...] = ()
 
     def hypotheses(self) -> list[Hypothesis]:
         """The output first, then every other particle by weight (heaviest first)."""
@@ -118,8 +124,8 @@ def pooled_posterior(results: Sequence[SMCResult]) -> tuple[dict[str, float], fl
 class SMC(Searching):
     """Sequential Monte Carlo with ``particles`` particles (see the module docstring).
 
-    ``ess_threshold``: resample when ESS < ``ess_threshold * particles`` (0: never, importance
-    sampling; 1: every step); ``resampler``: ``"systematic"`` or ``"multinomial"``;
+    ``ess_threshold``: resample the unfinished particles when their ESS < ``ess_threshold`` times
+    their number (0: never, importance sampling; 1: whenever their weights differ); ``resampler``: ``"systematic"`` or ``"multinomial"``;
     ``potentials``: ``Potential``s whose log weights add (``trellis.search.potentials``);
     ``output``: which particle becomes the result, ``"sample"`` (drawn from the posterior: repeated
     calls sample the conditioned model) or ``"map"`` (the most probable distinct output);
@@ -184,6 +190,7 @@ class _Run:
         self.ending: list[Ending | None] = [None] * n  # None: live
         self.ess: list[float] = []
         self.live: list[int] = []
+        self.rows: list[int] = []
         self.resamples = 0
         self._resample = resampler(smc.resampler)
         self._memo: dict[tuple[tuple[int, ...], bool], float] = {}  # potentials by (tokens, complete)
@@ -195,8 +202,21 @@ class _Run:
         if not live:
             return False
         dec, gen = self.decoder, self.smc.generator
+        # Copies of one ancestor that drew the same tokens share a prefix: forward it once (after
+        # a resampling step most rows of a peaked model are such copies).
+        unique: dict[tuple[int, ...], int] = {}
+        firsts: list[Hypothesis] = []
+        row_of: list[int] = []
+        for i in live:
+            r = unique.setdefault(self.hyps[i].tokens, len(firsts))
+            if r == len(firsts):
+                firsts.append(self.hyps[i])
+            row_of.append(r)
         self.live.append(len(live))
-        log_q, log_mass = dec.proposal([self.hyps[i] for i in live], eos_only=last)
+        self.rows.append(len(firsts))
+        log_q, log_mass = dec.proposal(firsts, eos_only=last)
+        sel = torch.tensor(row_of, device=log_q.device)
+        log_q, log_mass = log_q[sel], log_mass[sel]
         ok = torch.isfinite(log_mass)
         toks = sample(log_q.masked_fill(~ok[:, None], 0.0), gen).tolist()  # a row with nothing allowed: ignored
         masses, oks = log_mass.tolist(), ok.tolist()
@@ -215,18 +235,29 @@ class _Run:
                 self.ending[i] = "eos" if self.log_w[i] > NEG_INF else "rejected"
             elif self.log_w[i] == NEG_INF:
                 self.ending[i] = "rejected"
-        e = log_ess(self.log_w)
+        # Resampling acts on the pool of unfinished particles and of dead ones (weight 0, their
+        # slots reused); a finished particle keeps its weight and its place. The pool's total
+        # weight is kept (each copy gets the pool's mean), so Z^ stays unbiased. Resampling
+        # finished particles too let unfinished ones that had not yet paid for the grammar's
+        # next constraint (still inside a free string, say) replace finished outputs, and then
+        # run out of budget: on Gemma's JSON extraction most runs ended with no output at all.
+        pool = [i for i, x in enumerate(self.ending) if x is None or self.log_w[i] == NEG_INF]
+        pool_w = [self.log_w[i] for i in pool]
+        e = log_ess(pool_w) if pool else NEG_INF
         self.ess.append(math.exp(e) if e > NEG_INF else 0.0)
-        rows = {i: r for r, i in enumerate(live)}  # particle -> its row in this step's batch
+        rows = dict(zip(live, row_of))  # particle -> its row in this step's batch
         ancestors = list(range(len(self.hyps)))
-        limit = self.smc.ess_threshold * len(self.hyps)
-        if e > NEG_INF and limit > 0 and e < math.log(limit) and any(x is None for x in self.ending):
-            ancestors = self._resample(normalised(self.log_w), len(self.hyps), gen)
-            mean = mean_log_weight(self.log_w)
+        limit = self.smc.ess_threshold * len(pool)
+        if e > NEG_INF and limit > 0 and e < math.log(limit):
+            picks = self._resample(normalised(pool_w), len(pool), gen)
+            mean = mean_log_weight(pool_w)
+            for slot, k in zip(pool, picks):
+                ancestors[slot] = pool[k]
             self.hyps = [self.hyps[a] for a in ancestors]
             self.log_psi = [self.log_psi[a] for a in ancestors]
             self.ending = [self.ending[a] for a in ancestors]
-            self.log_w = [mean if self.log_w[a] > NEG_INF else NEG_INF for a in ancestors]
+            for slot in pool:
+                self.log_w[slot] = mean
             self.resamples += 1
         lm = dec.lm
         if isinstance(lm, ReindexesRows):  # the next batch's rows continue these rows of this one
@@ -274,7 +305,8 @@ class _Run:
         log_z = mean_log_weight(self.log_w) if finite else NEG_INF
         out = self._choose(parts, posterior, finite)
         self.rec.mark(out.hypothesis, smc_output=True)
-        return SMCResult(parts, posterior, log_z, tuple(self.ess), self.resamples, out, tuple(self.live))
+        return SMCResult(parts, posterior, log_z, tuple(self.ess), self.resamples, out, tuple(self.live),
+                         tuple(self.rows))
 
     def _choose(self, parts: tuple[Particle, ...], posterior: dict[str, float], finite: bool) -> Particle:
         if not finite:  # nothing in the language: the longest attempt, marked by its ending
