@@ -22,79 +22,19 @@ from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Sequence
 
 import torch
-from torch import Tensor
 
 from trellis.decoder import Decoder, Hypothesis
 from trellis.errors import UsageError
-from trellis.lm import LanguageModel
-from trellis.lm_proxy import LMProxy
 from trellis.search.base import Strategy
 from trellis.search.base import lockstep as advance_in_lockstep
 from trellis.search.greedy import Greedy
+from trellis.search.logits_memo import LogitsMemo
 from trellis.search.sample import Sample
 from trellis.search.tree import Searching, SearchResult, TreeRecorder
-from trellis.tokens import TokenTree
-
-
-class _MemoLM(LMProxy):
-    """The tree cache: a LanguageModel that remembers the logits row of every prefix it served
-    (least recently used rows dropped beyond ``max_bytes``), and meters the compute it passed on
-    (``LMProxy.spent``). A speculative rollout's tree rows are remembered for the chain it commits:
-    exactly the prefixes a one-token-at-a-time rollout would have left here."""
-
-    def __init__(self, lm: LanguageModel, max_bytes: int) -> None:
-        super().__init__(lm)
-        self.max_bytes = max_bytes
-        self.rows: OrderedDict[tuple[int, ...], Tensor] = OrderedDict()
-        self._tree: tuple[tuple[int, ...], TokenTree, Tensor] | None = None  # last tree_logits, until commit
-
-    def _remember(self, key: tuple[int, ...], row: Tensor) -> None:
-        self.rows[key] = row.clone()
-        self.rows.move_to_end(key)
-        limit = max(1, self.max_bytes // max(1, row.shape[-1] * row.element_size()))
-        while len(self.rows) > limit:
-            self.rows.popitem(last=False)
-
-    def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
-        self._tree = None
-        keys = [tuple(int(t) for t in p) for p in prefixes]
-        missing = list(dict.fromkeys(k for k in keys if k not in self.rows))
-        got: dict[tuple[int, ...], Tensor] = {}
-        if missing:
-            out = super().logits(missing)  # [M, V]
-            for k, row in zip(missing, out):
-                self._remember(k, row)
-            got = {k: out[i] for i, k in enumerate(missing)}
-        rows = []
-        for k in keys:
-            if k in got:
-                rows.append(got[k])
-            else:
-                self.rows.move_to_end(k)
-                rows.append(self.rows[k])
-        return torch.stack(rows)  # [B, V]
-
-    def tree_logits(self, prefix: Sequence[int], tree: TokenTree) -> Tensor:
-        out = super().tree_logits(prefix, tree)  # [N+1, V]
-        self._tree = (tuple(int(t) for t in prefix), tree, out)
-        return out
-
-    def commit(self, path: Sequence[int]) -> None:
-        if self._tree is not None:
-            prefix, tree, out = self._tree
-            toks = tree.tokens.tolist()
-            key = prefix
-            self._remember(key, out[0])
-            for i in path:
-                key = key + (toks[i],)
-                self._remember(key, out[i + 1])
-            self._tree = None
-        super().commit(path)
 
 
 class _Node:
@@ -170,7 +110,7 @@ class MCTS(Searching):
     def search(self, decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
                recorder: TreeRecorder | None = None) -> SearchResult:
         rec = recorder if recorder is not None else TreeRecorder(decoder, root)
-        memo = _MemoLM(decoder.lm, self.memo_bytes)
+        memo = LogitsMemo(decoder.lm, self.memo_bytes)
         dec = replace(decoder, lm=memo)
         base = len(root.tokens)
         greedy_cache = self._greedy_rollout(decoder)

@@ -38,7 +38,7 @@ p is the decoder's model after its penalties, bans and warpers but without the m
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Sequence
 
 import torch
@@ -47,6 +47,7 @@ from trellis.decoder import Decoder, Hypothesis
 from trellis.errors import UsageError
 from trellis.lm_proxy import ReindexesRows
 from trellis.sampling import draw, sample
+from trellis.search.logits_memo import LogitsMemo
 from trellis.search.potentials import Potential, as_log_weight, prefix_text
 from trellis.search.resampling import Resampler, log_ess, mean_log_weight, normalised, resampler
 from trellis.search.tree import Searching, SearchResult, TreeRecorder
@@ -129,7 +130,11 @@ class SMC(Searching):
     ``potentials``: ``Potential``s whose log weights add (``trellis.search.potentials``);
     ``output``: which particle becomes the result, ``"sample"`` (drawn from the posterior: repeated
     calls sample the conditioned model) or ``"map"`` (the most probable distinct output);
-    ``generator`` seeds the proposal, the resampling and the output's draw."""
+    ``generator`` seeds the proposal, the resampling and the output's draw; ``memo_bytes``: the
+    next-token logits of the prefixes seen are kept with the model across runs and calls
+    (``LogitsMemo.shared``, least recently used dropped beyond this size, ~1 MB a prefix for a
+    262k vocabulary; 0: off), so repeated runs on one prompt, the way posteriors are pooled, pay
+    no forward for what an earlier run already computed."""
 
     particles: int = 8
     ess_threshold: float = 0.5
@@ -137,6 +142,7 @@ class SMC(Searching):
     potentials: tuple[Potential, ...] = ()
     output: Literal["sample", "map"] = "sample"
     generator: torch.Generator | None = field(default=None, compare=False)
+    memo_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         if not isinstance(self.particles, int) or self.particles < 1:
@@ -171,6 +177,8 @@ class SMC(Searching):
         if root.finished:
             raise UsageError("SMC needs an unfinished root")
         rec = recorder if recorder is not None else TreeRecorder.off(decoder, root)
+        if self.memo_bytes > 0:
+            decoder = replace(decoder, lm=LogitsMemo.shared(decoder.lm, self.memo_bytes))
         run = _Run(self, decoder, root, rec)
         for t in range(max_new_tokens):
             if not run.step(last=t == max_new_tokens - 1):
