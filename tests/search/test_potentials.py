@@ -23,14 +23,15 @@ def test_the_proposal_is_the_masked_model_and_its_weight_the_allowed_mass() -> N
     for temperature in (1.0, 0.7):
         dec = Decoder(HashLM(len(vocab), seed=4), con, temperature=temperature, vocab=vocab)
         h = dec.start([1])
-        log_q, log_mass = dec.proposal([h])
+        log_q, log_mass, listed = dec.proposal([h])
+        assert listed[0].tolist() == [3, 4, 5]
         raw = torch.log_softmax(dec.lm.logits([h.tokens])[0] / temperature, -1)
         allowed = [3, 4, 5]  # "a", "b", "ab": each keeps the text a prefix of the language
         assert torch.isfinite(log_q[0]).nonzero().flatten().tolist() == allowed
         assert math.isclose(float(log_mass[0]), float(torch.logsumexp(raw[allowed], 0)), rel_tol=1e-5)
         assert torch.allclose(log_q[0, allowed], raw[allowed] - log_mass[0], atol=1e-5)
         done = dec.extend(h, 5)  # "ab": complete, only EOS may follow
-        log_q, log_mass = dec.proposal([done], eos_only=True)
+        log_q, log_mass, _ = dec.proposal([done], eos_only=True)
         assert torch.isfinite(log_q[0]).nonzero().flatten().tolist() == [2]
         assert math.isclose(float(log_mass[0]), float(torch.log_softmax(
             dec.lm.logits([done.tokens])[0] / temperature, -1)[2]), rel_tol=1e-5)

@@ -57,8 +57,8 @@ def exact_posterior(decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
         for start in range(0, len(level), chunk):
             part = level[start:start + chunk]
             hyps = [h for h, _, _ in part]
-            log_q, log_mass = decoder.proposal(hyps, eos_only=depth == max_new_tokens - 1)
-            log_p = log_q + log_mass[:, None]  # the unmasked model on the allowed tokens, -inf elsewhere
+            prop = decoder.proposal(hyps, eos_only=depth == max_new_tokens - 1)
+            log_p = prop.log_q + prop.log_mass[:, None]  # the unmasked model on the allowed tokens, -inf elsewhere
             sampler = _masked(decoder, hyps)  # the same prefixes: the model answers from its cache
             for row, (h, lp, lq) in enumerate(part):
                 allowed = (torch.isfinite(log_p[row]) | torch.isfinite(sampler[row])).nonzero().flatten().tolist()

@@ -43,7 +43,7 @@ from typing import Literal, Sequence
 
 import torch
 
-from trellis.decoder import Decoder, Hypothesis
+from trellis.decoder import Decoder, Hypothesis, Proposal
 from trellis.errors import UsageError
 from trellis.lm_proxy import ReindexesRows
 from trellis.sampling import draw, sample
@@ -222,22 +222,19 @@ class _Run:
             row_of.append(r)
         self.live.append(len(live))
         self.rows.append(len(firsts))
-        log_q, log_mass = dec.proposal(firsts, eos_only=last)
-        sel = torch.tensor(row_of, device=log_q.device)
-        log_q, log_mass = log_q[sel], log_mass[sel]
-        ok = torch.isfinite(log_mass)
-        toks = sample(log_q.masked_fill(~ok[:, None], 0.0), gen).tolist()  # a row with nothing allowed: ignored
-        masses, oks = log_mass.tolist(), ok.tolist()
-        for row, i in enumerate(live):
-            if not oks[row]:
+        prop = dec.proposal(firsts, eos_only=last)  # one row per distinct prefix
+        toks, lq = _draw(prop, row_of, gen)
+        masses = prop.log_mass.tolist()
+        for j, i in enumerate(live):
+            if masses[row_of[j]] == NEG_INF:  # nothing allowed (at the last step: no EOS possible)
                 self.log_w[i], self.ending[i] = NEG_INF, "length" if last else "rejected"
                 self.rec.mark(self.hyps[i], smc_ending=self.ending[i])
                 continue
-            tok = toks[row]
-            h = dec.extend(self.hyps[i], tok, float(log_q[row, tok]))
+            tok = toks[j]
+            h = dec.extend(self.hyps[i], tok, lq[j])
             self.hyps[i] = h
-            self.log_w[i] += masses[row] + self._twist(i, h)
-            self.rec.add(h, logprob=float(log_q[row, tok]))
+            self.log_w[i] += masses[row_of[j]] + self._twist(i, h)
+            self.rec.add(h, logprob=lq[j])
             self.rec.visit(h)
             if h.finished:
                 self.ending[i] = "eos" if self.log_w[i] > NEG_INF else "rejected"
@@ -325,3 +322,28 @@ class _Run:
         k = int(draw(normalised([p.log_weight for p in parts]), self.smc.generator))
         return parts[k]
 
+
+def _draw(prop: Proposal, row_of: list[int], generator: torch.Generator | None) -> tuple[list[int], list[float]]:
+    """One token per particle from its row of the proposal, and its log q.
+
+    Copies of one row draw together; a row that lists its few allowed tokens (most steps under a
+    grammar) is sampled over those alone: on Gemma's 262,144-token rows, exp and a float64
+    cumulative sum of the whole row took ~1 ms per particle per step (2026-11-28, 2-core AMD EPYC,
+    bench_smc.py peer --task yesno, profiled), more than everything else in a step the memo served."""
+    wanted: dict[int, int] = {}
+    for r in row_of:
+        wanted[r] = wanted.get(r, 0) + 1
+    drawn: dict[int, list[int]] = {}
+    for r, k in wanted.items():
+        idx = prop.allowed[r]
+        if idx is None:
+            drawn[r] = sample(prop.log_q[r].expand(k, -1), generator).tolist()
+        elif len(idx) == 0:
+            drawn[r] = [-1] * k  # nothing allowed: the particle ends with weight 0
+        else:
+            picks = draw(prop.log_q[r, idx].exp().expand(k, -1), generator).flatten()
+            drawn[r] = idx[picks].tolist()
+    toks = [drawn[r].pop(0) for r in row_of]
+    dev = prop.log_q.device
+    lq = prop.log_q[torch.tensor(row_of, device=dev), torch.tensor(toks, device=dev).clamp(min=0)]
+    return toks, lq.tolist()
