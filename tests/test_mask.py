@@ -38,3 +38,15 @@ def test_apply_bitmask_sets_exactly_the_disallowed_to_minus_inf() -> None:
     bad = torch.isinf(logits)
     assert bad[0, 96:128].all() and not bad[0, :96].any() and not bad[0, 128:1024].any() and bad[:, 1024:].all()
     assert not bad[1, 0] and bad[1, 1:32].all() and not bad[1, 32:v].any()
+
+
+def test_set_bit_ids_equal_the_unpacked_rows():
+    from trellis.mask import allowed_ids, bool_to_bitmask, set_bit_ids
+
+    gen = torch.Generator().manual_seed(0)
+    for v, p in ((97, 0.3), (1000, 0.01), (262144, 1e-4), (262144, 0.0), (70, 1.0)):
+        ok = torch.rand(v, generator=gen) < p
+        bits = bool_to_bitmask(ok)[0]
+        assert set_bit_ids(bits, v).tolist() == allowed_ids(bits, v) == ok.nonzero().flatten().tolist()
+    bits = torch.full((4,), -1, dtype=torch.int32)  # every bit set, also past the vocabulary's end
+    assert set_bit_ids(bits, 100).tolist() == list(range(100))

@@ -16,7 +16,7 @@ from torch import Tensor
 from trellis.constrain.base import Constraint, Refines, State, Unconstrained, fill_masks, refine_scores, tree_masks
 from trellis.errors import UsageError
 from trellis.lm import LanguageModel
-from trellis.mask import apply_bitmask_, bitmask_to_bool
+from trellis.mask import apply_bitmask_, bitmask_to_bool, set_bit_ids
 from trellis.sampling import log_softmax, repetition_penalty, warp
 from trellis.tokens import TokenTree, Vocabulary
 
@@ -162,31 +162,29 @@ class Decoder:
         b, v = scores.shape
         if not self.constrained and not eos_only:
             return Proposal(scores - total[:, None], torch.zeros_like(total), (None,) * b)
-        ok = torch.ones(b, v, dtype=torch.bool, device=scores.device)
-        if self.constrained:
-            bits = fill_masks(self.constraint, [h.state for h in hyps], v).to(scores.device)
-            width = min(v, bits.shape[-1] * 32)
-            ok[:, :width] = bitmask_to_bool(bits, width)
-            ok[:, width:] = False
-        if eos_only:
-            keep = torch.zeros(v, dtype=torch.bool, device=scores.device)
-            keep[[t for t in self.eos if t < v]] = True
-            ok &= keep
+        bits = fill_masks(self.constraint, [h.state for h in hyps], v) if self.constrained else None
+        eos = torch.tensor(sorted(t for t in self.eos if t < v), dtype=torch.long)
         # A row that allows few tokens (most steps under a grammar) is normalised over them alone,
         # not by passes over the whole vocabulary (bench_smc.py peer: ~1 ms a row on Gemma's 262k).
-        counts = ok.sum(-1).tolist()
         log_q = torch.full_like(scores, float("-inf"))
         lse = torch.empty_like(total)
         allowed: list[Tensor | None] = []
         for r in range(b):
-            if counts[r] <= SPARSE_ROW:
-                idx = ok[r].nonzero().flatten()
-                vals = scores[r, idx]
-                lse[r] = torch.logsumexp(vals, 0) if len(idx) else float("-inf")
-                log_q[r, idx] = vals - lse[r]
-                allowed.append(idx)
-            else:
-                row = scores[r].masked_fill(~ok[r], float("-inf"))
+            ids = set_bit_ids(bits[r], v) if bits is not None else None
+            if eos_only:
+                ids = eos if ids is None else ids[torch.isin(ids, eos)]
+            if ids is not None and len(ids) <= SPARSE_ROW:
+                ids = ids.to(scores.device)
+                vals = scores[r, ids]
+                lse[r] = torch.logsumexp(vals, 0) if len(ids) else float("-inf")
+                log_q[r, ids] = vals - lse[r]
+                allowed.append(ids)
+            else:  # a constrained row allowing many tokens (a string's interior)
+                assert bits is not None
+                width = min(v, bits.shape[-1] * 32)
+                ok = torch.zeros(v, dtype=torch.bool, device=scores.device)
+                ok[:width] = bitmask_to_bool(bits[r:r + 1].to(scores.device), width)[0]
+                row = scores[r].masked_fill(~ok, float("-inf"))
                 lse[r] = torch.logsumexp(row, 0)
                 log_q[r] = row - lse[r]
                 allowed.append(None)
