@@ -513,7 +513,10 @@ def test_vocabulary_walks_are_shared_across_grammars_and_runs(tmp_path, monkeypa
     g1 = 'start: "{" S ":" S "}"\nS: /"[a-z]*"/\n%ignore " "\n'
     g2 = 'start: "[" S "," S "]"\nS: /"[a-z]*"/\n%ignore " "\n'
     walk_text = b'{ "ab" : "b'
-    # walks this cheap (80 tokens) are kept in memory only: no file per walk
+    # walks cheaper than PERSIST_MIN_S are kept in memory only: no file per walk (the threshold is
+    # raised here so the test does not depend on how fast this machine walks 80 tokens: on a slow
+    # VM the first walk took over the 2 ms default and was written)
+    monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 60.0)
     _masks_along(compile(g1, v), walk_text)
     wait_for_cache_writes()
     assert not list((tmp_path / "walks").glob("w-*.pkl"))
