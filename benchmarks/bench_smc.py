@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import random
 import statistics
@@ -423,8 +422,8 @@ def cmd_peer(args: argparse.Namespace) -> None:
         subprocess.run([GENLM_PYTHON, os.path.join(HERE, "genlm_peer.py"), "--spec", path + ".spec", "--out", path],
                        check=True)
         peer = json.load(open(path))
-        table[f"genlm ({mode})"] = {"seconds": [r["seconds"] for r in peer["runs"]],
-                                    "posterior": pooled_genlm(peer["runs"])[0], "log_z": pooled_genlm(peer["runs"])[1],
+        post, log_z = pooled_posterior(genlm_runs(peer["runs"]))
+        table[f"genlm ({mode})"] = {"seconds": [r["seconds"] for r in peer["runs"]], "posterior": post, "log_z": log_z,
                                     "timings": peer["timings"], "versions": peer["versions"]}
     print(f"task {args.task}: {args.particles} particles, max {args.max_tokens} tokens; "
           f"genlm import {table['genlm (warm)']['timings']['import_s']:.1f} s, load "
@@ -446,24 +445,22 @@ def cmd_peer(args: argparse.Namespace) -> None:
               open(args.out, "w"), indent=1, default=str)
 
 
-def pooled_genlm(runs: list[dict]) -> tuple[dict[str, float], float]:
-    """genlm's runs pooled like ``pooled_posterior``: each run's normalised weights times its Z^."""
-    log_zs = [r["log_ml"] for r in runs]
-    top = max(log_zs)
-    if top == float("-inf"):
-        return {}, top
-    shares = [math.exp(z - top) for z in log_zs]
-    total = sum(shares)
-    post: dict[str, float] = {}
-    for s, r in zip(shares, runs):
+def genlm_runs(runs: list[dict]) -> list[Any]:
+    """genlm's runs in the shape ``pooled_posterior`` reads (``log_z``, ``posterior``: each run's
+    normalised particle weights summed by text), so both libraries are pooled by one function."""
+    import types
+
+    from trellis.search.resampling import normalised
+
+    out = []
+    for r in runs:
         ws = [p["log_weight"] for p in r["particles"]]
-        m = max(ws)
-        if m == float("-inf"):
-            continue
-        norm = sum(math.exp(w - m) for w in ws)
-        for p in r["particles"]:
-            post[p["text"]] = post.get(p["text"], 0.0) + s / total * math.exp(p["log_weight"] - m) / norm
-    return post, top + math.log(total / len(runs))
+        post: dict[str, float] = {}
+        if any(w > float("-inf") for w in ws):
+            for p, w in zip(r["particles"], normalised(ws).tolist()):
+                post[p["text"]] = post.get(p["text"], 0.0) + w
+        out.append(types.SimpleNamespace(log_z=r["log_ml"], posterior=post))
+    return out
 
 
 def main() -> None:

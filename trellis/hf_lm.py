@@ -318,11 +318,7 @@ class HFLanguageModel:
                                                     for p, r, m in zip(prefs, rows, max_reuse)):
                 # Each prefix extends its own row (lockstep decoding, rows re-indexed after SMC's
                 # resampling): no [B, R, w] comparison, no row selection.
-                src = torch.arange(b)
-                best = torch.tensor([len(r) for r in rows])
-                run = torch.cummax(self._pos, 1).values
-                cols = torch.searchsorted(run, (best - 1).unsqueeze(1).to(run.dtype), right=False)
-                c = int((cols.squeeze(1) + 1).min()) if int(best.min()) > 0 else 0
+                best, src = torch.tensor([len(r) for r in rows]), torch.arange(b)
             elif width > 0:
                 want = torch.tensor([(p + (-2,) * width)[:width] for p in prefs], dtype=torch.long)  # [B, w]
                 have = torch.tensor([(r + (-3,) * width)[:width] for r in rows], dtype=torch.long)  # [R, w]
@@ -330,11 +326,11 @@ class HFLanguageModel:
                 lcp = eq.to(torch.int32).cumprod(-1).sum(-1)  # [B, R] shared tokens
                 lcp = torch.minimum(lcp, torch.tensor(max_reuse, dtype=torch.int32)[:, None])
                 best, src = lcp.max(-1)  # [B], [B]
-                if int(best.min()) > 0:
-                    # shared tokens -> cache columns: through the last shared token, holes before it included
-                    run = torch.cummax(self._pos, 1).values  # [R, n] non-decreasing
-                    cols = torch.searchsorted(run[src], (best - 1).unsqueeze(1).to(run.dtype), right=False)
-                    c = int((cols.squeeze(1) + 1).min())
+            if src is not None and int(best.min()) > 0:
+                # shared tokens -> cache columns: through the last shared token, holes before it included
+                run = torch.cummax(self._pos, 1).values  # [R, n] non-decreasing
+                cols = torch.searchsorted(run[src], (best - 1).unsqueeze(1).to(run.dtype), right=False)
+                c = int((cols.squeeze(1) + 1).min())
         if c == 0:
             self._cache = self._new_cache()
             self.stats.cache_resets += 1

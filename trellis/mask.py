@@ -79,4 +79,4 @@ def set_bit_ids(bitmask_row: Tensor, vocab_size: int) -> Tensor:
 
 def allowed_ids(bitmask_row: Tensor, vocab_size: int) -> list[int]:
     """Token ids allowed by one bitmask row (for tests and debugging)."""
-    return torch.nonzero(bitmask_to_bool(bitmask_row.reshape(1, -1), vocab_size)[0]).flatten().tolist()
+    return set_bit_ids(bitmask_row.reshape(-1), vocab_size).tolist()

@@ -59,7 +59,9 @@ def exact_posterior(decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
             hyps = [h for h, _, _ in part]
             prop = decoder.proposal(hyps, eos_only=depth == max_new_tokens - 1)
             log_p = prop.log_q + prop.log_mass[:, None]  # the unmasked model on the allowed tokens, -inf elsewhere
-            sampler = _masked(decoder, hyps)  # the same prefixes: the model answers from its cache
+            # the masked sampler (the mask, then the warpers; never cut to EOS at the last step): the
+            # same prefixes, so the model answers from its cache
+            sampler = decoder.log_probs(hyps)
             for row, (h, lp, lq) in enumerate(part):
                 allowed = (torch.isfinite(log_p[row]) | torch.isfinite(sampler[row])).nonzero().flatten().tolist()
                 vals = log_p[row, allowed].double().tolist()
@@ -98,12 +100,6 @@ def exact_posterior(decoder: Decoder, root: Hypothesis, *, max_new_tokens: int,
 def total_variation(p: dict, q: dict) -> float:
     """TV distance between two distributions given as {outcome: probability} (missing = 0)."""
     return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in set(p) | set(q))
-
-
-def _masked(decoder: Decoder, hyps: list[Hypothesis]) -> torch.Tensor:
-    """The masked sampler's [B, V] log-probs (``Decoder.log_probs``: the mask, then the warpers;
-    at temperature 1 without filters the proposal's q, but never cut to EOS at the last step)."""
-    return decoder.log_probs(hyps)
 
 
 def _prefix_ok(decoder: Decoder, h: Hypothesis, potentials: tuple[Potential, ...]) -> bool:

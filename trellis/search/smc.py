@@ -279,12 +279,10 @@ class _Run:
         if value is None:
             vocab = self.decoder.vocab
             assert vocab is not None
-            data = vocab.decode(h.new_tokens)
             if h.finished:
-                text = data.decode("utf-8", errors="replace")
-                value = as_log_weight(sum(p.complete(text) for p in pots))
+                value = as_log_weight(sum(p.complete(self.decoder.text(h)) for p in pots))
             else:
-                text = prefix_text(data)
+                text = prefix_text(vocab.decode(h.new_tokens))
                 value = as_log_weight(sum(p.prefix(text) for p in pots))
             self._memo[key] = value
         before = self.log_psi[i]
