@@ -11,8 +11,11 @@ where a document ``s`` is cut into tokens and ``%ignore`` runs, and
   token ``s[j:i]`` as follows:
 
   - **greedy** ``T`` (no lazy quantifier): ``s[j:i]`` is in the *regular language* of ``p``,
-    ``regex.fullmatch(p, s[j:i])`` (third-party ``regex`` module): *any* match length, not the
-    greedy or leftmost-first one (``/a|ab/`` matches ``ab``);
+    ``regex.fullmatch(p, s[j:i])`` (third-party ``regex`` module, for its partial matching, with
+    ``\s \d \w`` and their complements spelled out as the code points stdlib ``re`` gives them,
+    ``re_classes``: the two modules disagree on ``\x1c-\x1f`` for ``\s`` and on 17,608 code
+    points for ``\w``): *any* match length, not the greedy or leftmost-first one (``/a|ab/``
+    matches ``ab``);
   - **lazy** ``T`` (``*?``, ``+?``, ``??``, ``{m,n}?`` anywhere): ``s[j:i]`` is in the
     *first-match language* ``FM(T) = {w : re.match(p, w).end() == len(w)}`` (stdlib ``re``, the
     backtracking leftmost-first match, ``w`` on its own). That is exactly the set of tokens Lark's
@@ -135,8 +138,9 @@ Where Lark's own ``dynamic_complete`` parser differs from this semantics (``lark
    but Lark's greedy ignore eats both spaces and rejects it. (Ignore terminals whose greedy run is
    followed only by terminals that cannot start with its characters, e.g. ``WS`` before JSON
    tokens, give the same language.)
-3. Lark's parser needs a completed start symbol with a non-``None`` SPPF node, and Lark uses
-   ``re``, not ``regex`` (Unicode tables, possessive/atomic syntax may differ; ignored).
+3. Lark's parser needs a completed start symbol with a non-``None`` SPPF node. Lark uses ``re``;
+   the class escapes are made ``re``'s (``re_classes``), ``\b`` and case folding under
+   IGNORECASE stay ``regex``'s, and possessive/atomic syntax may differ (ignored).
 
 ``lark_viable`` implements the split-point algorithm on top of Lark's parser (parse ``s[:p]``; it
 must be alive at its end, and ``s[p:]`` must partially match a terminal Lark expects at ``p`` or
@@ -233,7 +237,8 @@ class LarkOracle:
         # lazy quantifiers made greedy: same regular language under fullmatch, and it avoids a bug
         # of regex's partial matching (see greedy_pattern); for a lazy terminal it only prunes the
         # first-match search (FM(T) is a subset of the regular language)
-        self._pat = {name: regex.compile(greedy_pattern(p, flags), flags) for name, p in self.patterns.items()}
+        self._pat = {name: regex.compile(re_classes(greedy_pattern(p, flags), flags), flags)
+                     for name, p in self.patterns.items()}
         self._lazy = {name for name, p in self.patterns.items() if greedy_pattern(p, flags) != p}
         self.ignore = tuple(self.lark.ignore_tokens)
         self._min_width = {name: max(1, t.pattern.min_width) for name, t in self.terminals.items()}
@@ -255,7 +260,7 @@ class LarkOracle:
                                           "lookahead past the end of its match is not modelled")
             guards[name] = preds
             try:
-                self._ctx_pat[name] = regex.compile("(?:" + p + r")(?=(?s:.)\Z)", flags)
+                self._ctx_pat[name] = regex.compile(re_classes("(?:" + p + r")(?=(?s:.)\Z)", flags), flags)
             except regex.error as e:
                 raise NotImplementedError(f"terminal {name} ({p!r}): cannot match it in context: {e}") from e
         self._atoms_cache = None
@@ -936,6 +941,77 @@ def _sre_canon(tree, lazy_as_greedy: bool):
     return conv(tree), tree.state.flags
 
 
+_RE_CLASS_TEST = {"s": str.isspace, "d": str.isdecimal, "w": lambda c: c.isalnum() or c == "_"}
+_RE_CLASS_RANGES: dict[str, list[tuple[int, int]]] = {}
+
+
+def _re_class_ranges(letter: str) -> list[tuple[int, int]]:
+    """The code points stdlib ``re`` matches with ``\\s`` / ``\\d`` / ``\\w`` (``D``, ``S``, ``W``:
+    the complement) in a str pattern without ASCII: ``_sre``'s SRE_UNI_IS_SPACE / IS_DECIMAL /
+    IS_ALNUM-or-underscore, which are ``str.isspace`` / ``isdecimal`` / ``isalnum`` (checked
+    against ``re`` itself in test_lark_oracle.py)."""
+    got = _RE_CLASS_RANGES.get(letter)
+    if got is None:
+        test, neg = _RE_CLASS_TEST[letter.lower()], letter.isupper()
+        got, lo = [], None
+        for cp in range(0x110000 + 1):
+            inside = cp <= 0x10FFFF and test(chr(cp)) != neg
+            if inside and lo is None:
+                lo = cp
+            elif not inside and lo is not None:
+                got.append((lo, cp - 1))
+                lo = None
+        _RE_CLASS_RANGES[letter] = got
+    return got
+
+
+def _class_body(ranges: list[tuple[int, int]]) -> str:
+    def esc(cp: int) -> str:
+        return f"\\U{cp:08x}"
+    return "".join(esc(a) if a == b else esc(a) + "-" + esc(b) for a, b in ranges)
+
+
+def re_classes(pattern: str, flags: int = 0) -> str:  # flags: stdlib re's (re.ASCII is 256, regex.ASCII 128)
+    """``pattern`` with every ``\\s \\S \\d \\D \\w \\W`` spelled as the explicit code-point ranges
+    stdlib ``re`` gives it, so that the third-party ``regex`` module (used for its partial
+    matching) judges terminals as Lark does: the two disagree on 17,608 code points for ``\\w``
+    (combining marks, superscripts), 110 for ``\\d`` and four for ``\\s`` (\\x1c-\\x1f, which
+    ``re`` counts as whitespace; regex 2026.5.9). Unchanged under ASCII (both then mean the ASCII
+    classes) or where ``re`` cannot parse the pattern. ``\\b`` (a word boundary) is left as it is."""
+    try:
+        if _sre_parse.parse(pattern, flags).state.flags & re.ASCII:
+            return pattern
+    except Exception:
+        return pattern
+    out, i, n, in_class = [], 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            e = pattern[i + 1]
+            if e in "sSdDwW":
+                body = _class_body(_re_class_ranges(e))
+                out.append(body if in_class else "[" + body + "]")
+            else:
+                out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":  # a leading ']' is a literal
+                j += 1
+            out.append(pattern[i:j])
+            i = j
+            continue
+        if c == "]" and in_class:
+            in_class = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def greedy_pattern(pattern: str, flags: int = 0) -> str:
     """`pattern` with every lazy quantifier (``*?``, ``+?``, ``??``, ``{m,n}?``) made greedy.
 
@@ -1035,7 +1111,8 @@ def _compile_atoms(patterns, flags: int, extra=(r"\w", r"\d", r"\s", r"\n")):
         for src in key:
             for fl in (0, regex.IGNORECASE, regex.ASCII, regex.IGNORECASE | regex.ASCII):
                 try:
-                    comp.append(regex.compile("(?:" + src + ")+", fl))
+                    re_fl = (re.IGNORECASE if fl & regex.IGNORECASE else 0) | (re.ASCII if fl & regex.ASCII else 0)
+                    comp.append(regex.compile(re_classes("(?:" + src + ")+", re_fl), fl))
                 except regex.error:
                     comp = False
                     break

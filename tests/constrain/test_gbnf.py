@@ -286,10 +286,26 @@ def test_rule_names():
     g = 'root ::= My-Rule my-rule 0x A\nMy-Rule ::= "x"\nmy-rule ::= "y"\n0x ::= "z"\nA ::= "w"'
     assert accepts(g, "xyzw")
     assert accepts('root ::= fac(("*")fac)*\nfac ::= "f"', "f*f")  # a name runs up to the '('
-    names = ["a-b", "aB", "a--b", "A", "-a", "a-B", "AB", "a-b-", "ab", "Ab", "a", "-", "--", "-A", "A-", "a0", "0"]
+    names = ["a-b", "aB", "a--b", "A", "-a", "a-B", "AB", "a-b-", "ab", "Ab", "a", "-", "--", "-A", "A-", "a0", "0",
+             "a_b", "a__b", "_a", "a_", "_", "A_b", "a_B", "a-_b", "a_-b", "a_0", "a__0", "A_0", "_A"]
+    rng = random.Random(5)  # and random names over the whole alphabet, underscores included
+    names += list({"".join(rng.choice("aB0_-") for _ in range(rng.randint(1, 5))) for _ in range(3000)})
+    names = list(dict.fromkeys(names))
     mapped = [lark_name(n) for n in names]
     assert len(set(mapped)) == len(names)
     assert all(re.fullmatch(r"[a-z][_a-z0-9]*", m) and m != "start" for m in mapped)
+
+
+def test_underscores_in_rule_names():
+    # llama.cpp refuses them; xgrammar (vLLM's and SGLang's default backend) and llguidance accept
+    # them, and grammars written for vLLM use them (its own SQL example: select_statement)
+    g = ('root ::= select_statement\nselect_statement ::= "SELECT " column_name (", " column_name)*\n'
+         'column_name ::= [a-z_]+ | _private\n_private ::= "_" Col_Name\nCol_Name ::= "x"')
+    assert accepts(g, "SELECT a_b, __x")
+    assert not accepts(g, "SELECT _Y")
+    xg = xgrammar_acceptor(g)
+    for s in ("SELECT a_b, __x", "SELECT _Y", "SELECT _x", "SELECT a", "SELECT a,b"):
+        assert accepts(g, s) == xg(s), s
 
 
 def test_rules_ast():

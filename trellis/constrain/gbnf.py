@@ -9,7 +9,9 @@ and fuses or inlines regular parts, and this module's writer puts the Lark text 
 
 Supported GBNF (parsed the way llama.cpp's ``llama_grammar_parser`` parses it)
 ------------------------------------------------------------------------------
-* rules ``name ::= body``; names are ``[a-zA-Z0-9-]+``; ``root`` is the start rule;
+* rules ``name ::= body``; names are ``[a-zA-Z0-9_-]+`` (llama.cpp refuses ``_``; xgrammar, the
+  default structured-output backend of vLLM and SGLang, and llguidance accept it, and grammars
+  written for vLLM use it: ``select_statement ::= ...``); ``root`` is the start rule;
 * sequences, alternation ``|``, grouping ``( )``, postfix ``*`` ``+`` ``?`` ``{m}`` ``{m,}``
   ``{m,n}``; postfixes stack (``x*?`` is ``(x*)?``); bounds are at most 2000 (llama.cpp's limit);
   ``{,n}`` (= ``{0,n}``) is accepted as an extension (llama.cpp rejects it);
@@ -27,9 +29,11 @@ classes (``[]`` is silently epsilon in llama.cpp), ``{m,n}`` with ``n < m`` or a
 
 Mapping to Lark
 ---------------
-``start: r_root``. A GBNF name without capitals becomes ``r_`` + the name with ``-`` -> ``_``;
-one with capitals becomes ``c_`` + the name with ``-`` -> ``__`` and ``X`` -> ``_x`` (so the map
-is injective: Lark rule names are lowercase and GBNF names have no ``_``). Literals become Lark
+``start: r_root``. A GBNF name without capitals or ``_`` becomes ``r_`` + the name with ``-`` ->
+``_``; one without capitals or ``-`` becomes ``u_`` + the name; any other becomes ``c_`` + the
+name with ``-`` -> ``__``, ``_`` -> ``_0`` and ``X`` -> ``_x`` (so the map is injective: Lark rule
+names are lowercase, and after ``c_`` every ``_`` is followed by ``_``, ``0`` or a letter that
+says which character it stands for). Literals become Lark
 strings, classes and ``.`` become regex terminals (``/[^...]/``, ``/./s``), all written in ASCII
 with escapes. Epsilon alternatives become ``(...)?``. Counted repetition ``x{m,n}``: ``x ~ m`` for
 the required copies (Lark expands it linearly, or in factored rules for m >= 50), then ``x*`` or
@@ -79,9 +83,12 @@ class Gbnf:
 
 def lark_name(name: str) -> str:
     """The Lark rule name of GBNF rule ``name`` (injective, see the module docstring)."""
-    if name.lower() == name:
+    if name.lower() == name and "_" not in name:
         return "r_" + name.replace("-", "_")
-    return "c_" + "".join("__" if c == "-" else "_" + c.lower() if c.isupper() else c for c in name)
+    if name.lower() == name and "-" not in name:
+        return "u_" + name
+    return "c_" + "".join("__" if c == "-" else "_0" if c == "_" else "_" + c.lower() if c.isupper() else c
+                          for c in name)
 
 class _LarkWriter:
     def __init__(self, rules: dict[str, Alt], fuse: bool = False) -> None:

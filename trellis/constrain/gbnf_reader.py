@@ -61,7 +61,7 @@ class Alt:
 
 Node = Union[Lit, Chars, Ref, Repeat, Seq, Alt]
 
-_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")  # llama.cpp: no '_'; xgrammar: '_' too
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-"}
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
