@@ -146,11 +146,11 @@ MIN_WALK_TOKENS = 5
 # kept from 40 earlier schemas vs cleared: compile median 2.74 -> 1.95 ms, (a) per input 0.911.
 GRAMMAR_MEMOS = [("trellis.constrain.compile", "COMPILED")]
 SHARED_MEMOS = [("trellis.constrain.regex", "DFA_MEMO"), ("trellis.constrain.regex", "PARTS_MEMO"),
-                ("trellis.constrain.regex_compile", "PARSED"),
+                ("trellis.constrain.regex_compile", "PARSED"), ("trellis.constrain.regex_compile", "_CHAR_SETS"),
                 ("trellis.constrain.walk_cache", "SHARED"), ("trellis.constrain.regex_ir", "_FSM_CACHE"),
                 ("trellis.constrain.pattern", "_MATCHERS"), ("trellis.constrain.ranges", "_FRAC_MEMO"),
                 ("trellis.constrain.rest_walk", "_SCALED"), ("trellis.constrain.formats", "_FORMAT_IR"),
-                ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.scannerless", "_SHAPES"),
+                ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.dfa_shapes", "_SHAPES"),
                 ("trellis.constrain.regex_ir", "_ENC_MEMO"), ("trellis.constrain.pattern", "_IR_MEMO"),
                 ("trellis.constrain.fsm_product", "_UNIONS"), ("trellis.constrain.byte_dfa", "LITERAL_MEMO"),
                 ("trellis.constrain.grammar_ir", "PATTERN_MEMO"), ("trellis.constrain.grammar_ir", "BOOL_ROWS")]

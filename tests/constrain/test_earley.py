@@ -633,7 +633,8 @@ def test_walks_of_large_dfas_are_keyed_by_their_tables(tmp_path, monkeypatch) ->
     the masks equal builds that share nothing."""
     from trellis.constrain import walk_cache
     from trellis.constrain.compile import clear_caches
-    from trellis.constrain.scannerless import CANON_MAX, EarleyConstraint
+    from trellis.constrain.dfa_shapes import CANON_MAX
+    from trellis.constrain.scannerless import EarleyConstraint
     from trellis.constrain.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))

@@ -243,3 +243,58 @@ def test_warm_builds_tables_without_tracking_a_request():
     batch.add(0, {"trellis_regex": "ab"}, out)
     logits, _ = masked(batch, 2)
     assert (logits[0] > float("-inf")).nonzero().flatten().tolist() == [V.tokens.index(b"a"), V.tokens.index(b"ab")]
+
+
+def test_a_grammar_over_its_work_bound_fails_its_request_alone():
+    """Issue 58: a mask or an advance past the grammar's work bound (``GrammarBudgetError``) holds
+    that request to EOS with the error as its reason; the other requests of the step get their
+    exact masks. (The engine's bound itself: tests/constrain/test_work_bound.py.)"""
+    from trellis.constrain.errors import GrammarBudgetError
+
+    class OverBound:  # the regex a[0-9]+, whose third mask / second advance is over its bound
+        def __init__(self, c, on: str) -> None:
+            self.c, self.on, self.calls = c, on, 0
+
+        def start(self):
+            return self.c.start()
+
+        def is_accepting(self, state):
+            return self.c.is_accepting(state)
+
+        def _count(self, what: str, limit: int) -> None:
+            if what == self.on:
+                self.calls += 1
+                if self.calls >= limit:
+                    raise GrammarBudgetError(f"this {what} needs more than 5 units of work",
+                                             what=what, budget=5, culprit="A")
+
+        def fill_mask(self, state, out):
+            self._count("mask", 3)
+            self.c.fill_mask(state, out)
+
+        def advance(self, state, token):
+            self._count("advance", 2)
+            return self.c.advance(state, token)
+
+    for on in ("mask", "advance"):
+        def build(spec, vocab):
+            c = request_spec.build(spec, vocab)
+            return OverBound(c, on) if spec.kind == "regex" else c
+
+        batch = RequestBatch(V, rows=2, build=build)
+        slow, fine = [], []
+        batch.add(0, {"trellis_regex": "a[0-9]+"}, slow)
+        batch.add(1, {"trellis_grammar": "json.lark"}, fine)
+        c = compile("json", V)
+        for i, b in enumerate(b'{"n": 1}'):
+            logits, _ = masked(batch, 2)
+            allowed = (logits[0] > float("-inf")).nonzero().flatten().tolist()
+            if i >= 2:  # the third mask (or the second advance, made before it) failed
+                assert allowed == [EOS], (on, i)
+            else:
+                slow.append(allowed[-1])
+            assert torch.equal(logits[1] > float("-inf"), expected_row(c, fine))
+            fine.append(V.tokens.index(bytes([b])))
+        t = batch.tracked()
+        assert t[0].status == "dead" and "work bound" in t[0].reason and "5 units" in t[0].reason, on
+        assert t[1].status == "ok"

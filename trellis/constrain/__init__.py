@@ -13,14 +13,14 @@ from trellis.constrain.cfg import CFGConstraint, GrammarTables, compile_lark
 from trellis.constrain.compile import compile, load_grammar_text, prepare_vocabulary, shipped_grammars
 from trellis.constrain.gbnf import Gbnf
 from trellis.constrain.scannerless import EarleyConstraint
-from trellis.constrain.errors import ConstraintError, ConstraintUsageError, GrammarError, SchemaError
+from trellis.constrain.errors import ConstraintError, ConstraintUsageError, GrammarBudgetError, GrammarError, SchemaError
 from trellis.constrain.json_schema import IgnoredKeyword, JsonSchema
 from trellis.constrain.regex import ByteDFA, Regex, RegexConstraint, regex_to_byte_dfa
 
 __all__ = [
     "ByteDFA", "CFGConstraint", "GrammarTables", "Constraint", "ConstraintError", "ConstraintUsageError",
     "EarleyConstraint", "Gbnf",
-    "GrammarError", "IgnoredKeyword", "JsonSchema", "Regex", "RegexConstraint", "SchemaError", "State", "Unconstrained", "advance_many",
+    "GrammarBudgetError", "GrammarError", "IgnoredKeyword", "JsonSchema", "Regex", "RegexConstraint", "SchemaError", "State", "Unconstrained", "advance_many",
     "compile", "compile_lark", "fill_masks", "forced_tokens", "is_unconstrained", "load_grammar_text",
     "prepare_vocabulary", "regex_to_byte_dfa", "shipped_grammars", "tree_masks",
 ]

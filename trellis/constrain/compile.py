@@ -204,7 +204,7 @@ def clear_caches() -> None:
     """Forget every in-process memo of compiled grammars and shared tables (the disk cache stays:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
-    from trellis.constrain import fsm_product, formats, pattern, ranges, regex_compile, regex_ir, rest_walk, scannerless
+    from trellis.constrain import dfa_shapes, fsm_product, formats, pattern, ranges, regex_compile, regex_ir, rest_walk
     from trellis.constrain.byte_dfa import LITERAL_MEMO
     from trellis.constrain.grammar_ir import IMPORTS_MEMO, PATTERN_MEMO
     from trellis.constrain.regex import DFA_MEMO, PARTS_MEMO
@@ -221,6 +221,7 @@ def clear_caches() -> None:
     PATTERN_MEMO.clear()
     rest_walk._SCALED.clear()
     regex_compile.PARSED.clear()
+    regex_compile._CHAR_SETS.clear()
     regex_ir._ENC_MEMO.clear()
     pattern._IR_MEMO.clear()
     fsm_product._UNIONS.clear()
@@ -228,7 +229,7 @@ def clear_caches() -> None:
     pattern._MATCHERS.clear()
     ranges._FRAC_MEMO.clear()
     formats._FORMAT_IR.clear()
-    scannerless.clear_shapes()
+    dfa_shapes.clear_shapes()
 
 
 def wait_for_cache_writes() -> None:
@@ -334,7 +335,8 @@ class SchemaGrammar(str):
 
 
 def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", cache: bool = True,
-            precompute: bool | None = None, progress: bool | None = None, engine: str = "auto"
+            precompute: bool | None = None, progress: bool | None = None, engine: str = "auto",
+            mask_work: int | None = None, advance_work: int | None = None,
             ) -> CFGConstraint | RegexConstraint | EarleyConstraint:
     """Compile a grammar for ``vocab`` into a Constraint (exact token masks).
 
@@ -357,6 +359,13 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     now and cache the tables on disk, so no mask pays a table build during decoding (one build is
     ~3-15 ms on a 262k vocabulary) at the cost of seconds before the first mask. ``progress``
     shows a tqdm bar while precomputing (default: when stderr is a terminal).
+
+    ``mask_work`` / ``advance_work`` (Earley engine): the work one mask / one advance may take
+    before it raises ``GrammarBudgetError`` instead of stalling its caller (default
+    ``scannerless.MASK_WORK`` / ``ADVANCE_WORK``, ~0.1-0.2 s on a 2-core VM at worst; the
+    environment variables ``TRELLIS_MASK_WORK`` / ``TRELLIS_ADVANCE_WORK`` set them process-wide;
+    ``earley.UNBOUNDED``: no bound). The build of a terminal's automaton is bounded too
+    (``TRELLIS_COMPILE_WORK``): a refusal names the terminal.
     """
     if engine not in ENGINES:
         raise UsageError(f"engine must be one of {ENGINES}, got {engine!r}")
@@ -390,7 +399,8 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
     precompute = bool(precompute)
     # One constraint per (grammar, vocabulary) per process: its tables and mask cache are the
     # expensive part, and states are immutable values, so callers can share it.
-    key = (text, source, start, vocab.fingerprint(), precompute, engine) + ((ignored,) if ignored else ())
+    key = (text, source, start, vocab.fingerprint(), precompute, engine, mask_work, advance_work) + (
+        (ignored,) if ignored else ())
     hit = COMPILED.get(key)
     if hit is not None:
         COMPILED.move_to_end(key)
@@ -404,7 +414,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
             if ir is None:
                 ir = load_lark(text, source=source, start=start, path=path)
                 ir.lexical_priority = schema
-            c = EarleyConstraint(ir, vocab, share=cache)
+            c = EarleyConstraint(ir, vocab, share=cache, mask_work=mask_work, advance_work=advance_work)
     else:
         c = _compile_new(text, source, vocab, start=start, cache=cache, precompute=precompute, progress=progress)
     if isinstance(grammar, JsonSchema):

@@ -66,6 +66,13 @@ _NO_ROOTS: frozenset = frozenset()  # the kernel items predicted "here" (origin 
 # tuples of ints, bounded by the grammar's combinations of predicted nonterminals.
 MAX_PREDICTED = 1 << 14
 
+UNBOUNDED = 1 << 62
+
+
+class WorkExhausted(Exception):
+    """Raised inside the chart when ``Earley.work`` passes ``Earley.work_limit`` (``scannerless``
+    turns it into a ``GrammarBudgetError`` naming the culprit)."""
+
 
 class ESet:
     """The closed item set of one terminal boundary (see module docstring). ``waiting`` (by
@@ -145,6 +152,12 @@ class Earley:
         self._live_rows: dict[tuple[int, int], int] = {}  # (scan, DFA state) -> live bytes as bits
         self._predicted: dict[tuple[frozenset, frozenset], Predicted] = {}
         self._predicted_by_content: dict[tuple[frozenset, bool], Predicted] = {}
+        # Work done since the caller last reset it, in units of about a microsecond of Python: a
+        # scan moved by ``step``, an item closed by ``_close``, a byte stepped from a memo; the
+        # caller (a mask, an advance) sets ``work_limit`` and the chart raises ``WorkExhausted``
+        # past it, so no grammar holds a server's engine step (issue 58).
+        self.work = 0
+        self.work_limit = UNBOUNDED
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
         self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
         self._steps_scans = 0  # scans summed over the states _steps holds (STEP_CACHE_SCANS)
@@ -296,6 +309,9 @@ class Earley:
                     expects[s].append(it)
                 else:
                     expects[s] = [it]
+        self.work += len(items)
+        if self.work > self.work_limit:
+            raise WorkExhausted
         static = self._static(roots, frozenset(predicted))
         accepting |= static.accepting
         # Sets with the same future (the items still waiting for a symbol, with their origins)
@@ -409,6 +425,9 @@ class Earley:
             return self._steps[key]
         except KeyError:
             pass
+        self.work += len(state[0]) + 1
+        if self.work > self.work_limit:
+            raise WorkExhausted
         out: set = set()
         acc = False
         done: list[tuple[int, ESet]] = []
@@ -457,6 +476,7 @@ class Earley:
 
     def walk(self, state: ChartState, data: bytes) -> ChartState | None:
         steps = self._steps  # (memo hits looked up here: no call per byte; the dict is only cleared)
+        self.work += len(data) >> 3
         for b in data:
             nxt = steps.get((state, b), _MISS)
             state = self.step(state, b) if nxt is _MISS else nxt  # type: ignore[assignment]

@@ -27,6 +27,19 @@ class GrammarError(ConstraintError, ValueError):
         super().__init__(full)
 
 
+class GrammarBudgetError(GrammarError):
+    """A grammar whose mask, advance or compile needed more work than its bound allows (issue 58:
+    no grammar may hold a server's engine step). ``what`` is ``"mask"``, ``"advance"`` or
+    ``"compile"``; ``budget`` the bound in work units; ``culprit`` the terminal or rule whose
+    scans filled the chart (or the terminal whose automaton grew), when known. Raise the bound
+    (``compile(..., mask_work=...)``, ``TRELLIS_MASK_WORK``, ``TRELLIS_COMPILE_WORK``) to allow it."""
+
+    def __init__(self, message: str, *, what: str, budget: int, culprit: str | None = None,
+                 source: str | None = None) -> None:
+        self.what, self.budget, self.culprit = what, budget, culprit
+        super().__init__(message, source=source)
+
+
 class SchemaError(ConstraintError, ValueError):
     """A JSON Schema that cannot be compiled exactly; names the JSON pointer of the culprit."""
 

@@ -57,7 +57,6 @@ and which boundaries follow them, depend on the parse. Whole masks are kept in a
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from typing import Hashable, Iterable
 
@@ -65,13 +64,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trellis.constrain.byte_dfa import ByteDFA
 from trellis.constrain.cut_walk import Simulation, patch
+from trellis.constrain.dfa_shapes import canonical
 from trellis.constrain.earley import ChartState, Earley
+from trellis.constrain.work_bound import ADVANCE_WORK, MASK_WORK, bounded
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
 from trellis.constrain import vocab_walk
-from trellis.constrain.literal_walk import literal_at, literal_rests_fit, walk_literal_rests, words_at
+from trellis.constrain.literal_walk import literal_at, literal_rests_fit, walk_literal_rests
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.walk_cache import SHARED, key_digest
 from trellis.constrain.walks import TokenMatrix
@@ -87,8 +87,12 @@ class EarleyConstraint:
 
     semantics = "earley"
 
-    def __init__(self, ir: GrammarIR, vocab: Vocabulary, *, cache_size: int = 2048, share: bool = True) -> None:
+    def __init__(self, ir: GrammarIR, vocab: Vocabulary, *, cache_size: int = 2048, share: bool = True,
+                 mask_work: int | None = None, advance_work: int | None = None) -> None:
         self.vocab = vocab
+        # work bounds (MASK_WORK, ADVANCE_WORK when None; earley.UNBOUNDED: none)
+        self.mask_work = MASK_WORK if mask_work is None else mask_work
+        self.advance_work = ADVANCE_WORK if advance_work is None else advance_work
         self.share = share  # vocabulary walks from / into the process and disk cache (walk_cache.py)
         self._vocab_fp = vocab.fingerprint()
         self.ir = ir
@@ -130,7 +134,7 @@ class EarleyConstraint:
         if not 0 <= token < self.tm.size or not self.tm.valid[token]:
             return None
         with paused():
-            nxt = self.earley.walk(state, self._toks[token])  # type: ignore[arg-type]
+            nxt = bounded(self, "advance", state, self.earley.walk, self._toks[token])
         if len(self._advance) > 1 << 18 or self._over("advance", state, nxt):
             self._advance.clear()
         self._advance[key] = nxt
@@ -149,7 +153,7 @@ class EarleyConstraint:
             self._masks.move_to_end(state)  # type: ignore[arg-type]
             return m
         with paused():
-            m = self._token_mask(state)  # type: ignore[arg-type]
+            m = bounded(self, "mask", state, self._token_mask)
         if state[1]:  # type: ignore[index]
             m = m | self._eos
         self._masks[state] = m  # type: ignore[index]
@@ -171,7 +175,7 @@ class EarleyConstraint:
             # closing quote) crosses at most once per token, so it is walked with no follow set,
             # keyed without one, and filtered here (``_by_follow``): a string's walks are shared
             # by every context it appears in (objects, arrays, each schema's set of followers).
-            canon, free = _canonical(self._dfa[d], q)
+            canon, free = canonical(self._dfa[d], q)
             hit = self._shapes[key] = (canon, b"" if free else self._follow(d).tobytes())
         return hit
 
@@ -251,6 +255,7 @@ class EarleyConstraint:
         shape = self._shape(d, q)
         key = (self._entry_key(d, shape), id(rs))
         w = self._walks.get(key)
+        self.earley.work += 1 + (len(rs) >> 6)  # (the walk, or its memo hit and the marks after it)
         if w is None:
             dfa = self._dfa[d]
             follow = self._follow(d) if shape[1] else None
@@ -384,6 +389,7 @@ class EarleyConstraint:
         while groups:
             nxt_groups: dict = {}
             for st, (r, k) in groups.items():
+                self.earley.work += 16 + (len(r) >> 4)  # a group's numpy calls (~15 a byte)
                 if len(r) <= CHART_GROUP_SMALL:  # a few rests left in this state: finish in Python
                     took = self._take(st, r.tolist(), rs.tid[r].tolist(), rs.length[r].tolist(), k.tolist())
                     if took:
@@ -488,7 +494,6 @@ class EarleyConstraint:
                 f"terminals={len(self.ir.terminals)}, vocab={self.tm.size})")
 
 
-CANON_MAX = 256
 _NOTHING = np.zeros(0, dtype=np.int32)  # the packed part of a shared walk over leftovers (unused)
 
 # Bound on the per-constraint cache of answers for rest sets (indices): a random walk over Gemma's
@@ -523,78 +528,3 @@ CHART_GROUP_SMALL = 32
 # not looked up there (the key digest and path of a lookup: 30 ms of 372 lookups on that document,
 # under line_profiler).
 WALK_DISK_MIN = 4096
-
-
-def _canonical(dfa: ByteDFA, q: int) -> tuple[Hashable, bool]:
-    """The sub-automaton of ``dfa`` reachable from ``q``, states numbered in breadth-first order
-    of first appearance (by byte), as bytes; ``("dfa", content digest, q)`` when it has over
-    ``CANON_MAX`` states (then the walk is shared only by DFAs with the very same tables). With
-    it, whether its accepting states are all dead ends (known only for the bytes form)."""
-    lit = literal_at(dfa, q)
-    words = None if lit is not None else words_at(dfa, q)  # a few chains: a string enum's values
-    if lit is not None or words is not None:  # the chains themselves (0.2-0.5 ms -> ~1-10 us)
-        return (("lit", lit.text, lit.ends) if lit is not None else ("lit", words)), False
-    # Every schema builds its own DFA objects for the same terminals (a string, a number): the
-    # shape is memoised by DFA content, not identity (~45 us a state otherwise; fresh masks over
-    # 40 maskbench schemas 166 -> 152 ms, commit 79da505). The digest lives on the DFA object.
-    digest = dfa.__dict__.get("_digest")
-    if digest is None:
-        h = hashlib.blake2b(dfa.trans.tobytes(), digest_size=16)
-        h.update(dfa.final.tobytes())
-        digest = dfa.__dict__["_digest"] = h.digest()
-    key = (digest, q)
-    hit = _SHAPES.get(key)
-    if hit is None:
-        global _SHAPES_BYTES
-        canon = _bfs_shape(dfa, q)
-        hit = (canon, _ends_dead(canon)) if canon is not None else (("dfa", digest, q), False)
-        size = len(canon) + 100 if canon is not None else 200
-        if _SHAPES_BYTES + size > SHAPES_CACHE_BYTES:
-            _SHAPES.clear()
-            _SHAPES_BYTES = 0
-        _SHAPES[key] = hit
-        _SHAPES_BYTES += size
-    return hit
-
-
-# Shapes by (DFA content digest, state), bounded in bytes: a shape is ~1 KB per state of its
-# sub-automaton (a 210-state chunked-string DFA makes ~200 shapes of up to 210 KB each).
-SHAPES_CACHE_BYTES = 64 * 2**20
-_SHAPES: dict[tuple[bytes, int], tuple[Hashable, bool]] = {}
-_SHAPES_BYTES = 0
-
-
-def clear_shapes() -> None:
-    """Forget the shape memo (``compile.clear_caches``)."""
-    global _SHAPES_BYTES
-    _SHAPES.clear()
-    _SHAPES_BYTES = 0
-
-
-def _ends_dead(canon: bytes) -> bool:
-    """Whether no accepting state of a ``_bfs_shape`` sub-automaton has a way on."""
-    n = len(canon) // 1025  # 256 int32 targets and one final flag per state
-    sub = np.frombuffer(canon, dtype=np.int32, count=n * 256).reshape(n, 256)
-    fin = np.frombuffer(canon, dtype=bool, offset=n * 1024)
-    return not bool((fin & (sub >= 0).any(axis=1)).any())
-
-
-def _bfs_shape(dfa: ByteDFA, q: int) -> bytes | None:
-    """``_canonical``'s breadth-first form, or None over ``CANON_MAX`` states."""
-    trans = dfa.trans
-    order = [q]
-    index = {q: 0}
-    i = 0
-    while i < len(order):
-        row = trans[order[i]]
-        for t in dict.fromkeys(row[row >= 0].tolist()):
-            if t not in index:
-                if len(order) >= CANON_MAX:
-                    return None
-                index[t] = len(order)
-                order.append(t)
-        i += 1
-    remap = np.full(trans.shape[0] + 1, -1, dtype=np.int32)
-    remap[np.array(order)] = np.arange(len(order), dtype=np.int32)
-    sub = remap[trans[order]]  # -1 (dead) maps through remap[-1] = -1
-    return sub.tobytes() + dfa.final[order].tobytes()

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.base import Constraint, State
+from trellis.constrain.errors import GrammarBudgetError
 from trellis.integrations import request_spec
 from trellis.integrations.request_spec import RequestSpec
 from trellis.mask import allocate_bitmask, apply_bitmask_, bool_to_bitmask
@@ -172,13 +173,25 @@ class RequestBatch:
                 r.reason = "" if r.status == "finished" else f"EOS {t} before the output was complete"
                 r.states.append(state)
             else:
-                nxt = r.constraint.advance(state, t)
+                try:
+                    nxt = r.constraint.advance(state, t)
+                except GrammarBudgetError as e:  # this request fails alone, never the engine step
+                    self._fail(r, e)
+                    r.states.append(state)
+                    continue
                 if nxt is None:
                     r.status, r.reason = "dead", f"token {t} is not allowed at output position {len(r.tokens) - 1}"
                     log.error("trellis: %s under %s (were the logits changed after the mask?); request "
                               "held to EOS", r.reason, r.describe())
                     nxt = state
                 r.states.append(nxt)
+
+    def _fail(self, r: Tracked, e: GrammarBudgetError) -> None:
+        """``r``'s grammar needed more work than its bound at this position: the request is held
+        to EOS (its output so far is a prefix of the language, ``finish_reason`` "stop") and the
+        error is logged with its request; the other requests of the step go on."""
+        r.status, r.reason = "dead", f"grammar work bound exceeded: {e}"
+        log.error("trellis: %s under %s; request held to EOS", r.reason, r.describe())
 
     def apply(self, logits: Tensor) -> Tensor:
         """Mask the constrained rows of ``logits`` [rows, V'] in place (V' >= the vocabulary:
@@ -200,7 +213,12 @@ class RequestBatch:
             if j is not None:
                 row.copy_(self._bitmask[j])
                 continue
-            r.constraint.fill_mask(state, row)
+            try:
+                r.constraint.fill_mask(state, row)
+            except GrammarBudgetError as e:  # this request fails alone, never the engine step
+                self._fail(r, e)
+                row.copy_(self._eos_bits)
+                continue
             row &= self._not_eos
             if r.constraint.is_accepting(state):
                 row |= self._eos_bits
