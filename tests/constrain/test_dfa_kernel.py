@@ -166,3 +166,17 @@ def test_c_subset_construction_refuses_malformed_nfas(edges: object) -> None:
 def test_c_minimal_refuses_a_table_of_the_wrong_size() -> None:
     with pytest.raises(ValueError):
         dfa_minimise.dfac.minimal(np.zeros(10, dtype=np.int32), np.ones(1, dtype=bool))
+
+
+def test_subset_construction_refuses_past_the_work_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 58: the work bound (edge events) stops both kernels at the same point, however few
+    subsets: an NFA of optional items has few subsets with many members each."""
+    edges, finals = regex_nfa(r"(?:a?){40}b")
+    work = sum(len(e) for e in edges)
+    assert subset_construction(edges, finals, 0)[0].shape[0] <= 42  # few subsets, each large
+    monkeypatch.setattr(dfa_minimise, "COMPILE_WORK", work)  # less than the construction needs
+    for kernel in (subset_construction, subset_construction_numpy):
+        with pytest.raises(RegexTooLarge, match="steps"):
+            kernel(edges, finals, 0)
+    monkeypatch.setattr(dfa_minimise, "COMPILE_WORK", 50 * work)
+    _same_tables(subset_construction(edges, finals, 0), subset_construction_numpy(edges, finals, 0))

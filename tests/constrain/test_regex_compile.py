@@ -85,7 +85,9 @@ def test_random_regexes_mean_what_re_means(seed: int) -> None:
         for _ in range(300):  # re's strings (random ones) are the DFA's
             s = "".join(rng.choice(ALPHA) for _ in range(rng.randint(0, 4)))
             assert dfa.matches(s.encode()) == (rx.fullmatch(s) is not None), (p, s)
-    assert refused <= 2, refused
+    # (seed 2 draws three whose subset constructions pass dfa_minimise.COMPILE_WORK: 1-6 s each
+    # unbounded, one of them over MAX_DFA_STATES too)
+    assert refused <= 3, refused
 
 
 def test_a_regex_whose_dfa_explodes_is_refused_by_name_not_compiled_for_minutes() -> None:

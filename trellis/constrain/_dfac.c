@@ -428,14 +428,17 @@ static int cmp_event(const void *a, const void *b) {
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-/* subset_construction(edges: list[list[(lo, hi, dst)]], finals: set[int], start: int, limit: int)
- *   -> (trans bytearray [S, 256] int32, final bytearray [S], S), or None past ``limit`` subsets.
+/* subset_construction(edges: list[list[(lo, hi, dst)]], finals: set[int], start: int, limit: int
+ *                     [, work_limit: int])
+ *   -> (trans bytearray [S, 256] int32, final bytearray [S], S), or None past ``limit`` subsets,
+ *   or False past ``work_limit`` edge events (two per member edge of each subset: the work, which
+ *   an NFA of optional items makes quadratic per subset; -1, the default: no limit).
  * Subsets are numbered breadth-first, each state's successors in byte order of first appearance:
  * dfa_minimise.subset_construction's numbering. */
 static PyObject *subset_construction(PyObject *self, PyObject *args) {
     PyObject *edges, *finals;
-    Py_ssize_t start, limit;
-    if (!PyArg_ParseTuple(args, "OOnn", &edges, &finals, &start, &limit)) return NULL;
+    Py_ssize_t start, limit, work_limit = -1, work = 0;
+    if (!PyArg_ParseTuple(args, "OOnn|n", &edges, &finals, &start, &limit, &work_limit)) return NULL;
     PyObject *res = NULL, *seq = NULL;
     Py_ssize_t nn;
     int32_t *eoff = NULL, *elo = NULL, *ehi = NULL, *edst = NULL, *count = NULL, *active = NULL, *cur = NULL;
@@ -523,6 +526,12 @@ static PyObject *subset_construction(PyObject *self, PyObject *args) {
         for (Py_ssize_t a = 0; a < m; a++) {
             f |= isfinal[cur[a]];
             nev += 2 * (eoff[cur[a] + 1] - eoff[cur[a]]);
+        }
+        work += nev + m;
+        if (work_limit >= 0 && work > work_limit) {
+            res = Py_False;
+            Py_INCREF(res);
+            goto out;
         }
         if (nev > evcap) {
             free(ev);

@@ -32,6 +32,12 @@ KERNEL = "c" if dfac is not None else "numpy"
 # largest real terminal seen is ~20k states (``[a-zA-Z_]\w{0,63}`` with Unicode ``\w``: 0.7 s);
 # random nestings of overlapping Unicode classes reach millions (one took 141 s for 88k states).
 MAX_DFA_STATES = 100_000
+# Edge events (two per edge of each member of each subset) past which a regex is refused by name:
+# the subset construction's work, which an NFA of optional items makes quadratic per subset
+# (``/(a?){2,300}b/i``: 302 subsets, 18M events, 2.0 s; ``{2,200}``: 5M). ~110 ns an event in C
+# on a 2-core VM (qsort per subset): the default bounds a terminal's determinisation near 1 s.
+# ``TRELLIS_COMPILE_WORK`` sets it (issue 58: no grammar may hold its caller).
+COMPILE_WORK = int(os.environ.get("TRELLIS_COMPILE_WORK", "10000000"))
 
 
 def determinise(edges: list[list[tuple[int, int, int]]], finals: set[int], start: int, *,
@@ -46,12 +52,18 @@ def subset_construction(edges: list[list[tuple[int, int, int]]], finals: set[int
     state's successors in byte order of first appearance; in C where the kernel is built (same
     tables; ``_dfac.c``)."""
     if dfac is not None:
-        out = dfac.subset_construction(edges, finals, start, MAX_DFA_STATES)
+        out = dfac.subset_construction(edges, finals, start, MAX_DFA_STATES, COMPILE_WORK)
         if out is None:
             raise RegexTooLarge(f"its DFA passes {MAX_DFA_STATES:,} states")
+        if out is False:
+            raise RegexTooLarge(_TOO_MUCH_WORK)
         tb, fb, n = out
         return np.frombuffer(tb, dtype=np.int32).reshape(n, 256), np.frombuffer(fb, dtype=bool)
     return subset_construction_numpy(edges, finals, start)
+
+
+_TOO_MUCH_WORK = (f"determinising it takes over {COMPILE_WORK:,} steps (bounded repeats of optional "
+                  "items, or of items that overlap, blow up the subsets; TRELLIS_COMPILE_WORK raises the bound)")
 
 
 def subset_construction_numpy(edges: list[list[tuple[int, int, int]]], finals: set[int],
@@ -75,10 +87,13 @@ def subset_construction_numpy(edges: list[list[tuple[int, int, int]]], finals: s
             order.append(k)
         return j
 
-    i = 0
+    i = work = 0
     while i < len(order):
         cur = order[i]
         i += 1
+        work += len(cur) + 2 * sum(len(edges[node]) for node in cur)
+        if work > COMPILE_WORK:
+            raise RegexTooLarge(_TOO_MUCH_WORK)
         # Sweep the edges' endpoints once (O(E log E) a state): Unicode classes give states
         # hundreds of edges, where testing every edge at every cut was quadratic.
         events = sorted([(lo, 1, dst) for node in cur for lo, _, dst in edges[node]]
