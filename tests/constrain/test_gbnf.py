@@ -148,13 +148,13 @@ def mutants(s: str, rng: random.Random, alphabet: str) -> list[str]:
 
 # --- XGrammar as the reference reader of GBNF ---------------------------------------------------
 
-def xgrammar_acceptor(text: str):
-    """``accepts(s)`` of the GBNF grammar ``text`` read by XGrammar."""
+def xgrammar_acceptor(text: str, root: str = "root"):
+    """``accepts(s)`` of the GBNF grammar ``text`` read by XGrammar (its matcher, not its masks)."""
     xgrammar = pytest.importorskip("xgrammar")
     # XGrammar's EBNF reader rejects an empty alternative (llama.cpp's json.gbnf: `ws ::= | " " ...`):
     # spell it as "" for XGrammar only.
     text = re.sub(r"::=(\s*)\|", r'::=\1"" |', text)
-    grammar = xgrammar.Grammar.from_ebnf(text, root_rule_name="root")
+    grammar = xgrammar.Grammar.from_ebnf(text, root_rule_name=root)
     compiled = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo([]), cache_enabled=False).compile_grammar(grammar)
 
     def accepts(s: str) -> bool:
@@ -327,7 +327,7 @@ ERRORS = {
     "short_hex": (r'root ::= "\x4"', 1, 11, "hex digits"),
     "unclosed_paren": ('root ::= ("a" | "b"', 1, 10, "unclosed '('"),
     "extra_paren": ('root ::= "a")', 1, 13, "')'"),
-    "line_starts_with_bar": ('root ::= "a"\n  | "b"', 2, 3, "newline ends a rule"),
+    "bar_first": ('| "a"\nroot ::= "b"', 1, 1, "expecting a rule name"),
     "no_assign": ('root = "a"', 1, 6, "'::='"),
     "max_below_min": ('root ::= "a"{3,1}', 1, 13, "max < min"),
     "too_many": ('root ::= "a"{2001}', 1, 13, "limit"),
@@ -337,6 +337,32 @@ ERRORS = {
     "leading_postfix": ('root ::= + "a"', 1, 10, "nothing before '+'"),
     "defined_twice": ('root ::= "a"\nroot ::= "b"', 2, 1, "defined twice"),
     "brace": ('root ::= "a"{x}', 1, 14, "integer"),
+    # xgrammar's extensions: malformed, or with no GBNF meaning
+    "minus_two": ('root ::= "a"{2,-2}', 1, 16, "expecting '}'"),
+    "minus_one_lower": ('root ::= "a"{-1}', 1, 14, "integer"),
+    "minus_one_alone": ('root ::= "a"{,-1}', 1, 15, "expecting '}'"),  # -1 only as a maximum, as in xgrammar
+    "lookahead_then_more": ('root ::= x "c"\nx ::= "a" (= "b") "c"', 2, 19, "after the lookahead"),
+    "lookahead_then_bar": ('root ::= x "c"\nx ::= "a" (= "b") | "c"', 2, 19, "after the lookahead"),
+    "lookahead_next_line": ('root ::= x "c"\nx ::= "a" (= "b")\n  "d"', 3, 3, "after the lookahead"),
+    "lookahead_twice": ('root ::= x "c"\nx ::= "a" (= "b") (= "c")', 2, 19, "second lookahead"),
+    "lookahead_in_group": ('root ::= x "c"\nx ::= ("a" (= "b"))', 2, 12, "may only end a rule"),
+    "lookahead_nested": ('root ::= x "c"\nx ::= "a" (= "b" (= "c"))', 2, 18, "may only end a rule"),
+    "lookahead_empty": ('root ::= x "c"\nx ::= "a" (=)', 2, 11, "empty lookahead"),
+    "lookahead_epsilon": ('root ::= x "c"\nx ::= "a" (= "")', 2, 11, "empty lookahead"),
+    "lookahead_choices": ('root ::= x "c"\nx ::= "a" (= "b" | "c")', 2, 11, "choices in a lookahead"),
+    "lookahead_unclosed": ('root ::= "a" (= "b"', 1, 14, "unclosed '(='"),
+    "lookahead_undefined": ('root ::= x "c"\nx ::= "a" (= y)', 2, 14, "undefined rule 'y'"),
+    "macro_tag_dispatch": ('root ::= "<" TagDispatch(("a", b), loop_after_dispatch=false)\nb ::= "x"', 1, 14,
+                           "xgrammar macro TagDispatch is not supported"),
+    "macro_regex": ('root ::= Regex("[0-9]+")', 1, 10, "xgrammar macro Regex is not supported"),
+    "macro_token": ('root ::= "a"\n  Token(1, 2)', 2, 3, "xgrammar macro Token is not supported"),
+    "macro_exclude_token": ('root ::= ExcludeToken(1)', 1, 10, "xgrammar macro ExcludeToken is not supported"),
+    "macro_token_tag_dispatch": ('root ::= TokenTagDispatch((1, b))\nb ::= "x"', 1, 10,
+                                 "xgrammar macro TokenTagDispatch is not supported"),
+    "macro_substring": ('root ::= ("x" Substring("abc"))', 1, 15, "xgrammar macro Substring is not supported"),
+    "attributes": ('root ::= r\nr[max_tokens=4, lazy] ::= "a"+', 2, 2, "xgrammar rule attributes"),
+    "attributes_root": ('root[capture="x"] ::= "a"', 1, 5, "xgrammar rule attributes"),
+    "root_rule_name": ('start ::= "a"', 1, 1, "no 'root' rule"),
 }
 
 
@@ -350,6 +376,214 @@ def test_errors(case):
     assert (e.line, e.column) == (line, column), str(e)
     assert str(e).startswith(f"bad.gbnf:{line}:{column}: ") and "^" in str(e)
     assert e.__cause__ is None and e.__context__ is None
+
+
+# --- xgrammar's EBNF extensions (issue 58: GBNF as vLLM users write it) ---------------------------
+#
+# Each is text llama.cpp refuses; trellis gives it the language of xgrammar's matcher. Checked on
+# strings (xgrammar_acceptor) and on masks along walks over a small vocabulary (xgrammar's own
+# masks, as in test_earley.py::test_gbnf_masks_equal_xgrammar).
+
+def engine_compile(gbnf: str, vocab, root: str = "root"):
+    from trellis.constrain import compile
+
+    return compile(Gbnf(gbnf, root=root), vocab, cache=False)
+
+
+def small_vocab(gbnf: str, rng: random.Random, extra=(), n: int = 150):
+    """Bytes 0x20-0x7e, \\n, \\t, ``extra``, random 2-4 byte tokens over the grammar's characters and
+    some punctuation, a few non-ASCII tokens and EOS (last)."""
+    from trellis.tokens import Vocabulary
+
+    quoted = re.findall(r'"((?:[^"\\]|\\.)*)"', gbnf)
+    alphabet = sorted(set("".join(quoted)) | set(' ()[]{},:"\n'))
+    toks = [bytes([b]) for b in range(0x20, 0x7F)] + [b"\n", b"\t"] + list(extra)
+    toks += ["".join(rng.choice(alphabet) for _ in range(rng.randint(2, 4))).encode() for _ in range(n)]
+    toks += ["é".encode(), "日本".encode(), b"\xc3", b"\xa9"]
+    toks = list(dict.fromkeys(toks)) + [b""]
+    return Vocabulary(tuple(toks), eos=frozenset([len(toks) - 1]))
+
+
+def assert_masks_equal_xgrammar(gbnf: str, extra=(), walks: int = 5, steps: int = 20, root: str = "root") -> int:
+    """Along random walks (tokens from trellis' masks), every mask of trellis equals xgrammar's for
+    the same text; returns the number of masks compared."""
+    import numpy as np
+
+    xgrammar = pytest.importorskip("xgrammar")
+    from trellis.integrations.xgrammar import XGrammarConstraint, tokenizer_info
+    from trellis.mask import allocate_bitmask, bitmask_to_bool
+
+    rng = random.Random(gbnf)
+    v = small_vocab(gbnf, rng, extra)
+    n, eos = len(v.tokens), len(v.tokens) - 1
+    c = engine_compile(gbnf, v, root)
+    compiler = xgrammar.GrammarCompiler(tokenizer_info(v), max_threads=1, cache_enabled=False)
+    x = XGrammarConstraint(compiler.compile_grammar(xgrammar.Grammar.from_ebnf(gbnf, root_rule_name=root)), v)
+    row = allocate_bitmask(1, n)
+    checked = 0
+    for _ in range(walks):
+        s, xs, doc = c.start(), x.start(), b""
+        for _ in range(steps):
+            mine = np.unpackbits(c.mask_array(s).view(np.uint8), bitorder="little")[:n].astype(bool)
+            x.fill_mask(xs, row[0])
+            theirs = bitmask_to_bool(row, n)[0].numpy()
+            wrong = np.flatnonzero(mine != theirs)
+            assert not len(wrong), (gbnf, doc, [(v.tokens[i], bool(mine[i])) for i in wrong[:8]])
+            checked += 1
+            t = int(rng.choice(np.flatnonzero(mine)))
+            if t == eos:
+                break
+            s, xs, doc = c.advance(s, t), x.advance(xs, t), doc + v.tokens[t]
+    return checked
+
+
+def assert_strings_agree_with_xgrammar(gbnf: str, strings, root: str = "root") -> set[str]:
+    """Every string gets xgrammar's matcher's answer from the engine (compiled for single bytes)
+    and from Lark; returns the accepted ones."""
+    from tests.constrain.test_grammars import accepts as c_accepts, byte_vocab
+
+    xg = xgrammar_acceptor(gbnf, root)
+    c = engine_compile(gbnf, byte_vocab(), root)
+    parser = lark_parser(Gbnf(gbnf, root=root).to_lark())
+    got = set()
+    for s in strings:
+        want = xg(s)
+        assert c_accepts(c, s.encode()) == want, (gbnf, s, want)
+        assert lark_accepts(parser, s) == want, (gbnf, s, want)
+        if want:
+            got.add(s)
+    return got
+
+
+XGRAMMAR_ESCAPES = r'root ::= "\/\?\'\a\b\f\v\0\e" [\/\?\'\a\b\f\v\0\e]+ [\^\$\.\*\+\(\)\{\}\|]* "\01"'
+
+
+def test_xgrammar_escapes():
+    """xgrammar's escapes that llama.cpp refuses: ``\\/ \\? \\' \\a \\b \\f \\v \\0 \\e`` in literals and
+    classes, the regex escapes ``\\^ \\$ \\. \\* \\+ \\( \\) \\{ \\} \\|`` in classes; ``\\0`` is one NUL."""
+    head = "/?'\a\b\f\v\0\x1b"
+    got = assert_strings_agree_with_xgrammar(XGRAMMAR_ESCAPES, [
+        head + "/\x001", head + "\x1b\a^$.*+(){}|\x001", head + "?'\b\f\v\x001", head + "/\x01", head + "\x001",
+        head + "/x\x001", head + "/0\x001", head + "/\\\x001", head + "/e\x001", head + "/\x00" + "\x01"])
+    assert got == {head + "/\x001", head + "\x1b\a^$.*+(){}|\x001", head + "?'\b\f\v\x001"}
+    with pytest.raises(GrammarError, match="unknown escape"):  # the regex escapes are for classes only
+        Gbnf(r'root ::= "\^"').rules()
+
+
+def test_xgrammar_escapes_masks_equal_xgrammar():
+    controls = tuple(bytes([b]) for b in (0x07, 0x08, 0x0C, 0x0B, 0x00, 0x1B))
+    assert assert_masks_equal_xgrammar(XGRAMMAR_ESCAPES, controls) >= 20
+
+
+def test_hex_escape_stays_llama_cpp():
+    """``\\x`` reads exactly two hex digits, as in llama.cpp (xgrammar reads them greedily: there
+    ``"\\x41B"`` is U+041B)."""
+    assert language(r'root ::= "\x41B"', ["AB", "\u041b"]) == {"AB"}
+    assert not xgrammar_acceptor(r'root ::= "\x41B"')("AB")  # the documented difference
+
+
+LOOKAHEAD = ('root ::= "[" item ("," item)* "]"\n'
+             'item ::= num | str\n'
+             'num ::= [0-9]+ (= [,\\]])\n'  # true: a number is always followed by , or ]
+             'str ::= "\\"" [a-z]* "\\"" (= sep)\n'  # true too (a choice: through a rule, as xgrammar wants)
+             'sep ::= "," | "]"\n')
+
+
+def test_lookahead_assertion_is_parsed_and_deleted():
+    """``(= ...)`` at the end of a rule, after all its alternatives, asserts what follows the rule.
+    xgrammar's matcher never reads it: the language is the grammar's without it."""
+    without = re.sub(r" \(= .*\)$", "", LOOKAHEAD, flags=re.M)
+    assert "(=" not in without and Gbnf(LOOKAHEAD).rules() == Gbnf(without).rules()
+    assert Gbnf(LOOKAHEAD).to_lark(fuse=True) == Gbnf(without).to_lark(fuse=True)
+    assert language('root ::= x "c"\nx ::= "a" | "b" (= "c")', ["ac", "bc", "a", "c"]) == {"ac", "bc"}
+    got = assert_strings_agree_with_xgrammar(LOOKAHEAD, ["[1]", '[1,"ab",22]', '["a"]', "[1", "[]", '[1,]', '["A"]'])
+    assert got == {"[1]", '[1,"ab",22]', '["a"]'}
+    # layout: a comment after it, the next rule on the next line, no blank after (=
+    g = 'root ::= x "b"\nx ::= "a" (="b") # asserted\n\n# c\ny ::= "q"'
+    assert assert_strings_agree_with_xgrammar(g, ["ab", "a", "q"]) == {"ab"}
+
+
+def test_lookahead_masks_equal_xgrammar():
+    """With true assertions xgrammar's masks agree with its matcher, and with trellis'."""
+    assert assert_masks_equal_xgrammar(LOOKAHEAD) >= 20
+
+
+def test_false_lookahead_gives_the_lookahead_free_language():
+    """A false assertion (``r`` is always followed by ``c``, never ``b``): trellis' language and masks
+    are the grammar's without the lookahead, which is what xgrammar's matcher accepts. (xgrammar's
+    masks trust the assertion and disagree with its own matcher: DIALECT.md section 6.)"""
+    import numpy as np
+
+    xgrammar = pytest.importorskip("xgrammar")
+    from trellis.tokens import Vocabulary
+
+    for g in ('root ::= "x" r "c"\nr ::= "a" | "a" r (= "b")', 'root ::= "x" r "c"\nr ::= "a" | "a" r (= "bz")'):
+        plain = re.sub(r" \(= .*\)", "", g)
+        strings = ["xac", "xaac", "xab", "xa", "xabz", "xc"]
+        assert assert_strings_agree_with_xgrammar(g, strings) == language(plain, strings) == {"xac", "xaac"}
+        toks = (b"x", b"a", b"b", b"c", b"ab", b"ac", b"aa", b"")
+        v = Vocabulary(toks, eos=frozenset([len(toks) - 1]))
+        c = engine_compile(g, v)
+        s = c.advance(c.start(), 0)
+        mine = np.unpackbits(c.mask_array(s).view(np.uint8), bitorder="little")[:len(toks)].astype(bool)
+        compiled = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo([]), cache_enabled=False).compile_grammar(
+            xgrammar.Grammar.from_ebnf(g))
+
+        def matcher_allows(tok: bytes) -> bool:  # xgrammar's matcher alone, no mask
+            m = xgrammar.GrammarMatcher(compiled, terminate_without_stop_token=True)
+            return m.accept_string("x") and bool(tok) and m.accept_string(tok)
+
+        assert [t for t, ok in zip(toks, mine) if ok] == [t for t in toks if matcher_allows(t)] == [b"a", b"ac", b"aa"]
+
+
+def test_rules_continue_across_lines():
+    """A newline followed by anything but the next rule (``name ::=``) or the end continues the rule,
+    as in xgrammar (llama.cpp refuses it); a newline before the next rule still ends it."""
+    cases = [
+        ('root ::= "a"\n  | "b"', ["a", "b", "ab"], {"a", "b"}),
+        ('root ::= "a"\n  "b"\n\n  "c"', ["abc", "a", "ab"], {"abc"}),
+        ('root ::= "a" | "b"\n| "c"\nx ::= "d"', ["a", "b", "c", "d"], {"a", "b", "c"}),
+        ('root ::= "a" # first\n  # a comment line\n  | x\nx ::= "b"\n  "c"', ["a", "bc", "b"], {"a", "bc"}),
+        ('root ::= "a"\n*', ["", "aaa"], {"", "aaa"}),
+        ('root ::= "a"\n  {2}\n  "b"{1,\n -1}', ["aab", "aabbb", "ab"], {"aab", "aabbb"}),
+        ('root ::= "a"\nb\n::= "c"', ["a", "ac", "c"], {"a"}),  # a name alone on its line, then ::=
+        ('root ::= x\n  x\nx ::= "a"', ["aa", "a"], {"aa"}),
+    ]
+    for g, strings, want in cases:
+        assert assert_strings_agree_with_xgrammar(g, strings) == want, g
+    assert assert_masks_equal_xgrammar('root ::= "[" item\n  ("," item)*\n  "]"\nitem ::= "a"\n  | "bc"', walks=3) >= 10
+
+
+def test_any_char_class_and_minus_one_bound():
+    """xgrammar's ``[^]`` (any character, newline included) and ``{n,-1}`` (``{n,}``)."""
+    got = assert_strings_agree_with_xgrammar('root ::= [^] "."', ["a.", "\n.", "😀.", ".", "ab."])
+    assert got == {"a.", "\n.", "😀."}
+    assert assert_strings_agree_with_xgrammar('root ::= "<" [^]* ">"', ["<>", "<a\n>>", "<"]) == {"<>", "<a\n>>"}
+    for rep, counts in [("{2,-1}", {2, 3, 4, 5}), ("{ 0 , -1 }", {0, 1, 2, 3, 4, 5}), ("{1, -1}", {1, 2, 3, 4, 5})]:
+        g = f'root ::= ("a" | "bc"){rep}'
+        assert {n for n in range(6) if accepts(g, "a" * n)} == counts
+        assert_strings_agree_with_xgrammar(g, ["a" * n for n in range(6)] + ["bca", "abcbc"])
+    with pytest.raises(GrammarError, match="empty character class"):  # xgrammar: no character; llama.cpp: ""
+        Gbnf("root ::= []").rules()
+
+
+def test_root_rule_name():
+    """``Gbnf(text, root=name)``: xgrammar's ``root_rule_name``; a rule named root is then an
+    ordinary rule."""
+    g = 'start ::= "a" root | "b"\nroot ::= "c" start?'
+    assert assert_strings_agree_with_xgrammar(g, ["b", "ac", "acb", "acac", "c", "cb"], root="start") == \
+        {"b", "ac", "acb", "acac"}
+    assert Gbnf(g, root="start").to_lark(fuse=True).startswith("start: r_start\n")
+    assert assert_masks_equal_xgrammar(g, root="start") >= 5
+
+
+def test_macro_names_defined_as_rules_keep_llama_cpp_meaning():
+    """A grammar that defines a rule named like an xgrammar macro means what llama.cpp reads: a
+    reference (xgrammar would read ``Regex("a")`` as its macro); undefined, the name is refused as
+    the macro."""
+    assert language('root ::= Regex ("a")\nRegex ::= "x"', ["xa", "a"]) == {"xa"}
+    with pytest.raises(GrammarError, match="xgrammar macro Regex"):
+        Gbnf('root ::= Regex ("a")').rules()
 
 
 # --- regular fusion (to_lark(fuse=True), what compile() reads) ------------------------------------
@@ -413,3 +647,26 @@ def test_rules_without_recursion_are_inlined_and_recursive_ones_stay():
     assert "r_list:" in text and "r_ws" not in text, text
     for s, ok in [("[ [ ] ]", True), ("[[][]]", True), ("[ [ ]", False), ("[  ]", False)]:
         assert engine_accepts(g, s) == ok, s
+
+
+def test_linear_recursion_and_single_use_rules_fuse_into_one_terminal():
+    """Issue 58: ``characters ::= "" | character characters`` (JSON strings as GBNF users write
+    them) is ``character*``; a regular rule used once is inlined whatever its size; so the string
+    is one terminal (a mask inside it took ~270 ms stepping token rests through the chart byte by
+    byte), with the same language as xgrammar's reading of the grammar text."""
+    g = ('root ::= "[" string ("," string)* "]" tail\n'
+         'string ::= "\\"" characters "\\""\n'
+         'characters ::= "" | character characters\n'
+         'character ::= [^"\\\\] | "\\\\" escape\n'
+         'escape ::= ["\\\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F]\n'
+         'tail ::= tail "!" | "."\n')
+    lark_text = Gbnf(g).to_lark(fuse=True)
+    assert "character" not in lark_text and "escape" not in lark_text and "tail" not in lark_text, lark_text
+    assert re.search(r"^r_string: /[^ ]*/$", lark_text, re.M), lark_text  # one terminal
+    xg = xgrammar_acceptor(g)
+    rng = random.Random(58)
+    docs = ['["a"].', '["a\\\\n","\\\\u00e9x"].!!', '[""].', '["\\\\q"].', '["a].', '["a"]!', '["a","b"].!']
+    for d in list(docs):
+        docs += mutants(d, rng, '"\\\\[],.!aun0')
+    for d in docs:
+        assert engine_accepts(g, d) == accepts(g, d) == xg(d), d

@@ -1,4 +1,4 @@
-"""llama.cpp GBNF grammars -> Lark grammar text.
+"""llama.cpp GBNF grammars (and xgrammar's EBNF, as vLLM users write it) -> Lark grammar text.
 
 ``Gbnf(text).to_lark()`` reads a grammar in llama.cpp's GBNF format (``grammars/README.md`` of
 llama.cpp) and writes a Lark grammar for the same language of Unicode strings, read the way a
@@ -11,21 +11,72 @@ Supported GBNF (parsed the way llama.cpp's ``llama_grammar_parser`` parses it)
 ------------------------------------------------------------------------------
 * rules ``name ::= body``; names are ``[a-zA-Z0-9_-]+`` (llama.cpp refuses ``_``; xgrammar, the
   default structured-output backend of vLLM and SGLang, and llguidance accept it, and grammars
-  written for vLLM use it: ``select_statement ::= ...``); ``root`` is the start rule;
+  written for vLLM use it: ``select_statement ::= ...``); ``root`` is the start rule
+  (``Gbnf(text, root="name")`` picks another, like xgrammar's ``root_rule_name``);
 * sequences, alternation ``|``, grouping ``( )``, postfix ``*`` ``+`` ``?`` ``{m}`` ``{m,}``
   ``{m,n}``; postfixes stack (``x*?`` is ``(x*)?``); bounds are at most 2000 (llama.cpp's limit);
   ``{,n}`` (= ``{0,n}``) is accepted as an extension (llama.cpp rejects it);
 * string literals ``"..."`` (``""`` is the empty string), character classes ``[...]`` and
   ``[^...]`` with ranges ``a-z``, and ``.`` (any code point, newline included); escapes
   ``\\n \\r \\t \\\\ \\" \\[ \\] \\- \\xHH \\uHHHH \\UHHHHHHHH``; any other character stands for itself;
-* ``#`` comments to the end of the line. A newline ends a rule unless it comes right after
-  ``::=`` or ``|``, or inside parentheses (a line starting with ``|`` is an error, as in llama.cpp).
+* ``#`` comments to the end of the line. A newline ends a rule when the next rule (``name ::=``)
+  or the end of the text follows; newlines right after ``::=`` or ``|`` and inside parentheses
+  are blanks (see below for the other newlines).
+
+xgrammar's EBNF extensions (accepted only where llama.cpp refuses the text)
+---------------------------------------------------------------------------
+vLLM's default backend, xgrammar, reads GBNF with extensions (its ``cpp/grammar_parser.cc``;
+``benchmarks/data/xgrammar_ebnf/DIALECT.md`` compares the two dialects). Each extension below is
+text llama.cpp refuses, so every grammar llama.cpp accepts keeps its llama.cpp meaning (the one
+exception, ``[^]``, is noted), and each is given the language xgrammar's matcher gives it:
+
+* more escapes, in literals and classes: ``\\/ \\? \\' \\a \\b \\f \\v \\0 \\e`` (``/ ? '``, U+0007,
+  U+0008, U+000C, U+000B, U+0000, U+001B; ``\\0`` is one NUL, not an octal escape: ``"\\01"`` is
+  NUL then ``1``), and in classes also ``\\^ \\$ \\. \\* \\+ \\( \\) \\{ \\} \\|`` (the character itself).
+  ``\\x`` stays llama.cpp's: exactly two hex digits. xgrammar reads ``\\x`` greedily (any number of
+  hex digits: its ``"\\x41BC"`` is U+41BC, trellis' is ``ABC``); write ``\\u00HH`` for text both
+  read alike;
+* rules continue across lines: a newline followed by anything other than the next rule or the
+  end of the text is a blank (xgrammar's newlines are insignificant; llama.cpp refuses these),
+  so ``root ::= "a"\\n  | "b"`` is ``"a" | "b"`` and ``root ::= "a"\\n  "b"`` is ``"a" "b"``. A
+  rule starts at a name followed by ``::=`` (xgrammar: the name must begin its line; blanks,
+  comments and newlines may stand between the two);
+* ``[^]`` is any character, newline included (xgrammar's spelling of ``.``; llama.cpp parses it
+  as an empty class that pushes nothing, i.e. the empty string, an artifact trellis refused until
+  it followed xgrammar here). ``[]`` (xgrammar: no character; llama.cpp: the empty string) stays
+  refused;
+* ``x{n,-1}`` (also ``{ n , -1 }``) is ``x{n,}``, the way xgrammar prints unbounded repetition;
+* the lookahead assertion ``(= ...)``: at most one per rule, at the very end of the rule body
+  after all its alternatives (``r ::= "a" | "b" (= "c")`` asserts for the whole rule), written
+  ``(=`` without a blank. It is parsed and checked like xgrammar (refused: one anywhere else, in
+  a group, followed by anything but the next rule, a second one, an empty one ``(=)`` / ``(= "")``,
+  choices at its top ``(= "a" | "b")``, an undefined rule in it) and then **deleted**: the
+  language is the grammar's without its lookaheads (``Gbnf.rules()`` leaves them out; the parser
+  keeps them in ``GbnfParser.lookaheads``). That is the language of xgrammar's own matcher:
+  ``GrammarMatcher.accept_string`` / ``accept_token`` (its Earley parser) never read the
+  assertion; only the precomputation of its token masks does, trusting it to prune (and, for a
+  rule used once, to pre-accept) tokens that run past the rule's end. A true assertion changes
+  nothing; a false one makes xgrammar's masks disagree with its own matcher (DIALECT.md section 6:
+  ``r ::= "a" | "a" r (= "b")`` used as ``"x" r "c"`` masks out ``ac`` after ``x`` though its
+  matcher accepts ``xac``), while trellis' masks follow the grammar without the lookahead;
+* refused by name with a located error (``xgrammar macro TagDispatch is not supported``), having
+  no GBNF meaning: the macros ``TagDispatch(...)``, ``TokenTagDispatch(...)``, ``Token(...)``,
+  ``ExcludeToken(...)``, ``Regex(...)``, ``Substring(...)`` (a grammar that defines a rule of that
+  name keeps llama.cpp's meaning: a reference to it), and rule attributes
+  ``name[max_tokens=..., capture, lazy, ...] ::= ...``.
+
+Not taken from xgrammar (llama.cpp's reading wins where it accepts the text, or the feature is
+unsafe): ``\\x`` with more than two digits (above), repetition bounds over 2000 (llama.cpp reads a
+larger maximum as unbounded, xgrammar as the number), ``.`` in rule names (``.`` is any
+character in GBNF), and xgrammar's refusals of things llama.cpp accepts (empty alternatives, raw
+newlines in literals and classes, ``\\[ \\] \\-`` in literals, stacked postfixes) do not apply.
 
 Refused with ``GrammarError`` (file:line:col): syntax errors, undefined rules, a rule defined
 twice (llama.cpp silently keeps the last one), no ``root`` rule, empty or reversed character
 classes (``[]`` is silently epsilon in llama.cpp), ``{m,n}`` with ``n < m`` or a bound over 2000
-(llama.cpp reads a larger maximum as unbounded), and token references ``<...>`` / ``!<...>``
-(they match tokenizer tokens, not text).
+(llama.cpp reads a larger maximum as unbounded), token references ``<...>`` / ``!<...>``
+(they match tokenizer tokens, not text), and the xgrammar constructs above that have no GBNF
+meaning or are malformed.
 
 Mapping to Lark
 ---------------
@@ -54,18 +105,22 @@ from trellis.constrain.gbnf_reader import (ANY, MAX_REPETITION, POSTFIX, Alt, Ch
 
 
 class Gbnf:
-    """GBNF grammar source: ``Gbnf(text, source="<gbnf>")`` or ``Gbnf.from_file(path)``."""
+    """GBNF grammar source: ``Gbnf(text, source="<gbnf>", root="root")`` or ``Gbnf.from_file(path)``.
 
-    def __init__(self, text: str, source: str = "<gbnf>") -> None:
-        self.text, self.source = text, source
+    ``root`` names the start rule (xgrammar's ``root_rule_name``; llama.cpp always starts at
+    ``root``). Other rules may use any name, ``root`` included."""
+
+    def __init__(self, text: str, source: str = "<gbnf>", root: str = "root") -> None:
+        self.text, self.source, self.root = text, source, root
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "Gbnf":
-        return cls(Path(path).read_text(encoding="utf-8"), source=str(path))
+    def from_file(cls, path: str | Path, root: str = "root") -> "Gbnf":
+        return cls(Path(path).read_text(encoding="utf-8"), source=str(path), root=root)
 
     def rules(self) -> dict[str, Alt]:
-        """The parsed rules in source order (GBNF names); raises ``GrammarError``."""
-        return GbnfParser(self.text, self.source).parse()
+        """The parsed rules in source order (GBNF names), lookahead assertions left out; raises
+        ``GrammarError``."""
+        return GbnfParser(self.text, self.source, self.root).parse()
 
     def to_lark(self, *, fuse: bool = False) -> str:
         """Lark grammar text for the same language, with start rule ``start``.
@@ -75,10 +130,10 @@ class Gbnf:
         language, which a scannerless engine reads exactly, but Lark's own Earley parser matches a
         regex terminal leftmost-first (``/[0-9]|[1-9][0-9]*/`` never reads ``85``), so hand Lark
         the default, character-level text."""
-        return _LarkWriter(self.rules(), fuse=fuse).write()
+        return _LarkWriter(self.rules(), fuse=fuse, root=self.root).write()
 
     def __repr__(self) -> str:
-        return f"Gbnf(source={self.source!r})"
+        return f"Gbnf(source={self.source!r}" + (f", root={self.root!r})" if self.root != "root" else ")")
 
 
 def lark_name(name: str) -> str:
@@ -91,13 +146,13 @@ def lark_name(name: str) -> str:
                           for c in name)
 
 class _LarkWriter:
-    def __init__(self, rules: dict[str, Alt], fuse: bool = False) -> None:
-        self.rules = inline_regular(rules) if fuse else rules
-        self.fuse = fuse
+    def __init__(self, rules: dict[str, Alt], fuse: bool = False, root: str = "root") -> None:
+        self.rules = inline_regular(rules, root) if fuse else rules
+        self.fuse, self.root = fuse, root
         self.helpers: dict[str, str] = {}  # body -> name; identical bodies share one rule
 
     def write(self) -> str:
-        lines = ["start: " + lark_name("root")]
+        lines = ["start: " + lark_name(self.root)]
         for name, body in self.rules.items():
             lines.append(f"{lark_name(name)}: {self.expr(body)[0]}".rstrip())
         lines += [f"{name}: {body}" for body, name in self.helpers.items()]

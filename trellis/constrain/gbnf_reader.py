@@ -2,8 +2,9 @@
 
 The node types (``Lit``, ``Chars``, ``Ref``, ``Repeat``, ``Seq``, ``Alt``) and ``GbnfParser``,
 a recursive descent that tokenises and parses GBNF the way llama.cpp's ``llama_grammar_parser``
-does, refusing what ``gbnf.py``'s module docstring lists with a located ``GrammarError``. The
-Lark text is written by ``gbnf.py`` (with ``gbnf_fusion.py``).
+does, plus the xgrammar EBNF extensions listed in ``gbnf.py``'s module docstring (each only where
+llama.cpp refuses the text), refusing what that docstring lists with a located ``GrammarError``.
+The Lark text is written by ``gbnf.py`` (with ``gbnf_fusion.py``).
 """
 
 from __future__ import annotations
@@ -63,20 +64,37 @@ Node = Union[Lit, Chars, Ref, Repeat, Seq, Alt]
 
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")  # llama.cpp: no '_'; xgrammar: '_' too
 _HEX = frozenset("0123456789abcdefABCDEF")
-_SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-"}
+_SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-",
+                   # xgrammar's (ParseNextEscaped; llama.cpp refuses them): in literals and classes
+                   "/": "/", "?": "?", "'": "'", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "0": "\0",
+                   "e": "\x1b"}
+_CLASS_ESCAPES = {c: c for c in "^$.*+(){}|"}  # xgrammar's regex escapes, in character classes only
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 POSTFIX = {"*": (0, None), "+": (1, None), "?": (0, 1)}
+# xgrammar's macros (grammar_parser.cc kMacroFunctions): no GBNF meaning, refused by name
+MACROS = ("TagDispatch", "TokenTagDispatch", "Token", "ExcludeToken", "Regex", "Substring")
+_MACRO_WHY = {"TagDispatch": "it dispatches on trigger strings, a structural-tag feature",
+              "TokenTagDispatch": "it dispatches on token ids", "Token": "it matches a token id, not text",
+              "ExcludeToken": "it matches token ids, not text",
+              "Regex": "write the pattern as GBNF (xgrammar's regex dialect is not implemented)",
+              "Substring": "it matches substrings of its argument"}
+_ATTRIBUTES = re.compile(r'\[(?:[^\]"\n]|"(?:[^"\\\n]|\\.)*")*\]')  # name[max_tokens=4, capture="x"]
 
 
 class GbnfParser:
-    """Recursive descent mirroring llama.cpp's parse_rule / parse_alternates / parse_sequence."""
+    """Recursive descent mirroring llama.cpp's parse_rule / parse_alternates / parse_sequence, with
+    xgrammar's extensions where llama.cpp refuses the text (``gbnf.py``'s module docstring)."""
 
-    def __init__(self, text: str, source: str) -> None:
-        self.text, self.source = text, source
+    def __init__(self, text: str, source: str, root: str = "root") -> None:
+        self.text, self.source, self.root = text, source, root
         self.rules: dict[str, Alt] = {}
+        self.lookaheads: dict[str, Alt] = {}  # rule -> its (= ...) assertion (parsed, not part of the language)
         self.defined_at: dict[str, int] = {}
         self.refs: list[Ref] = []
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        # names defined the llama.cpp way (at a line's start, before ::=): a macro name defined as a
+        # rule keeps llama.cpp's meaning (a reference), any other use of one is xgrammar's macro
+        self.declared = set(re.findall(r"(?m)^[ \t]*([A-Za-z0-9_-]+)[ \t]*::=", text))
 
     def where(self, pos: int) -> tuple[int, int]:
         """1-based (line, column) of offset ``pos``."""
@@ -91,16 +109,36 @@ class GbnfParser:
         return self.text[pos] if pos < len(self.text) else ""
 
     def space(self, pos: int, newline_ok: bool) -> int:
+        """Skip blanks and comments, and newlines where ``newline_ok`` (llama.cpp: after ``::=`` and
+        ``|`` and inside parentheses). Elsewhere a newline ends the rule when a new rule (or the end)
+        follows, as in llama.cpp; when anything else follows, llama.cpp refuses the text and it is
+        read as xgrammar reads it: the rule goes on (``"a"\\n  | "b"``, ``"a"\\n  "b"``)."""
         t = self.text
         while pos < len(t):
-            if t[pos] == "#":
+            c = t[pos]
+            if c == "#":
                 while pos < len(t) and t[pos] not in "\r\n":
                     pos += 1
-            elif t[pos] in " \t" or (newline_ok and t[pos] in "\r\n"):
+            elif c in " \t" or (newline_ok and c in "\r\n"):
                 pos += 1
+            elif c in "\r\n":
+                after = self.space(pos, True)
+                if after >= len(t) or self.rule_start(after):
+                    break
+                pos = after
             else:
                 break
         return pos
+
+    def rule_start(self, pos: int) -> bool:
+        """Whether a rule definition starts at ``pos``: a name, then ``::=`` (blanks, comments and
+        newlines between them, as xgrammar allows; llama.cpp only blanks), or xgrammar's rule
+        attributes ``name[...] ::=`` (refused by ``rule``)."""
+        end = self.name_end(pos)
+        if end == pos:
+            return False
+        m = _ATTRIBUTES.match(self.text, end)
+        return self.text.startswith("::=", self.space(m.end() if m else end, True))
 
     def name_end(self, pos: int) -> int:
         while self.peek(pos) in _WORD:
@@ -118,25 +156,34 @@ class GbnfParser:
             more = f" (also undefined: {', '.join(names)})" if names else ""
             raise GrammarError(f"undefined rule {first.name!r}{more}", source=self.source, text=self.text,
                                line=first.line, column=first.column)
-        if "root" not in self.rules:
-            raise self.error("no 'root' rule: a GBNF grammar starts at the rule named root",
+        if self.root not in self.rules:
+            raise self.error(f"no {self.root!r} rule: a GBNF grammar starts at the rule named {self.root}",
                              min(self.defined_at.values(), default=0))
         return self.rules
 
     def rule(self, pos: int) -> int:
         start, end = pos, self.name_end(pos)
         if end == pos:
-            hint = (" (a newline ends a rule unless it follows '|' or '::=' or is inside parentheses)"
-                    if self.peek(pos) == "|" else "")
-            raise self.error(f"expecting a rule name, got {self.peek(pos)!r}{hint}", pos)
+            raise self.error(f"expecting a rule name, got {self.peek(pos)!r}", pos)
         name = self.text[start:end]
         if name in self.rules:
             line, _ = self.where(self.defined_at[name])
             raise self.error(f"rule {name!r} is defined twice (first at line {line})", start)
+        attrs = _ATTRIBUTES.match(self.text, end)
+        if attrs and self.rule_start(start):
+            raise self.error(f"xgrammar rule attributes ({name}{attrs.group()[:40]}) are not supported", end)
         pos = self.space(end, False)
         if not self.text.startswith("::=", pos):
             raise self.error(f"expecting '::=' after rule name {name!r}", pos)
         body, pos = self.alternates(self.space(pos + 3, True), nested=False)
+        if self.text.startswith("(=", pos):
+            self.lookaheads[name], pos = self.lookahead(pos)
+            if self.text.startswith("(=", pos):
+                raise self.error(f"rule {name!r} has a second lookahead assertion (= ...): at most one, "
+                                 "at the end of the rule", pos)
+            if self.peek(pos) not in ("", "\r", "\n"):
+                raise self.error(f"unexpected {self.peek(pos)!r} after the lookahead assertion (= ...): it ends "
+                                 "its rule, after all the alternatives", pos)
         self.rules[name], self.defined_at[name] = body, start
         c = self.peek(pos)
         if c == "\r":
@@ -144,8 +191,37 @@ class GbnfParser:
         elif c == "\n":
             pos += 1
         elif c:
-            raise self.error(f"unexpected {c!r}" + (" (no matching '(')" if c == ")" else ""), pos)
+            hint = " (no matching '(')" if c == ")" else " (a rule is defined with 'name ::=')" if c in ":=" else ""
+            raise self.error(f"unexpected {c!r}{hint}", pos)
         return self.space(pos, True)
+
+    def lookahead(self, pos: int) -> tuple[Alt, int]:
+        """xgrammar's ``(= ...)`` at ``pos`` (the end of a rule): parsed and checked as xgrammar does
+        (its normaliser refuses choices and an empty assertion), then left out of the language."""
+        start = pos
+        body, pos = self.alternates(self.space(pos + 2, True), nested=True)
+        self.close_group(start, pos)
+        inner = body
+        while len(inner.options) == 1 and len(inner.options[0].items) == 1 \
+                and isinstance(inner.options[0].items[0], Alt):
+            inner = inner.options[0].items[0]  # ((...)) is (...)
+        if len(inner.options) > 1:
+            raise self.error("choices in a lookahead assertion (= a | b) are not supported (as in xgrammar): "
+                             "assert a rule instead, (= name)", start)
+        items = inner.options[0].items
+        if not items or items == (Lit(""),):
+            raise self.error("empty lookahead assertion", start)
+        return body, self.space(pos + 1, False)
+
+    def close_group(self, start: int, pos: int) -> None:
+        """Check the ')' that closes the group (or lookahead) opened at ``start``."""
+        if self.peek(pos) == ")":
+            return
+        if pos >= len(self.text):
+            raise self.error("unclosed '(='" if self.peek(start + 1) == "=" else "unclosed '('", start)
+        if self.text.startswith("(=", pos):
+            raise self.error("a lookahead assertion (= ...) may only end a rule, after all its alternatives", pos)
+        raise self.error(f"expecting ')', got {self.peek(pos)!r}", pos)
 
     def alternates(self, pos: int, nested: bool) -> tuple[Alt, int]:
         seq, pos = self.sequence(pos, nested)
@@ -173,15 +249,18 @@ class GbnfParser:
                                  "tokenizer tokens, not text", pos)
             elif c in _WORD:
                 pos = self.name_end(pos)
-                ref = Ref(self.text[start:pos], *self.where(start))
+                name = self.text[start:pos]
+                if name in MACROS and name not in self.declared:
+                    raise self.error(f"xgrammar macro {name} is not supported: {_MACRO_WHY[name]}", start)
+                ref = Ref(name, *self.where(start))
                 self.refs.append(ref)
                 items.append(ref)
                 repeatable = True
+            elif c == "(" and self.peek(pos + 1) == "=":  # xgrammar's lookahead: ends the rule body
+                break
             elif c == "(":
                 group, pos = self.alternates(self.space(pos + 1, True), nested=True)
-                if self.peek(pos) != ")":
-                    raise self.error("unclosed '('", start) if pos >= len(self.text) else \
-                        self.error(f"expecting ')', got {self.peek(pos)!r}", pos)
+                self.close_group(start, pos)
                 items.append(group)
                 pos += 1
                 repeatable = True
@@ -220,6 +299,8 @@ class GbnfParser:
             return chr(int(digits, 16)), pos + 2 + n
         if e in _SIMPLE_ESCAPES:
             return _SIMPLE_ESCAPES[e], pos + 2
+        if e in _CLASS_ESCAPES and what == "character class":
+            return e, pos + 2
         if not e:
             raise self.error(f"unterminated {what}", start)
         raise self.error(f"unknown escape '\\{e}'", pos)
@@ -245,6 +326,8 @@ class GbnfParser:
                 if hi < lo:
                     raise self.error(f"reversed range {lo!r}-{hi!r} in character class", lo_at)
             ranges.append((ord(lo), ord(hi)))
+        if not ranges and negated:  # xgrammar's [^]: any character (llama.cpp: an empty string)
+            return ANY, pos + 1
         if not ranges:
             raise self.error("empty character class", start)
         return Chars(tuple(ranges), negated), pos + 1
@@ -255,7 +338,10 @@ class GbnfParser:
         if self.peek(pos) == "}" and lo is not None:
             hi: int | None = lo
         elif self.peek(pos) == ",":
-            hi, pos = self.integer(self.space(pos + 1, nested), nested)
+            pos = self.space(pos + 1, nested)
+            minus_one = (lo is not None and self.text.startswith("-1", pos)  # xgrammar's {n,-1}: {n,}
+                         and self.peek(pos + 2) not in _WORD and self.peek(pos + 2) != ".")
+            hi, pos = (None, self.space(pos + 2, nested)) if minus_one else self.integer(pos, nested)
             if self.peek(pos) != "}":
                 raise self.error(f"expecting '}}' in repetition, got {self.peek(pos)!r}", pos)
             if lo is None and hi is None:
