@@ -42,20 +42,21 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import json
 import random
 import re
-import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_fresh import Timeout, deadline  # noqa: E402
 
 from trellis.constrain import compile  # noqa: E402
 from trellis.constrain.errors import GrammarError  # noqa: E402
@@ -65,25 +66,6 @@ from trellis.tokens import Vocabulary  # noqa: E402
 DATA = ROOT / "benchmarks" / "data" / "xgrammar_ebnf" / "grammars.json"
 PUNCT = b' {}[](),:;."\'\n\t-_=<>/\\|*+?'
 EXTRA = ("é".encode(), "日本".encode(), "😀".encode(), b"\xc3", b"\xa9", b"\xf0")
-
-
-class Timeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Raise Timeout in the main thread after ``seconds`` (SIGALRM; Python code only)."""
-    def handler(signum: int, frame: Any) -> None:
-        raise Timeout(f"> {seconds:g} s")
-
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def xgrammar_only(reason: str) -> bool:
