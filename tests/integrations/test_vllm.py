@@ -172,6 +172,29 @@ def test_offline_bad_request_refused_engine_keeps_serving(llm):
     assert re.fullmatch("[12][0-9]{3}", o.outputs[0].text) and o.outputs[0].finish_reason == "stop"
 
 
+# Issue 58: a grammar too costly for its bounds fails its own request, never the engine step.
+# Building /(ab){2,50000}c/ passes the automaton bound (refused in the front end); the Lua grammar
+# of a public repository (nullable cycles, words that split into words) needs millions of work
+# units for a mask on Gemma's vocabulary, over the default mask bound.
+LUA = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "data", "real_grammars",
+                   "ligurio__lark-grammars__lua.lark")
+
+
+def test_offline_grammar_over_its_bounds_fails_alone(llm):
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError, match=r"bounded repeat \{2,50000\}"):
+        llm.generate(["x"], SamplingParams(max_tokens=4, extra_args={"trellis_grammar": "start: /(ab){2,50000}c/"}))
+    lua = open(LUA, encoding="utf-8").read()
+    args = [{"trellis_grammar": lua}, {"trellis_grammar": "json"}]
+    outs = llm.generate(["x = 1\n", '{"id": 1}\n{"id": 2}\n'],
+                        [SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, extra_args=a) for a in args])
+    slow, fine = outs[0].outputs[0], outs[1].outputs[0]
+    assert slow.finish_reason == "stop" and len(slow.token_ids) < MAX_TOKENS  # held to EOS at the failing mask
+    judge(args[1], fine.text, fine.finish_reason)  # the concurrent request completes, valid
+
+
 def test_offline_sampling_n_and_seeds(llm):
     """n > 1 sampled outputs (one request per sample in the batch) all valid under the schema."""
     from vllm import SamplingParams
@@ -284,11 +307,12 @@ def test_server_concurrent_clients_and_a_bad_request(server):
     bad_result: dict = {}
 
     def bad():
-        try:
-            client.completions.create(model="gemma", prompt="x", max_tokens=4,
-                                      extra_body={"vllm_xargs": {"trellis_grammar": "start: foo"}})
-        except openai.BadRequestError as e:
-            bad_result["status"], bad_result["message"] = e.status_code, str(e)
+        for key, grammar in (("undefined", "start: foo"), ("too large", "start: /(ab){2,50000}c/")):
+            try:
+                client.completions.create(model="gemma", prompt="x", max_tokens=4,
+                                          extra_body={"vllm_xargs": {"trellis_grammar": grammar}})
+            except openai.BadRequestError as e:
+                bad_result[key] = (e.status_code, str(e))
 
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(one, k) for k in range(10)]
@@ -298,7 +322,9 @@ def test_server_concurrent_clients_and_a_bad_request(server):
         texts = [f.result() for f in futures]
         t.join()
     assert len(texts) == 20
-    assert bad_result.get("status") == 400, bad_result
-    assert "Rule 'foo' used but not defined" in bad_result["message"]
+    assert bad_result.get("undefined", (0,))[0] == 400, bad_result
+    assert "Rule 'foo' used but not defined" in bad_result["undefined"][1]
+    assert bad_result.get("too large", (0,))[0] == 400, bad_result  # issue 58: the automaton bound
+    assert "bounded repeat {2,50000}" in bad_result["too large"][1]
     # and the server goes on serving after the refusal
     assert one(0) is not None
