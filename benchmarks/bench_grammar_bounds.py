@@ -3,7 +3,7 @@
     python benchmarks/bench_grammar_bounds.py [--walks 10] [--tokens 40] [--seed 0]
                                               [--grammars NAME ...] [--limit-s 120] [--out r.json]
 
-Grammars: the shared corpus (``../shared/data/grammars``: lark/, outlines/, llama.cpp/) and
+Grammars: trellis' shipped ones, the shared corpus (``../shared/data/grammars``: lark/, outlines/, llama.cpp/) and
 ``benchmarks/data/real_grammars`` (Lark and GBNF files collected from public repositories, origins
 in its ORIGINS.md; none of them in the shared corpus). Vocabulary: Gemma 3 270M's 262,144 tokens.
 
@@ -15,7 +15,10 @@ punctuation tokens favoured, EOS on a coin flip once allowed) time every ``fill_
 ``advance``. A typed refusal (``GrammarError``: an unsupported feature, or a work bound exceeded,
 ``GrammarBudgetError``) ends the compile or the walk and is counted with its message; any other
 exception is a failure. A grammar that runs past ``--limit-s`` in Python code is cut (SIGALRM) and
-reported as a stall.
+reported as a stall. Timings include whatever the process does meanwhile, CPython's full garbage
+collections included (a full collection traverses every tracked object of the process, torch's and
+transformers' ~450k among them: 0.5-0.9 s here); ``--freeze-heap`` freezes the heap after loading
+the model, as vLLM's engine does after start-up.
 
 Prints per grammar: compile ms (or the refusal), masks timed, p50/p99/max mask ms, budget errors;
 then the pooled distribution of mask times, the worst 10 masks with grammar, walk and position,
@@ -25,6 +28,7 @@ and the compile times over 2 s. The last line starts with SUMMARY. Threads: 1 (t
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import json
 import os
@@ -53,8 +57,10 @@ REAL = os.path.join(HERE, "data", "real_grammars")
 def grammar_files(names: list[str] | None) -> list[tuple[str, str, str]]:
     """(name, path, start rule) of every grammar file: the shared corpus, then the collected set
     (the files ORIGINS.md lists)."""
+    from trellis.constrain import shipped_grammars
+
     starts = _origins_starts()
-    out = []
+    out = [(f"shipped/{g}", g, "start") for g in shipped_grammars()]  # generate(grammar="json.lark")
     for sub, ext in (("lark", "lark"), ("outlines", "lark"), ("llama.cpp", "gbnf")):
         for p in sorted(glob.glob(os.path.join(CORPUS, sub, f"*.{ext}"))):
             if os.path.basename(p) != "common.lark":  # a library of terminals, no start rule
@@ -100,7 +106,7 @@ def spec_of(path: str) -> Any:
     from trellis.constrain import Gbnf
 
     if path.endswith(".gbnf"):
-        return Gbnf.from_file(path)
+        return Gbnf.from_file(path) if os.path.isfile(path) else path
     return path
 
 
@@ -118,7 +124,7 @@ def run_grammar(name: str, path: str, start: str, vocab: Any, walker: Walker, ar
         with deadline(args.limit_s):
             t0 = time.perf_counter()
             try:
-                c = compile(spec_of(path), vocab, start=start, cache=False)
+                c = compile(spec_of(path), vocab, start=start)  # the default path: shared walks, disk cache (fresh dir)
                 s = c.start()
                 c.fill_mask(s, row)
             except GrammarError as e:
@@ -182,12 +188,20 @@ def main() -> int:
     ap.add_argument("--grammars", nargs="*")
     ap.add_argument("--limit-s", type=float, default=120.0)
     ap.add_argument("--out")
+    ap.add_argument("--freeze-heap", action="store_true",
+                    help="after loading the model, move every object the collector tracks out of its "
+                         "reach (gc.freeze), as vLLM's engine does after start-up (vllm.utils.gc_utils."
+                         "freeze_gc_heap): full collections then traverse only what came later")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from trellis import load
 
     vocab = load().vocab  # before TRELLIS_CACHE_DIR moves: the converted model lives in the user's cache
     os.environ["TRELLIS_CACHE_DIR"] = tempfile.mkdtemp(prefix="trellis-bounds-")  # no disk walks from earlier runs
+    if args.freeze_heap:
+        for g in (0, 1, 2):
+            gc.collect(g)
+        gc.freeze()
     walker = Walker(vocab)
     recs = []
     print(f"{'grammar':58s} {'compile':>9s} {'masks':>5s} {'p50':>7s} {'p99':>7s} {'max':>8s}  notes", flush=True)
