@@ -670,3 +670,25 @@ def test_linear_recursion_and_single_use_rules_fuse_into_one_terminal():
         docs += mutants(d, rng, '"\\\\[],.!aun0')
     for d in docs:
         assert engine_accepts(g, d) == accepts(g, d) == xg(d), d
+
+
+def test_a_loop_whose_references_are_regular_fuses_into_one_terminal():
+    """Issue 58: ``Name ::= NameStartChar (NameChar)*`` with 14-alternative classes (XML 1.0 as GBNF):
+    left as rules, every character of a name was a terminal and masks inside names or attribute
+    values ran past the work bound; a loop that becomes rule-free when its references are inlined
+    (up to ``_INLINE_IN_LOOP`` positions) is one terminal. A loop that keeps a rule is left alone."""
+    classes = " | ".join(f"[{chr(a)}-{chr(a + 2)}]" for a in range(ord("a"), ord("a") + 30, 3))
+    g = (f'root ::= "<" name attr* ">"\nname ::= start-char name-char*\nstart-char ::= {classes}\n'
+         f'name-char ::= start-char | [0-9] | "-"\nattr ::= " " name "=\\"" ([^<&"] | ref)* "\\""\n'
+         f'ref ::= "&" name ";"\n')
+    lark_text = Gbnf(g).to_lark(fuse=True)
+    assert "r_name_char" not in lark_text and "r_ref" not in lark_text, lark_text
+    kept = Gbnf('root ::= "[" (item ("," item)*)? "]"\nitem ::= "x" | root\n').to_lark(fuse=True)
+    assert '("," r_item)*' in kept, kept  # its loop keeps a recursive rule: no inlining into it
+    xg = xgrammar_acceptor(g)
+    rng = random.Random(5)
+    docs = ['<ab>', '<a1-b c="x&ab;y">', '<a c="&;">', '<a c="<">', '<1a>', '<a c="x" d="">', '<a-->']
+    for d in list(docs):
+        docs += mutants(d, rng, '<>="&;a1- z')
+    for d in docs:
+        assert engine_accepts(g, d) == accepts(g, d) == xg(d), d

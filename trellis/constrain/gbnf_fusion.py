@@ -140,6 +140,11 @@ def fused_terminal(node: Node) -> tuple[str, int] | None:
 # positions, compile 4.8 -> 13 ms). Size: positions of the regex (characters of its literals and
 # classes, counted repetitions multiplied out), the states of its Glushkov automaton.
 _INLINE_POSITIONS = 8
+# Inside an unbounded repeat that then becomes rule-free (one terminal), a reference is inlined up
+# to this size: left a rule, each iteration is a terminal of its own, and a token spanning many iterations crosses a terminal at every one
+# of them (xml_simple.gbnf's names and attribute values, ``NameStartChar (NameChar)*`` with
+# 14-alternative classes: 9 of 10 walks ended by the mask work bound; none with this).
+_INLINE_IN_LOOP = 64
 
 
 def _positions(node: Node) -> int:
@@ -184,20 +189,43 @@ def inline_regular(rules: dict[str, Alt], root: str = "root") -> dict[str, Alt]:
             inlined[name] = _rule_free(b) and (_positions(b) <= _INLINE_POSITIONS or uses.get(name, 0) == 1)
         return bodies[name]
 
-    def expansion(name: str) -> Node | None:
-        b = body_of(name)
-        return b if b is not None and inlined[name] else None
+    looped_bodies: dict[str, Node | None] = {}
 
-    def subst(node: Node) -> Node:
+    def looped_body(name: str) -> Node | None:
+        """``name``'s body as inlined inside an unbounded repeat (its own references substituted
+        as if looped too), or None where it stays a rule."""
+        if name not in looped_bodies:
+            if name in visiting:
+                return None
+            visiting.add(name)
+            b = linear_to_star(name, subst(rules[name], True))
+            visiting.discard(name)
+            looped_bodies[name] = b if _rule_free(b) and _positions(b) <= _INLINE_IN_LOOP else None
+        return looped_bodies[name]
+
+    def expansion(name: str, looped: bool) -> Node | None:
+        b = body_of(name)
+        if b is None:
+            return None
+        if inlined[name]:
+            return b
+        return looped_body(name) if looped else None
+
+    def subst(node: Node, looped: bool = False) -> Node:
         if isinstance(node, Ref):
-            e = expansion(node.name)
+            e = expansion(node.name, looped)
             return node if e is None else e
         if isinstance(node, Repeat):
-            return Repeat(subst(node.item), node.min, node.max)
+            item = subst(node.item, looped)
+            if node.max is None and not looped and not _rule_free(item):
+                # the loop fuses into one terminal if its references inline (up to _INLINE_IN_LOOP)
+                trial = subst(node.item, True)
+                item = trial if _rule_free(trial) else item
+            return Repeat(item, node.min, node.max)
         if isinstance(node, Seq):
-            return Seq(tuple(subst(x) for x in node.items))
+            return Seq(tuple(subst(x, looped) for x in node.items))
         if isinstance(node, Alt):
-            return Alt(tuple(Seq(tuple(subst(x) for x in o.items)) for o in node.options))
+            return Alt(tuple(Seq(tuple(subst(x, looped) for x in o.items)) for o in node.options))
         return node
 
     out: dict[str, Alt] = {}
