@@ -110,3 +110,21 @@ def test_a_terminal_too_costly_to_build_is_refused_by_name(grammar, words):
     with pytest.raises(GrammarError) as ei:
         compile(grammar, v, cache=False)
     assert words in str(ei.value) and "terminal" in str(ei.value) and ei.value.line == 1
+
+
+def test_the_start_mask_gets_the_bound_times_start_factor(monkeypatch):
+    """The start state's mask is computed once per grammar (every rule predicted at once), like a
+    compile: it may take ``START_FACTOR`` times the mask bound, later masks only the bound."""
+    from trellis.constrain import work_bound
+
+    v = random_vocab(b"abcdefghijklmnop .=(),+", random.Random(1), 200)
+    c = EarleyConstraint(compile(AMBIGUOUS, v, cache=False).ir, v, share=False, mask_work=UNBOUNDED)
+    c.mask_array(c.start())  # a fresh constraint: no memo answers part of it
+    start_work = c.earley.work
+    bound = start_work // 2  # the start mask needs twice this
+    assert start_work < bound * work_bound.START_FACTOR
+    i, e = _first_error(EarleyConstraint(c.ir, v, share=False, mask_work=bound), DOC)
+    assert e is not None and i >= 1
+    monkeypatch.setattr(work_bound, "START_FACTOR", 1)
+    i, e = _first_error(EarleyConstraint(c.ir, v, share=False, mask_work=bound), DOC)
+    assert e is not None and i == 0

@@ -362,7 +362,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
 
     ``mask_work`` / ``advance_work`` (Earley engine): the work one mask / one advance may take
     before it raises ``GrammarBudgetError`` instead of stalling its caller (default
-    ``scannerless.MASK_WORK`` / ``ADVANCE_WORK``, ~0.1-0.2 s on a 2-core VM at worst; the
+    ``work_bound.MASK_WORK`` / ``ADVANCE_WORK``, 50,000 units: ~20-100 ms on a 2-core VM; the
     environment variables ``TRELLIS_MASK_WORK`` / ``TRELLIS_ADVANCE_WORK`` set them process-wide;
     ``earley.UNBOUNDED``: no bound). The build of a terminal's automaton is bounded too
     (``TRELLIS_COMPILE_WORK``): a refusal names the terminal.

@@ -26,6 +26,10 @@ from trellis.constrain.grammar_ir import GrammarIR
 # (benchmarks/README.md, "bench_grammar_bounds.py").
 MASK_WORK = int(os.environ.get("TRELLIS_MASK_WORK", "50000"))
 ADVANCE_WORK = int(os.environ.get("TRELLIS_ADVANCE_WORK", "50000"))
+# The start state's mask is computed once per grammar (then cached), as part of what a new grammar
+# costs before its first token: it gets this many times the mask bound (cairo.lark's and
+# latex.lark's take 60-240k units, ~0.1-0.5 s, and their later masks stay under the bound or not).
+START_FACTOR = 10
 
 
 def bounded(c: Any, what: str, state: ChartState, fn: Callable[..., Any], *args: Any) -> Any:
@@ -33,7 +37,10 @@ def bounded(c: Any, what: str, state: ChartState, fn: Callable[..., Any], *args:
     "advance": ``c.advance_work``) of ``EarleyConstraint`` ``c``; past it a ``GrammarBudgetError``.
     The memos keep only finished work, so ``c`` stays usable (and exact) after the error."""
     e = c.earley
-    e.work, e.work_limit = 0, c.mask_work if what == "mask" else c.advance_work
+    limit = c.mask_work if what == "mask" else c.advance_work
+    if what == "mask" and state == e.start() and limit < UNBOUNDED // START_FACTOR:
+        limit *= START_FACTOR  # once per grammar, like its compile: every rule is predicted at once
+    e.work, e.work_limit = 0, limit
     try:
         return fn(state, *args)
     except WorkExhausted:
