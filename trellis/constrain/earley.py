@@ -474,9 +474,16 @@ class Earley:
         self._steps_scans += len(state[0]) + (len(out) if res is not None else 0)
         return res
 
+    def charge(self, units: int) -> None:
+        """Count work done outside ``step`` and ``_close`` (memo hits, rest walks, chart-walk
+        groups) against ``work_limit``."""
+        self.work += units
+        if self.work > self.work_limit:
+            raise WorkExhausted
+
     def walk(self, state: ChartState, data: bytes) -> ChartState | None:
         steps = self._steps  # (memo hits looked up here: no call per byte; the dict is only cleared)
-        self.work += len(data) >> 3
+        self.charge(len(data) >> 3)
         for b in data:
             nxt = steps.get((state, b), _MISS)
             state = self.step(state, b) if nxt is _MISS else nxt  # type: ignore[assignment]

@@ -255,7 +255,7 @@ class EarleyConstraint:
         shape = self._shape(d, q)
         key = (self._entry_key(d, shape), id(rs))
         w = self._walks.get(key)
-        self.earley.work += 1 + (len(rs) >> 6)  # (the walk, or its memo hit and the marks after it)
+        self.earley.charge(1 + (len(rs) >> 6))  # (the walk, or its memo hit and the marks after it)
         if w is None:
             dfa = self._dfa[d]
             follow = self._follow(d) if shape[1] else None
@@ -389,7 +389,7 @@ class EarleyConstraint:
         while groups:
             nxt_groups: dict = {}
             for st, (r, k) in groups.items():
-                self.earley.work += 16 + (len(r) >> 4)  # a group's numpy calls (~15 a byte)
+                self.earley.charge(16 + (len(r) >> 4))  # a group's numpy calls (~15 a byte)
                 if len(r) <= CHART_GROUP_SMALL:  # a few rests left in this state: finish in Python
                     took = self._take(st, r.tolist(), rs.tid[r].tolist(), rs.length[r].tolist(), k.tolist())
                     if took:
