@@ -56,14 +56,15 @@ def subset_construction(edges: list[list[tuple[int, int, int]]], finals: set[int
         if out is None:
             raise RegexTooLarge(f"its DFA passes {MAX_DFA_STATES:,} states")
         if out is False:
-            raise RegexTooLarge(_TOO_MUCH_WORK)
+            raise _too_much_work()
         tb, fb, n = out
         return np.frombuffer(tb, dtype=np.int32).reshape(n, 256), np.frombuffer(fb, dtype=bool)
     return subset_construction_numpy(edges, finals, start)
 
 
-_TOO_MUCH_WORK = (f"determinising it takes over {COMPILE_WORK:,} steps (bounded repeats of optional "
-                  "items, or of items that overlap, blow up the subsets; TRELLIS_COMPILE_WORK raises the bound)")
+def _too_much_work() -> RegexTooLarge:
+    return RegexTooLarge(f"determinising it takes over {COMPILE_WORK:,} steps (bounded repeats of optional "
+                         "items, or of items that overlap, blow up the subsets; TRELLIS_COMPILE_WORK raises the bound)")
 
 
 def subset_construction_numpy(edges: list[list[tuple[int, int, int]]], finals: set[int],
@@ -93,7 +94,7 @@ def subset_construction_numpy(edges: list[list[tuple[int, int, int]]], finals: s
         i += 1
         work += len(cur) + 2 * sum(len(edges[node]) for node in cur)
         if work > COMPILE_WORK:
-            raise RegexTooLarge(_TOO_MUCH_WORK)
+            raise _too_much_work()
         # Sweep the edges' endpoints once (O(E log E) a state): Unicode classes give states
         # hundreds of edges, where testing every edge at every cut was quadratic.
         events = sorted([(lo, 1, dst) for node in cur for lo, _, dst in edges[node]]

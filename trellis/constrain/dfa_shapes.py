@@ -75,7 +75,7 @@ def _ends_dead(canon: bytes) -> bool:
 
 
 def _bfs_shape(dfa: ByteDFA, q: int) -> bytes | None:
-    """``_canonical``'s breadth-first form, or None over ``CANON_MAX`` states."""
+    """``canonical``'s breadth-first form, or None over ``CANON_MAX`` states."""
     trans = dfa.trans
     order = [q]
     index = {q: 0}

@@ -152,8 +152,7 @@ class Earley:
         self._live_rows: dict[tuple[int, int], int] = {}  # (scan, DFA state) -> live bytes as bits
         self._predicted: dict[tuple[frozenset, frozenset], Predicted] = {}
         self._predicted_by_content: dict[tuple[frozenset, bool], Predicted] = {}
-        # Work done since the caller last reset it, in units of about a microsecond of Python: a
-        # scan moved by ``step``, an item closed by ``_close``, a byte stepped from a memo; the
+        # Work done since the caller last reset it (``charge``; the units: ``work_bound.py``); the
         # caller (a mask, an advance) sets ``work_limit`` and the chart raises ``WorkExhausted``
         # past it, so no grammar holds a server's engine step (issue 58).
         self.work = 0
@@ -309,9 +308,7 @@ class Earley:
                     expects[s].append(it)
                 else:
                     expects[s] = [it]
-        self.work += len(items)
-        if self.work > self.work_limit:
-            raise WorkExhausted
+        self.charge(len(items))
         static = self._static(roots, frozenset(predicted))
         accepting |= static.accepting
         # Sets with the same future (the items still waiting for a symbol, with their origins)
@@ -425,9 +422,7 @@ class Earley:
             return self._steps[key]
         except KeyError:
             pass
-        self.work += len(state[0]) + 1
-        if self.work > self.work_limit:
-            raise WorkExhausted
+        self.charge(len(state[0]) + 1)
         out: set = set()
         acc = False
         done: list[tuple[int, ESet]] = []
@@ -475,8 +470,7 @@ class Earley:
         return res
 
     def charge(self, units: int) -> None:
-        """Count work done outside ``step`` and ``_close`` (memo hits, rest walks, chart-walk
-        groups) against ``work_limit``."""
+        """Count ``units`` of work (see ``__init__``) against ``work_limit``."""
         self.work += units
         if self.work > self.work_limit:
             raise WorkExhausted

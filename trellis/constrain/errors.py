@@ -28,11 +28,12 @@ class GrammarError(ConstraintError, ValueError):
 
 
 class GrammarBudgetError(GrammarError):
-    """A grammar whose mask, advance or compile needed more work than its bound allows (issue 58:
-    no grammar may hold a server's engine step). ``what`` is ``"mask"``, ``"advance"`` or
-    ``"compile"``; ``budget`` the bound in work units; ``culprit`` the terminal or rule whose
-    scans filled the chart (or the terminal whose automaton grew), when known. Raise the bound
-    (``compile(..., mask_work=...)``, ``TRELLIS_MASK_WORK``, ``TRELLIS_COMPILE_WORK``) to allow it."""
+    """A grammar whose mask or advance needed more work than its bound allows (issue 58: no
+    grammar may hold a server's engine step). ``what`` is ``"mask"`` or ``"advance"``; ``budget``
+    the bound in work units; ``culprit`` the terminal with the most scans in the chart, when it has
+    any. Raise the bound (``compile(..., mask_work=..., advance_work=...)``, ``TRELLIS_MASK_WORK``,
+    ``TRELLIS_ADVANCE_WORK``) to allow it. (A terminal's automaton past its build bounds is a plain
+    ``GrammarError`` naming the terminal.)"""
 
     def __init__(self, message: str, *, what: str, budget: int, culprit: str | None = None,
                  source: str | None = None) -> None:

@@ -51,8 +51,7 @@ exception, ``[^]``, is noted), and each is given the language xgrammar's matcher
   ``(=`` without a blank. It is parsed and checked like xgrammar (refused: one anywhere else, in
   a group, followed by anything but the next rule, a second one, an empty one ``(=)`` / ``(= "")``,
   choices at its top ``(= "a" | "b")``, an undefined rule in it) and then **deleted**: the
-  language is the grammar's without its lookaheads (``Gbnf.rules()`` leaves them out; the parser
-  keeps them in ``GbnfParser.lookaheads``). That is the language of xgrammar's own matcher:
+  language is the grammar's without its lookaheads (``Gbnf.rules()`` leaves them out). That is the language of xgrammar's own matcher:
   ``GrammarMatcher.accept_string`` / ``accept_token`` (its Earley parser) never read the
   assertion; only the precomputation of its token masks does, trusting it to prune (and, for a
   rule used once, to pre-accept) tokens that run past the rule's end. A true assertion changes

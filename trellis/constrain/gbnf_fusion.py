@@ -141,8 +141,8 @@ def fused_terminal(node: Node) -> tuple[str, int] | None:
 # classes, counted repetitions multiplied out), the states of its Glushkov automaton.
 _INLINE_POSITIONS = 8
 # Inside an unbounded repeat that then becomes rule-free (one terminal), a reference is inlined up
-# to this size: left a rule, each iteration is a terminal of its own, and a token spanning many iterations crosses a terminal at every one
-# of them (xml_simple.gbnf's names and attribute values, ``NameStartChar (NameChar)*`` with
+# to this size: left a rule, each iteration is a terminal of its own, and a token spanning many
+# iterations crosses a terminal at every one of them (xml_simple.gbnf's names and attribute values, ``NameStartChar (NameChar)*`` with
 # 14-alternative classes: 9 of 10 walks ended by the mask work bound; none with this).
 _INLINE_IN_LOOP = 64
 
@@ -162,54 +162,43 @@ def _positions(node: Node) -> int:
 
 
 def inline_regular(rules: dict[str, Alt], root: str = "root") -> dict[str, Alt]:
-    """The rules reachable from ``root`` (the start rule) with every reference to a rule whose expansion is
-    rule-free (after the same substitution: not recursive) and at most ``_INLINE_POSITIONS``
-    positions replaced by that expansion."""
-    # name -> its body with references substituted, and whether that body is inlined where used
-    # (a reference to a rule on ``visiting`` is to a recursive rule, which is never inlined, so a
-    # body made during another rule's visit is the same as one made later)
-    bodies: dict[str, Node] = {}
-    inlined: dict[str, bool] = {}
+    """The rules reachable from ``root`` (the start rule) with every reference to a rule whose
+    expansion is rule-free (after the same substitution: not recursive) and at most
+    ``_INLINE_POSITIONS`` positions (used once: any size; inside an unbounded repeat that it makes
+    rule-free: ``_INLINE_IN_LOOP``) replaced by that expansion."""
+    # (name, looped) -> its body with references substituted (inside an unbounded repeat: looped,
+    # its own references too) and whether that body is inlined where used. A reference to a rule on
+    # ``visiting`` is to a recursive rule, which is never inlined, so a body made during another
+    # rule's visit is the same as one made later.
+    bodies: dict[tuple[str, bool], tuple[Node, bool]] = {}
     visiting: set[str] = set()
     # A rule used once is inlined whatever its size (nothing is duplicated): a JSON string's
-    # ``character ::= [^"\\] | "\\" escape`` takes in its ``escape``, and the string becomes one terminal.
+    # ``character ::= [^"\\] | "\\" escape`` takes in its ``escape``, and the string becomes one
+    # terminal.
     uses: dict[str, int] = {}
     for user, b in rules.items():
         for r in _refs(b):
             if r != user:
                 uses[r] = uses.get(r, 0) + 1
 
-    def body_of(name: str) -> Node | None:
-        if name not in bodies:
+    def body_of(name: str, looped: bool = False) -> tuple[Node, bool] | None:
+        key = (name, looped)
+        if key not in bodies:
             if name in visiting:  # recursive: stays a rule (the cycle's rules learn it on return)
                 return None
             visiting.add(name)
-            b = bodies[name] = linear_to_star(name, subst(rules[name]))
+            b = linear_to_star(name, subst(rules[name], looped))
             visiting.discard(name)
-            inlined[name] = _rule_free(b) and (_positions(b) <= _INLINE_POSITIONS or uses.get(name, 0) == 1)
-        return bodies[name]
-
-    looped_bodies: dict[str, Node | None] = {}
-
-    def looped_body(name: str) -> Node | None:
-        """``name``'s body as inlined inside an unbounded repeat (its own references substituted
-        as if looped too), or None where it stays a rule."""
-        if name not in looped_bodies:
-            if name in visiting:
-                return None
-            visiting.add(name)
-            b = linear_to_star(name, subst(rules[name], True))
-            visiting.discard(name)
-            looped_bodies[name] = b if _rule_free(b) and _positions(b) <= _INLINE_IN_LOOP else None
-        return looped_bodies[name]
+            size = _positions(b)
+            bodies[key] = b, _rule_free(b) and (size <= _INLINE_IN_LOOP if looped else
+                                                size <= _INLINE_POSITIONS or uses.get(name, 0) == 1)
+        return bodies[key]
 
     def expansion(name: str, looped: bool) -> Node | None:
-        b = body_of(name)
-        if b is None:
-            return None
-        if inlined[name]:
-            return b
-        return looped_body(name) if looped else None
+        got = body_of(name)
+        if got is not None and not got[1] and looped:
+            got = body_of(name, True)
+        return got[0] if got is not None and got[1] else None
 
     def subst(node: Node, looped: bool = False) -> Node:
         if isinstance(node, Ref):
@@ -234,8 +223,9 @@ def inline_regular(rules: dict[str, Alt], root: str = "root") -> dict[str, Alt]:
         name = todo.pop()
         if name in out:
             continue
-        body = body_of(name)
-        assert body is not None  # nothing is being visited here
+        got = body_of(name)
+        assert got is not None  # nothing is being visited here
+        body = got[0]
         out[name] = body if isinstance(body, Alt) else Alt((Seq((body,)),))
         todo.extend(_refs(body))
     return {name: out[name] for name in rules if name in out}  # source order

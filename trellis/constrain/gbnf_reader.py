@@ -88,7 +88,6 @@ class GbnfParser:
     def __init__(self, text: str, source: str, root: str = "root") -> None:
         self.text, self.source, self.root = text, source, root
         self.rules: dict[str, Alt] = {}
-        self.lookaheads: dict[str, Alt] = {}  # rule -> its (= ...) assertion (parsed, not part of the language)
         self.defined_at: dict[str, int] = {}
         self.refs: list[Ref] = []
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
@@ -177,7 +176,7 @@ class GbnfParser:
             raise self.error(f"expecting '::=' after rule name {name!r}", pos)
         body, pos = self.alternates(self.space(pos + 3, True), nested=False)
         if self.text.startswith("(=", pos):
-            self.lookaheads[name], pos = self.lookahead(pos)
+            pos = self.lookahead(pos)  # checked, then left out of the language
             if self.text.startswith("(=", pos):
                 raise self.error(f"rule {name!r} has a second lookahead assertion (= ...): at most one, "
                                  "at the end of the rule", pos)
@@ -195,7 +194,7 @@ class GbnfParser:
             raise self.error(f"unexpected {c!r}{hint}", pos)
         return self.space(pos, True)
 
-    def lookahead(self, pos: int) -> tuple[Alt, int]:
+    def lookahead(self, pos: int) -> int:
         """xgrammar's ``(= ...)`` at ``pos`` (the end of a rule): parsed and checked as xgrammar does
         (its normaliser refuses choices and an empty assertion), then left out of the language."""
         start = pos
@@ -211,7 +210,7 @@ class GbnfParser:
         items = inner.options[0].items
         if not items or items == (Lit(""),):
             raise self.error("empty lookahead assertion", start)
-        return body, self.space(pos + 1, False)
+        return self.space(pos + 1, False)
 
     def close_group(self, start: int, pos: int) -> None:
         """Check the ')' that closes the group (or lookahead) opened at ``start``."""

@@ -1,12 +1,14 @@
 """Work bounds: no grammar may hold its caller (a vLLM engine step serves every request in the batch).
 
-The Earley chart counts its work (``Earley.work``: a scan moved by ``step``, an item closed by
-``_close``, eight memoised bytes walked, a rest walk and its marks per 64 rests, 16 per group of
-rests a chart walk steps together: each about a microsecond of Python on a 2-core VM) and raises ``earley.WorkExhausted`` past ``work_limit``.
-``EarleyConstraint`` sets the limit around each mask and each advance (``MASK_WORK``,
-``ADVANCE_WORK``; ``compile(..., mask_work=..., advance_work=...)``; the environment variables
-``TRELLIS_MASK_WORK`` / ``TRELLIS_ADVANCE_WORK``) and turns the signal into a
-``GrammarBudgetError`` that names what filled the chart (``budget_error``). Counting work rather
+The Earley chart counts its work (``Earley.charge``: one unit a scan moved by ``step`` and an
+item closed by ``_close``, one per eight memoised bytes walked, one a rest walk plus one per 64
+rests, 16 a group of rests a chart walk steps together plus one per 16 rests; a unit is under a
+microsecond of Python on a 2-core VM, benchmarks/README.md) and raises ``earley.WorkExhausted``
+past ``work_limit``. ``bounded`` sets the limit around each mask and each advance of an
+``EarleyConstraint`` (``MASK_WORK``, ``ADVANCE_WORK``; ``compile(..., mask_work=...,
+advance_work=...)``; the environment variables ``TRELLIS_MASK_WORK`` / ``TRELLIS_ADVANCE_WORK``)
+and turns the signal into a ``GrammarBudgetError`` that names what filled the chart
+(``budget_error``). Counting work rather
 than time keeps the bound deterministic: the same grammar, document and bound give the same
 answer on any machine and under any load.
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-
 from typing import Any, Callable
 
 from trellis.constrain.earley import UNBOUNDED, ChartState, Earley, WorkExhausted
