@@ -58,11 +58,23 @@ exception, ``[^]``, is noted), and each is given the language xgrammar's matcher
   nothing; a false one makes xgrammar's masks disagree with its own matcher (DIALECT.md section 6:
   ``r ::= "a" | "a" r (= "b")`` used as ``"x" r "c"`` masks out ``ac`` after ``x`` though its
   matcher accepts ``xac``), while trellis' masks follow the grammar without the lookahead;
-* refused by name with a located error (``xgrammar macro TagDispatch is not supported``), having
-  no GBNF meaning: the macros ``TagDispatch(...)``, ``TokenTagDispatch(...)``, ``Token(...)``,
-  ``ExcludeToken(...)``, ``Regex(...)``, ``Substring(...)`` (a grammar that defines a rule of that
-  name keeps llama.cpp's meaning: a reference to it), and rule attributes
-  ``name[max_tokens=..., capture, lazy, ...] ::= ...``.
+* the macros ``Regex("pattern", flags="isu", json_string=bool)`` (xgrammar's regex dialect, read
+  by ``xgrammar_regex.py``: ASCII ``\\d \\w \\s``, ASCII-only ``(?i)``, ``.`` any code point unless
+  ``flags`` is given, anchors and lookaheads ignored as xgrammar ignores them), ``Substring("c1",
+  ...)`` (every run of consecutive whole chunks, the empty one included) and ``TagDispatch(("tag",
+  rule), ..., loop_after_dispatch=true, excludes=("s", ...))`` (free text until a tag, the tag's
+  rule, again: ``xgrammar_tags.py`` builds xgrammar's automaton and reads its languages off it).
+  Each becomes GBNF nodes, so it is fused into terminals or kept in rules like GBNF text (a large
+  counted repeat ``(ab){2,50000}`` in helper rules). xgrammar's TagDispatch free text runs over raw
+  bytes and also admits byte strings that are not UTF-8; trellis' languages are text, so those are
+  left out. A grammar that defines a rule of a macro's name keeps llama.cpp's meaning (a
+  reference);
+* the capture rule options ``name[capture, capture="x", capture_hidden_..., stop_capture="x"] ::=``
+  (they say which span xgrammar's matcher records, not what it accepts; trellis records none);
+* refused by name with a located error, having no meaning in a language of text: the macros
+  ``Token(...)``, ``ExcludeToken(...)``, ``TokenTagDispatch(...)`` (they match token ids) and the
+  rule options ``max_tokens`` (a token budget), ``max_chars`` (a best-effort budget), ``lazy``
+  (committed-shortest matching) and ``temperature`` (sampling).
 
 Not taken from xgrammar (llama.cpp's reading wins where it accepts the text, or the feature is
 unsafe): ``\\x`` with more than two digits (above), repetition bounds over 2000 (llama.cpp reads a

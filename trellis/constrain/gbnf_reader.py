@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Union
 
+from trellis.constrain import xgrammar_regex, xgrammar_tags
 from trellis.constrain.errors import GrammarError
 
 MAX_REPETITION = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD
@@ -73,12 +74,28 @@ _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 POSTFIX = {"*": (0, None), "+": (1, None), "?": (0, 1)}
 # xgrammar's macros (grammar_parser.cc kMacroFunctions): no GBNF meaning, refused by name
 MACROS = ("TagDispatch", "TokenTagDispatch", "Token", "ExcludeToken", "Regex", "Substring")
-_MACRO_WHY = {"TagDispatch": "it dispatches on trigger strings, a structural-tag feature",
-              "TokenTagDispatch": "it dispatches on token ids", "Token": "it matches a token id, not text",
-              "ExcludeToken": "it matches token ids, not text",
-              "Regex": "write the pattern as GBNF (xgrammar's regex dialect is not implemented)",
-              "Substring": "it matches substrings of its argument"}
+_MACRO_WHY = {"TokenTagDispatch": "it dispatches on token ids", "Token": "it matches a token id, not text",
+              "ExcludeToken": "it matches token ids, not text"}
+# xgrammar's rule options (docs/defining_structures/ebnf_grammar.md, "Rule Options"): the capture
+# ones only say which span a matcher records
+_CAPTURE_OPTIONS = frozenset({"capture", "capture_hidden_suffix_bytes", "capture_hidden_stop_bytes",
+                              "capture_hidden_body_rule_id", "capture_hidden_marker_rule_id", "stop_capture"})
+_ATTRIBUTE_WHY = {"max_tokens": "a budget of tokens per occurrence (not a language of text)",
+                  "max_chars": "a best-effort budget of characters per occurrence",
+                  "lazy": "committed-shortest matching (it changes the rule's language)",
+                  "temperature": "a per-rule sampling temperature"}
 _ATTRIBUTES = re.compile(r'\[(?:[^\]"\n]|"(?:[^"\\\n]|\\.)*")*\]')  # name[max_tokens=4, capture="x"]
+
+
+@dataclass(frozen=True)
+class MacroValue:
+    """One argument of an xgrammar macro call: kind "str", "int", "bool", "name" or "tuple"."""
+    kind: str
+    value: object
+    pos: int = field(compare=False)
+
+
+_SUBSTRING_MAX = 200_000
 
 
 class GbnfParser:
@@ -170,7 +187,8 @@ class GbnfParser:
             raise self.error(f"rule {name!r} is defined twice (first at line {line})", start)
         attrs = _ATTRIBUTES.match(self.text, end)
         if attrs and self.rule_start(start):
-            raise self.error(f"xgrammar rule attributes ({name}{attrs.group()[:40]}) are not supported", end)
+            self.attributes(name, attrs.group(), end)
+            end = attrs.end()
         pos = self.space(end, False)
         if not self.text.startswith("::=", pos):
             raise self.error(f"expecting '::=' after rule name {name!r}", pos)
@@ -193,6 +211,18 @@ class GbnfParser:
             hint = " (no matching '(')" if c == ")" else " (a rule is defined with 'name ::=')" if c in ":=" else ""
             raise self.error(f"unexpected {c!r}{hint}", pos)
         return self.space(pos, True)
+
+    def attributes(self, name: str, text: str, pos: int) -> None:
+        """xgrammar's rule options ``name[capture, max_tokens=32, ...] ::=``: the capture options
+        (what span a matcher records) leave the language as it is and are accepted (trellis records
+        no captures); the others change it or the sampling and are refused by name."""
+        for m in re.finditer(r'\s*([A-Za-z_]\w*)\s*(?:=\s*("(?:[^"\\\n]|\\.)*"|[^,\]]*))?\s*(?:,|\])', text[1:]):
+            key = m.group(1)
+            if key in _CAPTURE_OPTIONS:
+                continue
+            why = _ATTRIBUTE_WHY.get(key, "an unknown rule option")
+            raise self.error(f"xgrammar rule attributes ({name}[{key}...]) are not supported: {key} is {why}",
+                             pos + 1 + m.start(1))
 
     def lookahead(self, pos: int) -> int:
         """xgrammar's ``(= ...)`` at ``pos`` (the end of a rule): parsed and checked as xgrammar does
@@ -250,7 +280,16 @@ class GbnfParser:
                 pos = self.name_end(pos)
                 name = self.text[start:pos]
                 if name in MACROS and name not in self.declared:
-                    raise self.error(f"xgrammar macro {name} is not supported: {_MACRO_WHY[name]}", start)
+                    if name not in _MACRO_READERS:
+                        raise self.error(f"xgrammar macro {name} is not supported: {_MACRO_WHY[name]}", start)
+                    call = self.space(pos, True)
+                    if self.peek(call) != "(":
+                        raise self.error(f"expecting '(' after the xgrammar macro {name}", call)
+                    args, named, pos = self.macro_args(call)
+                    items.append(_MACRO_READERS[name](self, start, args, named))
+                    repeatable = True
+                    pos = self.space(pos, nested)
+                    continue
                 ref = Ref(name, *self.where(start))
                 self.refs.append(ref)
                 items.append(ref)
@@ -279,6 +318,171 @@ class GbnfParser:
                 break
             pos = self.space(pos, nested)
         return Seq(tuple(items)), pos
+
+    def macro_args(self, pos: int) -> tuple[list[MacroValue], dict[str, MacroValue], int]:
+        """xgrammar's macro arguments at ``pos`` (its ``(``): positional values and ``name=value``
+        pairs, comma-separated, no trailing comma; returns them and the offset past ``)``."""
+        start = pos
+        pos = self.space(pos + 1, True)
+        args: list[MacroValue] = []
+        named: dict[str, MacroValue] = {}
+        if self.peek(pos) == ")":
+            return args, named, pos + 1
+        while True:
+            end = self.name_end(pos)
+            eq = self.space(end, True)
+            if end > pos and self.peek(eq) == "=" and self.peek(pos) not in "0123456789":
+                key = self.text[pos:end]
+                if key in named:
+                    raise self.error(f"macro argument {key!r} given twice", pos)
+                named[key], pos = self.macro_value(self.space(eq + 1, True))
+            else:
+                value, pos = self.macro_value(pos)
+                args.append(value)
+            pos = self.space(pos, True)
+            if self.peek(pos) == ",":
+                pos = self.space(pos + 1, True)
+                if self.peek(pos) == ")":
+                    raise self.error("a trailing ',' in a macro call", pos)
+                continue
+            if self.peek(pos) == ")":
+                return args, named, pos + 1
+            if pos >= len(self.text):
+                raise self.error("unclosed '(' of a macro call", start)
+            raise self.error(f"expecting ',' or ')' in a macro call, got {self.peek(pos)!r}", pos)
+
+    def macro_value(self, pos: int) -> tuple["MacroValue", int]:
+        """A string, integer, ``true``/``false``, rule name or tuple ``(v, ...)`` at ``pos``."""
+        c = self.peek(pos)
+        if c == '"':
+            text, end = self.literal(pos)
+            return MacroValue("str", text, pos), end
+        if c.isascii() and c.isdigit():
+            end = pos
+            while self.peek(end).isascii() and self.peek(end).isdigit():
+                end += 1
+            return MacroValue("int", int(self.text[pos:end]), pos), end
+        if c == "(":
+            items: list[MacroValue] = []
+            p = self.space(pos + 1, True)
+            while self.peek(p) != ")":
+                v, p = self.macro_value(p)
+                items.append(v)
+                p = self.space(p, True)
+                if self.peek(p) == ",":
+                    p = self.space(p + 1, True)
+                elif self.peek(p) != ")":
+                    raise self.error(f"expecting ',' or ')' in a tuple, got {self.peek(p)!r}", p)
+            return MacroValue("tuple", tuple(items), pos), p + 1
+        end = self.name_end(pos)
+        if end == pos:
+            raise self.error(f"expecting a macro argument (a string, integer, true/false, rule name or tuple), "
+                             f"got {c!r}", pos)
+        word = self.text[pos:end]
+        if word in ("true", "false"):
+            return MacroValue("bool", word == "true", pos), end
+        return MacroValue("name", word, pos), end
+
+    def regex_macro(self, start: int, args: list["MacroValue"], named: dict[str, "MacroValue"]) -> Node:
+        """``Regex("pattern", flags="isu", json_string=bool)``: xgrammar's regex dialect
+        (``xgrammar_regex.py``)."""
+        if len(args) != 1 or args[0].kind != "str":
+            raise self.error("Regex expects exactly one string argument", start)
+        for key, v in named.items():
+            want = {"json_string": "bool", "flags": "str"}.get(key)
+            if want is None:
+                raise self.error(f"Regex does not support the named argument {key}", v.pos)
+            if v.kind != want:
+                raise self.error(f"Regex's {key} must be a {'boolean' if want == 'bool' else 'string'}", v.pos)
+        flags = named["flags"].value if "flags" in named else None
+        json_string = bool(named["json_string"].value) if "json_string" in named else False
+        try:
+            node = xgrammar_regex.translate(args[0].value, flags=flags, json_string=json_string)
+        except xgrammar_regex.RegexDialectError as e:
+            failed = e  # raised outside the handler: the located error alone, no chained traceback
+        else:
+            return self.pattern(node, start, f"Regex({args[0].value!r})")
+        raise self.error(f"Regex({args[0].value!r}): {failed.message} (at offset {failed.pos})", args[0].pos)
+
+    def substring_macro(self, start: int, args: list["MacroValue"], named: dict[str, "MacroValue"]) -> Node:
+        """``Substring("c1", "c2", ...)``: every run of consecutive whole chunks, the empty one
+        included (xgrammar compiles a suffix automaton; here: for each first chunk, the chain of
+        the following ones, each optional in turn)."""
+        if named:
+            raise self.error("Substring() does not accept named arguments", start)
+        if any(a.kind != "str" for a in args):
+            raise self.error("Substring() arguments must be strings", start)
+        chunks = [xgrammar_regex.literal(a.value) for a in args]
+        if sum(len(a.value) for a in args) * max(len(args), 1) > _SUBSTRING_MAX:
+            raise self.error(f"Substring() of {len(args)} chunks is too large (its regex would have over "
+                             f"{_SUBSTRING_MAX} characters)", start)
+        chains: list = []
+        tail: tuple | None = None
+        for chunk in reversed(chunks):  # chain(i) = chunk_i chain(i+1)?
+            tail = chunk if tail is None else ("cat", (chunk, ("rep", tail, 0, 1)))
+            chains.append(tail)
+        node = xgrammar_regex.simplify(("alt", (xgrammar_regex.EPS, *chains)))
+        return self.pattern(node, start, "Substring(...)")
+
+    def tag_dispatch_macro(self, start: int, args: list["MacroValue"], named: dict[str, "MacroValue"]) -> Node:
+        """``TagDispatch(("tag", rule), ..., loop_after_dispatch=true, excludes=("s", ...))``: free
+        text, a tag, its rule, and again (``xgrammar_tags.py``): ``(lead_1 rule_1 | ...)* free``,
+        or ``free | lead_1 rule_1 | ...`` without the loop."""
+        for key, v in named.items():
+            if key not in ("loop_after_dispatch", "excludes"):
+                raise self.error(f"Unknown named argument for TagDispatch: {key}", v.pos)
+        pairs: list[tuple[str, Ref]] = []
+        for a in args:
+            if a.kind != "tuple" or len(a.value) != 2:
+                raise self.error("Each tag dispatch element must be a pair (tag, rule)", a.pos)
+            tag, rule = a.value
+            if tag.kind != "str" or not tag.value:
+                raise self.error("Tag must be a non-empty string literal", tag.pos)
+            if rule.kind != "name":
+                raise self.error("Rule reference must be an identifier", rule.pos)
+            ref = Ref(rule.value, *self.where(rule.pos))
+            self.refs.append(ref)
+            pairs.append((tag.value, ref))
+        loop = named.get("loop_after_dispatch")
+        if loop is not None and loop.kind != "bool":
+            raise self.error("loop_after_dispatch must be a boolean literal", loop.pos)
+        excl = named.get("excludes")
+        excludes: list[str] = []
+        if excl is not None:
+            if excl.kind != "tuple":
+                raise self.error("excludes must be a tuple", excl.pos)
+            for x in excl.value:
+                if x.kind != "str" or not x.value:
+                    raise self.error("Exclude must be a non-empty string literal", x.pos)
+                if any(t.startswith(x.value) for t, _ in pairs):
+                    raise self.error(f"Exclude string must not be a prefix of trigger string: {x.value}", x.pos)
+                excludes.append(x.value)
+        try:
+            free, lead = xgrammar_tags.languages([t for t, _ in pairs], excludes)
+        except xgrammar_tags.TagDispatchTooLarge as e:
+            too_large = str(e)
+        else:
+            too_large = ""
+        if too_large:
+            raise self.error(f"TagDispatch is too large for trellis: {too_large}", start)
+        steps = [Seq((_node(lead[i]), ref)) for i, (_, ref) in enumerate(pairs) if lead[i] != xgrammar_regex.NOTHING]
+        free_node = None if free == xgrammar_regex.NOTHING else _node(free)
+        if loop is None or loop.value:
+            if free_node is None:  # (xgrammar: the root is always final, so free has "" at least)
+                raise self.error("TagDispatch matches no string", start)
+            return Seq(((Repeat(Alt(tuple(steps)), 0, None),) if steps else ()) + (free_node,))
+        options = ([Seq((free_node,))] if free_node is not None else []) + steps
+        if not options:
+            raise self.error("TagDispatch matches no string", start)
+        return Alt(tuple(options))
+
+    def pattern(self, node: tuple, start: int, what: str) -> Node:
+        """A macro's language (an ``xgrammar_regex`` AST) as GBNF nodes: the writer then treats it
+        like GBNF text (fused into one terminal where small; a large counted repeat in helper
+        rules, as ``x{2,50000}`` would be, not unrolled into one automaton)."""
+        if node == xgrammar_regex.NOTHING:
+            raise self.error(f"{what} matches no string", start)
+        return _node(node)
 
     def char(self, pos: int, what: str, start: int) -> tuple[str, int]:
         """One (possibly escaped) character of a literal or class that began at ``start``."""
@@ -360,3 +564,25 @@ class GbnfParser:
         while self.peek(end).isascii() and self.peek(end).isdigit():
             end += 1
         return (int(self.text[pos:end]) if end > pos else None), self.space(end, nested)
+
+
+_MACRO_READERS = {"Regex": GbnfParser.regex_macro, "Substring": GbnfParser.substring_macro,
+                  "TagDispatch": GbnfParser.tag_dispatch_macro}
+
+
+def _node(ast: tuple) -> Node:
+    """An ``xgrammar_regex`` AST (simplified: no empty set in it) as GBNF nodes."""
+    kind = ast[0]
+    if kind == "set":
+        rs = ast[1]
+        if rs == ((0, xgrammar_regex.MAXC),):
+            return ANY
+        if len(rs) == 1 and rs[0][0] == rs[0][1]:
+            return Lit(chr(rs[0][0]))
+        return Chars(tuple(rs))
+    if kind == "rep":
+        return Repeat(_node(ast[1]), ast[2], ast[3])
+    if kind == "cat":
+        items = [_node(x) for x in ast[1]]
+        return Seq(tuple(items)) if items else Lit("")
+    return Alt(tuple(x if isinstance(x, Seq) else Seq((x,)) for x in map(_node, ast[1])))

@@ -1,0 +1,201 @@
+"""xgrammar's EBNF macros ``Regex``, ``Substring`` and ``TagDispatch`` and its capture rule options
+(issue 58: GBNF as vLLM users write it): the language xgrammar's matcher gives them, checked on
+strings (xgrammar's matcher, the engine and Lark agree) and on masks along walks (xgrammar's own
+masks), and the dialect's refusals."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+
+import pytest
+
+from tests.constrain.test_gbnf import (assert_masks_equal_xgrammar, assert_strings_agree_with_xgrammar,
+                                       language)
+from trellis.constrain.errors import GrammarError
+from trellis.constrain.gbnf import Gbnf
+from trellis.constrain.xgrammar_regex import NOTHING, RegexDialectError, nonempty, nullable, to_python, translate
+from trellis.constrain.xgrammar_tags import automaton, languages
+
+
+def strings(alphabet: str, max_len: int):
+    for n in range(max_len + 1):
+        for t in itertools.product(alphabet, repeat=n):
+            yield "".join(t)
+
+
+# --- Regex ---------------------------------------------------------------------------------------
+
+REGEXES = [
+    ('Regex("[0-9]{2}$", json_string=true)', "09a", 3),
+    (r'Regex("\\d+\\.\\d+")', "1.a", 4),
+    (r'Regex("\\w\\s\\S")', "a_ \t\n!", 3),
+    ('Regex("(?i)a[b-c]+")', "aAbBcCd", 3),
+    ('Regex("(?i)[^k]")', "kKa", 1),
+    ('Regex("a.b")', "a\nb", 3),
+    ('Regex("a.b", flags="")', "a\nb", 3),
+    ('Regex("a.b", flags="s")', "a\nb", 3),
+    ('Regex("a.b", flags="i")', "aAbB\n", 3),
+    ('Regex("^ab$")', "ab$^", 3),
+    ('Regex("a(?=b)c")', "abc", 3),
+    ('Regex("a(?!b)c")', "abc", 3),
+    ('Regex("(?<name>ab)+c?")', "abc", 5),
+    ('Regex("a+?b|b{2,3}?")', "ab", 4),
+    ('Regex("(a|)b")', "ab", 3),
+    ('Regex("a|")', "ab", 2),
+    ('Regex("a**b")', "ab", 3),
+    ('Regex("[^a-c]x", json_string=true)', 'ab"\\x\n', 2),
+    (r'Regex("x\\cAy\\x41\\u0042\\u{43}")', "xyABC\x01", 6),
+    ('Regex("a{2,}")', "ab", 4),
+]
+
+
+@pytest.mark.parametrize("macro,alphabet,max_len", REGEXES, ids=[r[0] for r in REGEXES])
+def test_regex_macro_agrees_with_xgrammar_on_strings(macro, alphabet, max_len):
+    """Every string up to ``max_len`` over ``alphabet``: xgrammar's matcher, the engine and Lark agree."""
+    g = f'root ::= "<" {macro} ">"'
+    got = assert_strings_agree_with_xgrammar(g, ["<" + s + ">" for s in strings(alphabet, max_len)])
+    assert got  # the language is not empty
+
+
+@pytest.mark.parametrize("macro", [
+    'Regex("([^\\\\x00\\"&<>]|&amp;|&lt;|&gt;|&quot;)+")',
+    'Regex("\\\\S+", json_string=true) "!" Regex("[a-f]{2,3}", flags="i")',
+    'Regex("(ab){2,4000}c")',
+])
+def test_regex_macro_masks_equal_xgrammar(macro):
+    assert assert_masks_equal_xgrammar(f'root ::= "<" {macro} ">"') >= 5
+
+
+def test_regex_dialect_differs_from_python_where_xgrammar_says():
+    """The translation spells xgrammar's meaning out: ASCII \\d \\w \\s, ASCII-only case folding, and
+    '.' with newline unless ``flags`` is given."""
+    def lang(pattern, **kw):
+        return re.compile(to_python(translate(pattern, **kw)))
+
+    assert lang(r"\d").fullmatch("7") and not lang(r"\d").fullmatch("٣")  # Arabic-Indic 3: Python's \d has it
+    assert lang(r"\w").fullmatch("_") and not lang(r"\w").fullmatch("é")
+    assert lang(r"\s").fullmatch("\x0b") and not lang(r"\s").fullmatch("\u00a0")
+    assert lang("(?i)k").fullmatch("K") and not lang("(?i)k").fullmatch("\u212a")  # Kelvin sign: re.I folds it
+    assert lang("a.b").fullmatch("a\nb") and not lang("a.b", flags="").fullmatch("a\nb")
+    assert lang(".", json_string=True).fullmatch("x") and not lang(".", json_string=True).fullmatch('"')
+    assert translate('"', json_string=True) == NOTHING
+
+
+def test_nullable_patterns_keep_their_language():
+    """Lark refuses terminals that match "": a nullable macro is written as its non-empty part, made
+    optional; the language is unchanged."""
+    for pattern in ["a*", "(a|)b?", "a**", "(ab)?c?", "((a)?)*"]:
+        node = translate(pattern)
+        assert nullable(node)
+        ne = re.compile(to_python(nonempty(node)))
+        full = re.compile(to_python(node))
+        for s in strings("abc", 4):
+            assert bool(full.fullmatch(s)) == (s == "" or bool(ne.fullmatch(s))), (pattern, s)
+        assert language(f'root ::= "<" Regex("{pattern}") ">"', ["<>"]) == {"<>"}
+
+
+@pytest.mark.parametrize("pattern,words", [
+    (r"a\b", "Word boundary"), (r"\p{L}", "Unicode property"), (r"(a)\1", "Backreference"),
+    ("(?<=a)b", "Lookbehind"), ("[]", "Empty character class"), ("[^]", "Empty character class"),
+    (r"\uZZ", "four hexadecimal"), (r"\x4", "two hexadecimal"), (r"\u{110000}", "beyond the Unicode range"),
+    ("+a", "nothing to repeat"), ("a{2,1}", "larger than the upper bound"), ("(a", "not closed"),
+    ("a)", "Unmatched ')'"), ("(?x)a", "Unsupported group modifier"),
+])
+def test_regex_refusals_are_xgrammars(pattern, words):
+    with pytest.raises(RegexDialectError, match=re.escape(words)):
+        translate(pattern)
+    with pytest.raises(GrammarError, match=re.escape(words)):
+        Gbnf(f'root ::= Regex("{pattern.replace(chr(92), chr(92) * 2)}")').rules()
+
+
+# --- Substring -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("chunks", [("abc", "de", "fg"), ("a", "", "b", "a", "b"), ("ab", "a", "b", "ba"), ()])
+def test_substring_macro(chunks):
+    """Every run of consecutive whole chunks, the empty one included (xgrammar's docs' example:
+    ``"abcde"`` yes, ``"cde"`` no)."""
+    args = ", ".join(f'"{c}"' for c in chunks)
+    g = f'root ::= "<" Substring({args}) ">"'
+    want = {"".join(chunks[i:j]) for i in range(len(chunks) + 1) for j in range(i, len(chunks) + 1)}
+    got = assert_strings_agree_with_xgrammar(g, ["<" + s + ">" for s in strings("abcdefg", 4)])
+    assert got == {"<" + s + ">" for s in want if len(s) <= 4}
+    if chunks:
+        assert assert_masks_equal_xgrammar(g) >= 3
+
+
+# --- TagDispatch ---------------------------------------------------------------------------------
+
+def _walk(edges, tags, excludes, s):
+    alphabet = set("".join([*tags, *excludes]))
+    u = 0
+    for ch in s:
+        v = edges[u].get(ord(ch)) if ch in alphabet else edges[u].get(None)
+        if v is None:
+            return None
+        u = v
+    return u
+
+
+def test_tag_dispatch_languages_are_the_automatons():
+    """``free`` and ``lead`` (read off by state elimination) are exactly the automaton's languages,
+    on random tags and excludes over a small alphabet (overlapping tags, tags inside tags)."""
+    rng = random.Random(0)
+    for _ in range(60):
+        tags = ["".join(rng.choice("ab<") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 3))]
+        excludes = ["".join(rng.choice("ab<") for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(0, 2))]
+        excludes = [x for x in excludes if not any(t.startswith(x) for t in tags)]
+        edges, _, tag_end, dead = automaton(tags, excludes)
+        free, lead = languages(tags, excludes)
+        free_re = None if free == NOTHING else re.compile(to_python(free))
+        lead_re = {i: None if lead[i] == NOTHING else re.compile(to_python(lead[i])) for i in lead}
+        ends = set(tag_end.values()) | dead
+        for s in strings("ab<x", 5):
+            u = _walk(edges, tags, excludes, s)
+            assert bool(free_re and free_re.fullmatch(s)) == (u is not None and u not in ends), (tags, excludes, s)
+            for i, e in tag_end.items():
+                assert bool(lead_re[i] and lead_re[i].fullmatch(s)) == (u == e), (tags, excludes, s, i)
+
+
+TAG_DISPATCH = [
+    # xgrammar's docs: free text, dispatches, free text again
+    'root ::= TagDispatch(("<tool>", tool), ("<code>", code))\ntool ::= "{" [^}]* "}"\ncode ::= "`" [^`]* "`"',
+    # no loop; an outer stop tag kept out of the free text
+    'root ::= body "</a>"\nbody ::= TagDispatch(("<t>", t), loop_after_dispatch=false, excludes=("</a>",))\n'
+    't ::= [0-9]+',
+    # tags inside tags: "b" is never seen inside "abc"; "ab" and "abd" share a prefix
+    'root ::= TagDispatch(("b", x), ("abc", y), ("ab", x), ("abd", y))\nx ::= "1"\ny ::= "2"',
+    # no tags at all: text without the excludes
+    'root ::= TagDispatch(excludes=("ab", "ba"))',
+]
+
+
+@pytest.mark.parametrize("g", TAG_DISPATCH)
+def test_tag_dispatch_agrees_with_xgrammar(g):
+    alphabet = sorted(set("".join(re.findall(r'"([^"\\]*)"', g))) - set("^[]") | {"x"})
+    docs = list(strings("".join(alphabet[:5]), 3))
+    rng = random.Random(g)
+    quoted = [q for q in re.findall(r'"([^"\\]*)"', g) if len(q) > 1]
+    docs += ["".join(rng.choice(quoted + alphabet) for _ in range(rng.randint(1, 6))) for _ in range(200)]
+    got = assert_strings_agree_with_xgrammar(g, docs)
+    assert got
+    # masks over text tokens (xgrammar's free text also admits bytes that are not UTF-8: trellis'
+    # languages are text, so tokens that make non-UTF-8 text are left out of this comparison)
+    assert assert_masks_equal_xgrammar(g, lone_bytes=False) >= 5
+
+
+def test_tag_dispatch_excludes_need_not_be_trigger_prefixes():
+    with pytest.raises(GrammarError, match="must not be a prefix of trigger"):
+        Gbnf('root ::= TagDispatch(("<tool>", t), excludes=("<to",))\nt ::= "x"').rules()
+
+
+# --- rule options ----------------------------------------------------------------------------------
+
+def test_capture_options_are_accepted_and_the_others_refused_by_name():
+    g = 'root ::= item ("," item)*\nitem[capture="number"] ::= [0-9]+'
+    assert assert_strings_agree_with_xgrammar(g, ["1,22", "1,", "a"]) == {"1,22"}
+    assert language('root ::= a\na[capture, capture_hidden_stop_bytes=2, stop_capture="s"] ::= "x"', ["x"]) == {"x"}
+    for option in ("max_tokens=4", "max_chars=3", "lazy", "temperature=0.5"):
+        with pytest.raises(GrammarError, match=f"{option.split('=')[0]} is"):
+            Gbnf(f'root ::= a\na[capture, {option}] ::= "x"').rules()
