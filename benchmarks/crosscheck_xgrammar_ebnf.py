@@ -6,7 +6,8 @@
 
 Corpus: ``benchmarks/data/xgrammar_ebnf/grammars.json`` (see its README.md), the records with
 role ``test_input`` whose grammar the installed xgrammar accepts (``Grammar.from_ebnf(text,
-root_rule_name=...)``, re-checked here), one per distinct (text, root rule name).
+root_rule_name=...)`` and ``compile_grammar`` for the printable ASCII bytes, re-checked here: some
+refusals, a regex its ``Regex`` macro cannot build, come only at compile time), one per distinct (text, root rule name).
 
 For each grammar:
 
@@ -121,6 +122,8 @@ def literals(text: str, root: str) -> list[bytes]:
 
     for body in rules.values():
         visit(body)
+    if re.search(r"\b(Regex|Substring|TagDispatch)\(", text):  # their arguments spell text too
+        out += [m.encode("utf-8", "surrogatepass") for m in re.findall(r'"((?:[^"\\\n]|\\.)+)"', text)]
     return out
 
 
@@ -185,6 +188,19 @@ class XG:
         return bool(m.accept_string(prefix + token))
 
 
+def utf8_ok(prefix: bytes, token: bytes | None) -> bool:
+    """Whether ``prefix + token`` can still become UTF-8 text (``token`` None: ``prefix`` is
+    complete UTF-8 text). trellis' languages are sets of Unicode strings; xgrammar's TagDispatch
+    free text runs over raw bytes and also admits byte strings that are not UTF-8 (a lone
+    continuation byte, a lead byte followed by ASCII)."""
+    data = prefix if token is None else prefix + token
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError as e:
+        return token is not None and e.end == len(data) and e.reason == "unexpected end of data"
+
+
 def trellis_accepts(c: Any, data: bytes, whole: bool) -> bool:
     s = c.start()
     for b in data:
@@ -196,13 +212,27 @@ def trellis_accepts(c: Any, data: bytes, whole: bool) -> bool:
 
 # ----------------------------------------------------------------------------- one grammar
 
+_ASCII: list = []
+
+
+def _ascii_tokenizer() -> Any:
+    """xgrammar's tokenizer info for the printable ASCII bytes (to ask whether it compiles a grammar)."""
+    if not _ASCII:
+        import xgrammar as xgr
+
+        _ASCII.append(xgr.TokenizerInfo([chr(c) for c in range(0x20, 0x7F)]))
+    return _ASCII[0]
+
+
 def check(rec: dict, args: argparse.Namespace, out: list[str]) -> dict:
     text, root, gid = rec["ebnf"], rec["root_rule_name"] or "root", rec["id"]
     res: dict[str, Any] = {"id": gid, "status": None, "masks": 0, "diffs": [], "input_mismatches": []}
     try:
         import xgrammar as xgr
 
-        xgr.Grammar.from_ebnf(text, root_rule_name=root)
+        # accepted = compiled: some refusals (a regex xgrammar cannot build) come at compile time
+        xgr.GrammarCompiler(_ascii_tokenizer(), max_threads=1, cache_enabled=False).compile_grammar(
+            xgr.Grammar.from_ebnf(text, root_rule_name=root))
     except Exception as e:  # noqa: BLE001 - the installed xgrammar refuses it
         res.update(status="xgrammar refuses", reason=" ".join(str(e).split())[-120:])
         return res
@@ -230,7 +260,9 @@ def check(rec: dict, args: argparse.Namespace, out: list[str]) -> dict:
                     for i in np.flatnonzero(mine != theirs):
                         tok = None if i == eos else vocab.tokens[i]
                         judge = x.matcher_accepts(doc, tok)
-                        verdict = "xgrammar inconsistent" if judge == bool(mine[i]) else "trellis wrong"
+                        verdict = ("xgrammar inconsistent" if judge == bool(mine[i]) else
+                                   "xgrammar allows text that is not UTF-8" if judge and not utf8_ok(doc, tok) else
+                                   "trellis wrong")
                         res["diffs"].append(verdict)
                         out.append(f"DIFF {gid} walk={w} prefix={doc!r} token={'EOS' if tok is None else tok!r} "
                                    f"trellis={bool(mine[i])} xgrammar_mask={bool(theirs[i])} "
