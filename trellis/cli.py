@@ -6,7 +6,6 @@ import argparse
 import os
 import platform
 import sys
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from trellis.errors import UsageError
@@ -33,18 +32,17 @@ def _check_generate(args: argparse.Namespace) -> Any:
         (not (args.grammar and args.schema), "pass one of --grammar and --schema"),
         (not (args.speculate and (args.strategy or args.tree_out)),
          "--speculate is its own strategy; it cannot be combined with --strategy/--tree-out"),
-        (args.strategy == "smc" or (args.particles is None and args.ess_threshold is None and args.resampler is None),
-         "--particles, --ess-threshold and --resampler are SMC's: add --strategy smc"),
         (args.particles is None or args.particles >= 1, f"--particles must be >= 1, got {args.particles}"),
         (args.ess_threshold is None or 0 <= args.ess_threshold <= 1,
          f"--ess-threshold must be in [0, 1], got {args.ess_threshold}"),
         (not (args.strategy == "smc" and args.temperature == 0),
          "--strategy smc samples: --temperature must be > 0 (unset: 1.0, the model's own distribution)"),
     ]
-    _check_device(args.device)
     for ok, message in checks:
         if not ok:
             raise UsageError(message)
+    check_search_flags(args)
+    _check_device(args.device)
     if args.schema is not None:
         from trellis.constrain.json_schema import JsonSchema
 
@@ -86,10 +84,10 @@ def _check_device(device: str | None) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    schema = _check_generate(args)  # before torch is imported: a usage error is immediate
     from trellis.generate import generate
     from trellis.models import load
 
-    schema = _check_generate(args)
     strategy = search_strategy(args)
     _threads(args.threads)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
@@ -212,7 +210,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from trellis import __version__
+
     p = _Parser(prog="trellis", description="Constrained and search-based decoding.")
+    p.add_argument("--version", action="version", version=f"trellis {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="generate a continuation, streamed to stdout")
     g.add_argument("prompt", help="the prompt text, or - to read it from stdin")
@@ -267,37 +268,82 @@ def main(argv: Sequence[str] | None = None) -> int:
 # a tqdm progress bar (shown once a search has run for a second) for the non-streaming searches.
 # ---------------------------------------------------------------------------------------------
 
-from trellis.lm_proxy import LMProxy  # noqa: E402
-from trellis.search.names import STRATEGIES  # noqa: E402  (the names generate(strategy=...) takes)
+# The names generate(strategy=...) takes (trellis.search.names.STRATEGIES, which imports torch; a
+# test keeps the two equal): argparse checks --strategy before anything heavy is imported, so a
+# usage error costs milliseconds, not torch's import (20-120 s on a loaded machine, issue 57).
+STRATEGIES = ("greedy", "sample", "beam", "diverse-beam", "lookahead", "mcts", "best-of-n", "entropy-gate", "smc")
+
+
+# Each search parameter: (default, the strategies it applies to). The flags default to None so that
+# a flag the user gave is told from one left out: one given for another strategy is a usage error
+# naming both (``--include Paris --strategy beam`` ran a beam search that ignored it, issue 57).
+SEARCH_FLAGS: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "width": (4, ("beam", "diverse-beam", "lookahead")),
+    "n_best": (1, ("beam", "lookahead")),
+    "length_penalty": (1.0, ("beam", "diverse-beam")),
+    "early_stopping": ("false", ("beam", "diverse-beam")),
+    "groups": (2, ("diverse-beam",)),
+    "diversity_penalty": (1.0, ("diverse-beam",)),
+    "depth": (4, ("lookahead", "entropy-gate")),
+    "rollouts": (1, ("lookahead",)),
+    "include": ((), ("lookahead", "mcts")),
+    "lam": (1.0, ("lookahead",)),
+    "num_samples": (8, ("best-of-n",)),
+    "scorer": ("logprob", ("best-of-n",)),
+    "k": (3, ("mcts", "entropy-gate")),
+    "max_rollouts": (32, ("mcts",)),
+    "budget_tokens": (None, ("mcts",)),
+    "max_seconds": (None, ("mcts",)),
+    "threshold": (1.0, ("entropy-gate",)),
+    "particles": (8, ("smc",)),
+    "ess_threshold": (0.5, ("smc",)),
+    "resampler": ("systematic", ("smc",)),
+}
 
 
 def _add_search_args(g: argparse.ArgumentParser) -> None:
-    s = g.add_argument_group("search strategy")
-    s.add_argument("--strategy", choices=tuple(STRATEGIES), default=None,
+    s = g.add_argument_group("search strategy (each parameter applies only to the strategies it names)")
+    s.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="default: greedy at temperature 0, else sample")
-    s.add_argument("--width", type=int, default=4, help="beam width (beam, diverse-beam, lookahead)")
-    s.add_argument("--n-best", type=int, default=1, help="hypotheses to return (beam, lookahead)")
-    s.add_argument("--length-penalty", type=float, default=1.0, help="beam: score = logprob / len ** this")
-    s.add_argument("--early-stopping", choices=("true", "false", "never"), default="false")
-    s.add_argument("--groups", type=int, default=2, help="diverse-beam groups")
-    s.add_argument("--diversity-penalty", type=float, default=1.0, help="diverse-beam lambda")
-    s.add_argument("--depth", type=int, default=4, help="lookahead / entropy-gate lookahead tokens")
-    s.add_argument("--rollouts", type=int, default=1, help="lookahead continuations per candidate")
+    s.add_argument("--width", type=int, help="beam width (beam, diverse-beam, lookahead; default 4)")
+    s.add_argument("--n-best", type=int, help="hypotheses to return (beam, lookahead; default 1)")
+    s.add_argument("--length-penalty", type=float, help="beam, diverse-beam: score = logprob / len ** this (default 1)")
+    s.add_argument("--early-stopping", choices=("true", "false", "never"), help="beam, diverse-beam (default false)")
+    s.add_argument("--groups", type=int, help="diverse-beam groups (default 2)")
+    s.add_argument("--diversity-penalty", type=float, help="diverse-beam lambda (default 1)")
+    s.add_argument("--depth", type=int, help="lookahead / entropy-gate lookahead tokens (default 4)")
+    s.add_argument("--rollouts", type=int, help="lookahead continuations per candidate (default 1)")
     s.add_argument("--include", action="append", default=None,
                    help="lookahead: a phrase that must appear (repeatable); mcts: reward = share present")
-    s.add_argument("--lam", type=float, default=1.0, help="lookahead: weight of satisfied --include clauses")
-    s.add_argument("--num-samples", type=int, default=8, help="best-of-n: n")
-    s.add_argument("--scorer", choices=("logprob", "mean_logprob", "mbr"), default="logprob", help="best-of-n")
-    s.add_argument("--k", type=int, default=3, help="mcts children per expansion / entropy-gate candidates")
-    s.add_argument("--max-rollouts", type=int, default=32, help="mcts iterations")
+    s.add_argument("--lam", type=float, help="lookahead: weight of satisfied --include clauses (default 1)")
+    s.add_argument("--num-samples", type=int, help="best-of-n: n (default 8)")
+    s.add_argument("--scorer", choices=("logprob", "mean_logprob", "mbr"), help="best-of-n (default logprob)")
+    s.add_argument("--k", type=int, help="mcts children per expansion / entropy-gate candidates (default 3)")
+    s.add_argument("--max-rollouts", type=int, help="mcts iterations (default 32)")
     s.add_argument("--budget-tokens", type=int, default=None, help="mcts: forward-token budget")
     s.add_argument("--max-seconds", type=float, default=None, help="mcts: wall-time budget")
-    s.add_argument("--threshold", type=float, default=1.0, help="entropy-gate: pause above this entropy (nats)")
+    s.add_argument("--threshold", type=float, help="entropy-gate: pause above this entropy (nats; default 1)")
     s.add_argument("--particles", type=int, default=None, help="smc: particles (default 8)")
     s.add_argument("--ess-threshold", type=float, default=None,
                    help="smc: resample when the effective sample size < this x particles (default 0.5)")
     s.add_argument("--resampler", choices=("systematic", "multinomial"), default=None, help="smc (default systematic)")
     s.add_argument("--tree-out", default=None, help="write the explored tree (.dot, .svg, .png, .pdf)")
+
+
+def check_search_flags(args: argparse.Namespace) -> None:
+    """``UsageError`` for a search parameter given for a strategy it does not apply to."""
+    name = getattr(args, "strategy", None)
+    for dest, (default, strategies) in SEARCH_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is not None and name not in strategies:
+            flag = "--" + dest.replace("_", "-")
+            chosen = f"--strategy {name}" if name else "the default strategy (greedy, or sample with --temperature)"
+            raise UsageError(f"{flag} applies to --strategy {', '.join(strategies)}, not to {chosen}")
+
+
+def _search_param(args: argparse.Namespace, dest: str) -> Any:
+    value = getattr(args, dest, None)
+    return SEARCH_FLAGS[dest][0] if value is None else value
 
 
 def search_strategy(args: argparse.Namespace):  # -> Strategy | None
@@ -306,30 +352,34 @@ def search_strategy(args: argparse.Namespace):  # -> Strategy | None
 
     from trellis.search import must_include, strategy_from_name
 
+    def p(dest: str) -> Any:
+        return _search_param(args, dest)
+
     name = getattr(args, "strategy", None)
     if name is None and not getattr(args, "tree_out", None):
         return None  # generate() picks greedy or sample and streams token by token
     name = name or ("greedy" if not args.temperature else "sample")
     gen = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-    early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
-    phrases = tuple(args.include or ())
+    early = {"true": True, "false": False, "never": "never"}[p("early_stopping")]
+    phrases = tuple(p("include"))
     params: dict[str, Any] = {
         "greedy": {}, "sample": {},
-        "beam": dict(width=args.width, n_best=args.n_best, length_penalty=args.length_penalty, early_stopping=early),
-        "diverse-beam": dict(width=args.width, groups=args.groups, diversity_penalty=args.diversity_penalty,
-                             length_penalty=args.length_penalty, early_stopping=early),
-        "lookahead": dict(width=args.width, depth=args.depth, rollouts=args.rollouts, lam=args.lam,
-                          clauses=must_include(*phrases), n_best=args.n_best),
-        "mcts": dict(reward=_cli_reward(phrases), k=args.k, max_rollouts=args.max_rollouts,
-                     budget_tokens=args.budget_tokens, max_seconds=args.max_seconds),
-        "best-of-n": dict(n=args.num_samples, scorer=args.scorer),
-        "entropy-gate": dict(threshold=args.threshold, k=args.k, depth=args.depth),
-        "smc": dict(particles=args.particles or 8, ess_threshold=0.5 if args.ess_threshold is None else args.ess_threshold,
-                    resampler=args.resampler or "systematic"),
+        "beam": dict(width=p("width"), n_best=p("n_best"), length_penalty=p("length_penalty"), early_stopping=early),
+        "diverse-beam": dict(width=p("width"), groups=p("groups"), diversity_penalty=p("diversity_penalty"),
+                             length_penalty=p("length_penalty"), early_stopping=early),
+        "lookahead": dict(width=p("width"), depth=p("depth"), rollouts=p("rollouts"), lam=p("lam"),
+                          clauses=must_include(*phrases), n_best=p("n_best")),
+        "mcts": dict(reward=_cli_reward(phrases), k=p("k"), max_rollouts=p("max_rollouts"),
+                     budget_tokens=p("budget_tokens"), max_seconds=p("max_seconds")),
+        "best-of-n": dict(n=p("num_samples"), scorer=p("scorer")),
+        "entropy-gate": dict(threshold=p("threshold"), k=p("k"), depth=p("depth")),
+        "smc": dict(particles=p("particles"), ess_threshold=p("ess_threshold"), resampler=p("resampler")),
     }[name]
     strategy = strategy_from_name(name, generator=gen, **params)
     if name in ("greedy", "sample") and not args.tree_out:
         return strategy
+    from trellis.cli_observe import ObservedSearch, ObservedSMC
+
     if name == "smc":
         return ObservedSMC(strategy, _TREE_HOLDER, bool(args.tree_out))
     return ObservedSearch(strategy, _TREE_HOLDER)
@@ -350,84 +400,6 @@ def _cli_reward(phrases: tuple[str, ...]):
 
 
 _TREE_HOLDER: dict = {}
-
-
-class _ProgressLM(LMProxy):
-    """A LanguageModel proxy that ticks a tqdm bar once per LM call (bar appears after 1 s); as an
-    ``LMProxy`` it forwards the model's declared capabilities (commit, row re-indexing, stats)."""
-
-    def __init__(self, lm, bar) -> None:
-        super().__init__(lm)
-        self.bar = bar
-
-    def logits(self, prefixes):
-        self.bar.update(1)
-        return super().logits(prefixes)
-
-    def tree_logits(self, prefix, tree):
-        self.bar.update(1)
-        return super().tree_logits(prefix, tree)
-
-
-@dataclass(frozen=True)
-class ObservedSearch:
-    """Runs a strategy with a progress bar and keeps its explored tree (in ``holder``) for --tree-out."""
-
-    strategy: Any
-    holder: dict
-
-    def __call__(self, decoder, root, *, max_new_tokens: int):
-        from dataclasses import replace
-
-        from tqdm import tqdm
-
-        from trellis.search.tree import TreeSearch, path_tree
-
-        self.holder["vocab"] = decoder.vocab
-        with tqdm(desc=type(self.strategy).__name__, unit=" LM calls", delay=1.0, file=sys.stderr,
-                  leave=False) as bar:
-            dec = replace(decoder, lm=_ProgressLM(decoder.lm, bar))
-            if isinstance(self.strategy, TreeSearch):
-                res = self.strategy.search(dec, root, max_new_tokens=max_new_tokens)
-                hyps, tree = list(res.hypotheses), res.tree
-            else:
-                hyps = self.strategy(dec, root, max_new_tokens=max_new_tokens)
-                tree = path_tree(decoder, root, hyps)
-        self.holder["tree"] = tree
-        return hyps
-
-
-@dataclass(frozen=True)
-class ObservedSMC:
-    """SMC with a progress bar over its steps (one batched forward each, at most --max-new-tokens)
-    and, with --tree-out, its explored tree; ``generate`` still gets its weighted result."""
-
-    strategy: Any
-    holder: dict
-    record: bool
-
-    @property
-    def particles(self) -> int:
-        return self.strategy.particles
-
-    def weighted(self, decoder, root, *, max_new_tokens: int, recorder=None):
-        from dataclasses import replace
-
-        from tqdm import tqdm
-
-        from trellis.search.tree import TreeRecorder
-
-        rec = TreeRecorder(decoder, root) if self.record else recorder
-        with tqdm(desc=f"SMC ({self.strategy.particles} particles)", unit=" steps", total=max_new_tokens, delay=1.0,
-                  file=sys.stderr, leave=False) as bar:
-            res = self.strategy.weighted(replace(decoder, lm=_ProgressLM(decoder.lm, bar)), root,
-                                         max_new_tokens=max_new_tokens, recorder=rec)
-        if rec is not None and self.record:
-            self.holder["tree"] = rec.graph
-        return res
-
-    def __call__(self, decoder, root, *, max_new_tokens: int):
-        return self.weighted(decoder, root, max_new_tokens=max_new_tokens).hypotheses()
 
 
 def _write_search_tree(args: argparse.Namespace) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trellis.cli import STRATEGIES, ObservedSearch, ObservedSMC, search_strategy, build_parser
+from trellis.cli import STRATEGIES, build_parser, search_strategy
+from trellis.cli_observe import ObservedSearch, ObservedSMC
 from trellis.search import MCTS, SMC, Beam, BestOfN, DiverseBeam, EntropyGate, Greedy, Lookahead, Sample
 
 
@@ -30,7 +31,7 @@ def test_smc_flags_build_its_particles_and_need_its_strategy(capsys):
     s = search_strategy(args)
     assert isinstance(s, ObservedSMC) and s.particles == 5
     assert (s.strategy.ess_threshold, s.strategy.resampler) == (0.3, "multinomial")
-    for argv, message in ((["generate", "hi", "--particles", "4"], "add --strategy smc"),
+    for argv, message in ((["generate", "hi", "--particles", "4"], "--particles applies to --strategy smc"),
                           (["generate", "hi", "--strategy", "smc", "--temperature", "0"], "temperature"),
                           (["generate", "hi", "--strategy", "smc", "--particles", "0"], "--particles")):
         assert main(argv) == 2
