@@ -181,6 +181,51 @@ def test_suppressed_tokens_and_bad_words_are_never_generated() -> None:
     assert "bc" not in res.text and res.text.startswith("ab")
 
 
+def test_multimodal_placeholders_of_a_text_only_model_are_suppressed_by_default() -> None:
+    """Gemma 3's GGUF tokenizer lists ``<start_of_image>`` as text and unconstrained sampling drew
+    it (issue 57): by default a text-only model never emits its multimodal placeholders;
+    ``suppress_tokens=None`` turns that off, and a multimodal model keeps them."""
+    pieces = PIECES + [b"<start_of_image>", b"<end_of_image>"]
+    vocab = Vocabulary(tuple(pieces), eos=frozenset({2}), special=frozenset({0, 1, 2}))
+    img = pieces.index(b"<start_of_image>")
+    lm = ScriptedLM(len(pieces), [img, img, pieces.index(b"a")], prompt_len=1)
+    h = ModelHandle(model=lm, tokenizer=None, vocab=vocab, name="scripted")
+    res = generate(h, [1], max_new_tokens=3)
+    assert img not in res.tokens and "<start_of_image>" not in res.text
+    assert generate(h, [1], max_new_tokens=3, suppress_tokens=None).tokens[:2] == (img, img)
+    assert generate(h, [1], max_new_tokens=3, suppress_tokens=[pieces.index(b"a")]).tokens[:2] == (img, img)
+    assert img not in generate(h, [1], max_new_tokens=3, suppress_tokens="special").tokens
+
+    class Vision:  # a model whose config has a vision part: its placeholders are its input format
+        config = type("C", (), {"vision_config": object()})()
+    from trellis.generate import multimodal, suppressed_ids
+    assert multimodal(Vision()) and not multimodal(lm)
+    assert suppressed_ids("placeholders", vocab, None, text_only=False) == frozenset()
+    assert suppressed_ids("placeholders", vocab, None) == {img, pieces.index(b"<end_of_image>")}
+
+
+@pytest.mark.model
+def test_a_reply_to_messages_ends_where_a_turn_does(gemma) -> None:
+    """A base model asked through the chat template may open the next turn instead of closing its
+    own (issue 57): under ``messages=``, ``<start_of_turn>`` ends the reply like ``<end_of_turn>``.
+    (Scripted logits over Gemma's tokenizer and vocabulary: no forward pass.)"""
+    from trellis.chat import chat_prompt, encode, turn_end_ids
+
+    tok = gemma.tokenizer
+    sot, eot = tok.convert_tokens_to_ids("<start_of_turn>"), tok.convert_tokens_to_ids("<end_of_turn>")
+    assert turn_end_ids(tok) == {sot, eot} and eot in gemma.vocab.eos
+    msgs = [{"role": "user", "content": "Hi!"}]
+    prompt_ids = encode(tok, chat_prompt(tok, msgs))
+    n = len(prompt_ids)
+    hi, user = tok.convert_tokens_to_ids("Hi"), tok.convert_tokens_to_ids("user")
+    lm = ScriptedLM(gemma.vocab_size, [hi, sot, user, hi], prompt_len=n)
+    h = ModelHandle(model=lm, tokenizer=tok, vocab=gemma.vocab, name="scripted")
+    res = generate(h, messages=msgs, max_new_tokens=4)
+    assert res.tokens == (hi, sot) and res.text == "Hi" and res.stop_reason == "eos"
+    plain = generate(h, prompt_ids, max_new_tokens=4)  # the same ids as a plain prompt: no turns to end
+    assert plain.tokens == (hi, sot, user, hi) and plain.stop_reason == "length"
+
+
 def test_stream_rejects_batches() -> None:
     with pytest.raises(ValueError, match="stream"):
         generate(handle(), [[1, 5], [1, 6]], stream=True, max_new_tokens=2)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trellis.lm_proxy import LMProxy
+from trellis.search.tree import TreeRecorder
 
 
 class _ProgressLM(LMProxy):
@@ -28,6 +29,20 @@ class _ProgressLM(LMProxy):
         return super().tree_logits(prefix, tree)
 
 
+class _RolloutTicks(TreeRecorder):
+    """MCTS's tree recorder, ticking the bar once per iteration: every iteration backs its reward up
+    a path that starts at the root, so the root's visits count the iterations."""
+
+    def __init__(self, decoder: Any, root: Any, bar: Any) -> None:
+        super().__init__(decoder, root)
+        self._root, self._bar = root, bar
+
+    def visit(self, hyp: Any, *, value: float | None = None) -> None:
+        if hyp is self._root:
+            self._bar.update(1)
+        super().visit(hyp, value=value)
+
+
 @dataclass(frozen=True)
 class ObservedSearch:
     """Runs a strategy with a progress bar and keeps its explored tree (in ``holder``) for --tree-out."""
@@ -42,7 +57,18 @@ class ObservedSearch:
 
         from trellis.search.tree import TreeSearch, path_tree
 
+        from trellis.search.mcts import MCTS
+
         self.holder["vocab"] = decoder.vocab
+        if isinstance(self.strategy, MCTS):
+            # MCTS: a bar over its iterations, with their number as the total (it may stop sooner, at
+            # --budget-tokens or --max-seconds); an LM-call count has no total to read progress from
+            with tqdm(desc="MCTS", unit=" rollouts", total=self.strategy.max_rollouts, delay=1.0, file=sys.stderr,
+                      leave=False) as bar:
+                res = self.strategy.search(decoder, root, max_new_tokens=max_new_tokens,
+                                           recorder=_RolloutTicks(decoder, root, bar))
+            self.holder["tree"] = res.tree
+            return list(res.hypotheses)
         with tqdm(desc=type(self.strategy).__name__, unit=" LM calls", delay=1.0, file=sys.stderr,
                   leave=False) as bar:
             dec = replace(decoder, lm=_ProgressLM(decoder.lm, bar))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence, Union
 
@@ -122,7 +123,8 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
              strategy: Strategy | str | None = None, max_new_tokens: int = 128, temperature: float | None = None,
              top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, repetition_penalty: float = 1.0,
              stop: str | Sequence[str] = (), seed: int | None = None, n: int = 1, logprobs: int | None = None,
-             suppress_tokens: Sequence[int | str] | str = (), bad_words: Sequence[str | Sequence[int]] = (),
+             suppress_tokens: Sequence[int | str] | str | None = "placeholders",
+             bad_words: Sequence[str | Sequence[int]] = (),
              stream: bool = False, tools: Sequence[Any] | None = None, tool_choice: str = "auto",
              parallel_tool_calls: bool = False,
              tool_prompt: Callable[[Sequence[Tool], str], str] | None = format_tools_prompt,
@@ -151,9 +153,12 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     increments (stepwise strategies stream token by token; one prompt, ``n == 1``).
 
     ``stop``: a string or strings that end the output (cut before them, ``stop_reason="stop"``).
-    ``suppress_tokens``: ids (or exact token strings such as ``"<start_of_image>"``) never
-    generated, or ``"special"``: every special token but EOS; ``bad_words``: words (tokenized as written and with a leading space) or id sequences
-    never completed (HF's ``bad_words_ids``). ``logprobs=k``: each result's ``logprobs`` holds, per
+    ``suppress_tokens``: tokens never generated. Default ``"placeholders"``: a text-only model's
+    multimodal placeholder tokens (``MULTIMODAL_PLACEHOLDERS``: Gemma 3's GGUF tokenizer lists
+    ``<start_of_image>`` as text, and unconstrained sampling drew it); ``None``: nothing; ids or
+    exact token strings (``"<start_of_image>"``), which replace the default; ``"special"``: every
+    special token but EOS, and the placeholders. ``bad_words``: words (tokenized as written and
+    with a leading space) or id sequences never completed (HF's ``bad_words_ids``). ``logprobs=k``: each result's ``logprobs`` holds, per
     generated token, its log-prob and the ``k`` best alternatives, from one extra forward over the
     output (``k=0``: the chosen token's only).
 
@@ -189,6 +194,10 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     handle = load(model)
     vocab, tok = handle.vocab, handle.tokenizer
     prompts, batched = _prompts(prompt, messages, tok, chat_template)
+    if messages is not None and vocab is not None:
+        from trellis.chat import turn_end_ids
+
+        vocab = _ending_turns(vocab, turn_end_ids(tok))
     if schema is not None:
         if grammar is not None or tools:
             raise UsageError("pass one of grammar=, schema= or tools=")
@@ -218,7 +227,8 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     decoder = Decoder(language_model(handle.model), constraint, temperature=temperature,
                       top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
                       stop=tuple(s.encode() for s in stops), vocab=vocab,
-                      suppress=suppressed_ids(suppress_tokens, vocab, tok), bad_words=_bad_words(bad_words, tok))
+                      suppress=suppressed_ids(suppress_tokens, vocab, tok, text_only=not multimodal(handle.model)),
+                      bad_words=_bad_words(bad_words, tok))
     roots = [decoder.start(i) for i in ids for _ in range(per_root)]
     if stream:
         holder = GenerationStream(iter(()))
@@ -240,6 +250,23 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     per_prompt: list[Any] = [results[i * per_root:(i + 1) * per_root] if per_root > 1 else results[i]
                              for i in range(len(ids))]
     return per_prompt if batched else per_prompt[0]
+
+
+_TURN_VOCABS: "weakref.WeakKeyDictionary[Vocabulary, dict[frozenset[int], Vocabulary]]" = weakref.WeakKeyDictionary()
+
+
+def _ending_turns(vocab: Vocabulary, markers: frozenset[int]) -> Vocabulary:
+    """``vocab`` with the turn markers as EOS too: a reply to ``messages=`` ends where a turn does.
+    One derived vocabulary per (vocabulary, markers), so compiled grammars and vocabulary tables
+    built for it are reused across calls (building Gemma's takes seconds)."""
+    ends = markers - vocab.eos
+    if not ends:
+        return vocab
+    per = _TURN_VOCABS.setdefault(vocab, {})
+    if ends not in per:
+        per[ends] = Vocabulary(tuple(b"" if i in ends else t for i, t in enumerate(vocab.tokens)),
+                               eos=vocab.eos | ends, special=vocab.special | ends)
+    return per[ends]
 
 
 def _prompts(prompt: Any, messages: Any, tok: Any, template: str | None) -> tuple[list[Prompt], bool]:
@@ -312,13 +339,61 @@ def _samples(strategy: Any) -> bool:
     return dataclasses.is_dataclass(strategy) and "generator" in {f.name for f in dataclasses.fields(strategy)}
 
 
-def suppressed_ids(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
-    """The token ids ``generate(suppress_tokens=...)`` bans: ids, token strings (``UsageError`` for
-    one that is not a single token), or ``"special"`` (every special token but EOS)."""
+# Placeholders a multimodal checkpoint's tokenizer keeps for images, audio and video. A text-only
+# model (Gemma 3 270M) has them in its vocabulary, as text in Gemma's GGUF tokenizer, and nothing
+# taught it not to sample them: generate(model, "A name for a cat:", n=4, temperature=0.9) drew
+# 31 <start_of_image> (issue 57). generate() suppresses those present by default.
+MULTIMODAL_PLACEHOLDERS = (
+    "<start_of_image>", "<end_of_image>", "<image_soft_token>", "[multimodal]", "<start_of_audio>",
+    "<end_of_audio>", "<audio_soft_token>", "<image>", "<|image|>", "<|image_pad|>", "<|video_pad|>",
+    "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|audio_bos|>", "<|audio_eos|>", "<|AUDIO|>",
+    "<|IMAGE|>", "<|VIDEO|>",
+)
+
+
+def multimodal(model: Any) -> bool:
+    """Whether ``model`` takes images, audio or video (its config has a vision or audio part)."""
+    config = getattr(model, "config", None)
+    return any(getattr(config, key, None) is not None for key in ("vision_config", "audio_config"))
+
+
+def placeholder_ids(vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
+    """The ids of ``MULTIMODAL_PLACEHOLDERS`` that are single tokens of this vocabulary."""
+    out = set()
+    for name in MULTIMODAL_PLACEHOLDERS:
+        hit = _token_id(name, vocab, tok)
+        if hit is not None:
+            out.add(hit)
+    return frozenset(out)
+
+
+def _token_id(t: str, vocab: Vocabulary | None, tok: Any) -> int | None:
+    if tok is not None:  # special tokens (<image_soft_token>) have no bytes: ask the tokenizer
+        i = tok.convert_tokens_to_ids(t)
+        if isinstance(i, int) and (i != tok.unk_token_id or t == tok.unk_token):
+            return i
+        return None
+    if vocab is not None:
+        from trellis.constrain.walks import TokenMatrix
+
+        return TokenMatrix.of(vocab).token_of_bytes(t.encode())
+    return None
+
+
+def suppressed_ids(tokens: Sequence[int | str] | str | None, vocab: Vocabulary | None, tok: Any, *,
+                   text_only: bool = True) -> frozenset[int]:
+    """The token ids ``generate(suppress_tokens=...)`` bans: ``None`` none; ``"placeholders"`` a
+    text-only model's multimodal placeholders (none for a multimodal model); ids, token strings
+    (``UsageError`` for one that is not a single token); or ``"special"`` (every special token but
+    EOS, and the placeholders)."""
+    if tokens is None:
+        return frozenset()
+    if tokens == "placeholders":
+        return placeholder_ids(vocab, tok) if text_only else frozenset()
     if tokens == "special":  # every special/control token but EOS (<start_of_image>, <pad>, <unk>, ...)
         if vocab is None:
             raise UsageError('suppress_tokens="special" needs the model\'s vocabulary')
-        return frozenset(vocab.special - vocab.eos)
+        return frozenset(vocab.special - vocab.eos) | (placeholder_ids(vocab, tok) if text_only else frozenset())
     if isinstance(tokens, (str, int)):
         tokens = [tokens]
     out = set()
@@ -326,15 +401,7 @@ def suppressed_ids(tokens: Sequence[int | str] | str, vocab: Vocabulary | None, 
         if not isinstance(t, str):
             out.add(int(t))
             continue
-        hit = None
-        if tok is not None:  # special tokens (<start_of_image>) have no bytes: ask the tokenizer
-            i = tok.convert_tokens_to_ids(t)
-            if isinstance(i, int) and (i != tok.unk_token_id or t == tok.unk_token):
-                hit = i
-        elif vocab is not None:
-            from trellis.constrain.walks import TokenMatrix
-
-            hit = TokenMatrix.of(vocab).token_of_bytes(t.encode())
+        hit = _token_id(t, vocab, tok)
         if hit is None:
             raise UsageError(f"suppress_tokens: {t!r} is not a token of this vocabulary")
         out.add(hit)
