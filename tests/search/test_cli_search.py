@@ -62,3 +62,30 @@ def test_cli_beam_writes_tree_on_gemma(tmp_path, capsys, gemma):
                  "--max-new-tokens", "3", "--tree-out", str(out)]) == 0
     assert "<svg" in out.read_text()[:3000]
     assert "tree:" in capsys.readouterr().err
+
+
+def test_the_mcts_bar_counts_rollouts_against_its_total():
+    """The command line's MCTS progress bar ticks once per iteration, out of --max-rollouts (it
+    counted LM calls, with no total to read progress from: issue 57)."""
+    from fakes import HashLM
+    from trellis.decoder import Decoder
+    from trellis.tokens import Vocabulary
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    vocab = Vocabulary(tuple(bytes([b]) for b in range(32, 96)) + (b"",), eos=frozenset({64}))
+    dec = Decoder(HashLM(65, seed=3), vocab=vocab)
+    root = dec.start([1, 2])
+    from trellis.cli_observe import ObservedSearch, _RolloutTicks
+
+    bar = Bar()
+    res = MCTS(reward=lambda h: h.logprob, k=2, max_rollouts=7).search(dec, root, max_new_tokens=6,
+                                                                      recorder=_RolloutTicks(dec, root, bar))
+    assert bar.n == 7 and res.hypotheses
+    holder: dict = {}
+    hyps = ObservedSearch(MCTS(reward=lambda h: h.logprob, k=2, max_rollouts=5), holder)(dec, root, max_new_tokens=6)
+    assert hyps and holder["tree"].number_of_nodes() > 1
