@@ -29,7 +29,7 @@ class _ProgressLM(LMProxy):
         return super().tree_logits(prefix, tree)
 
 
-class _RolloutTicks(TreeRecorder):
+class RolloutTicks(TreeRecorder):
     """MCTS's tree recorder, ticking the bar once per iteration: every iteration backs its reward up
     a path that starts at the root, so the root's visits count the iterations."""
 
@@ -66,7 +66,7 @@ class ObservedSearch:
             with tqdm(desc="MCTS", unit=" rollouts", total=self.strategy.max_rollouts, delay=1.0, file=sys.stderr,
                       leave=False) as bar:
                 res = self.strategy.search(decoder, root, max_new_tokens=max_new_tokens,
-                                           recorder=_RolloutTicks(decoder, root, bar))
+                                           recorder=RolloutTicks(decoder, root, bar))
             self.holder["tree"] = res.tree
             return list(res.hypotheses)
         with tqdm(desc=type(self.strategy).__name__, unit=" LM calls", delay=1.0, file=sys.stderr,

@@ -80,11 +80,11 @@ def test_the_mcts_bar_counts_rollouts_against_its_total():
     vocab = Vocabulary(tuple(bytes([b]) for b in range(32, 96)) + (b"",), eos=frozenset({64}))
     dec = Decoder(HashLM(65, seed=3), vocab=vocab)
     root = dec.start([1, 2])
-    from trellis.cli_observe import ObservedSearch, _RolloutTicks
+    from trellis.cli_observe import ObservedSearch, RolloutTicks
 
     bar = Bar()
     res = MCTS(reward=lambda h: h.logprob, k=2, max_rollouts=7).search(dec, root, max_new_tokens=6,
-                                                                      recorder=_RolloutTicks(dec, root, bar))
+                                                                      recorder=RolloutTicks(dec, root, bar))
     assert bar.n == 7 and res.hypotheses
     holder: dict = {}
     hyps = ObservedSearch(MCTS(reward=lambda h: h.logprob, k=2, max_rollouts=5), holder)(dec, root, max_new_tokens=6)
