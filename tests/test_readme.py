@@ -2,8 +2,8 @@
 attribute had become ``draft_budget``, and nothing noticed).
 
 Python blocks run as written, one namespace each; a block that loads a model is marked ``model``
-(Gemma, run in CI). The vLLM block needs a vLLM install (``tests/integrations/test_vllm.py`` runs
-the same API in its own environment) and is skipped without one. Bash blocks: the lines that run
+(Gemma, run in CI). The vLLM block needs vLLM: it is skipped here and run by ``.ci/vllm_env`` in
+the vLLM environment (``-k vllm``). Bash blocks: the lines that run
 ``trellis`` commands run through the installed command line (the install commands are what CI
 itself runs); the ``text`` synopsis is not code.
 """
@@ -32,9 +32,10 @@ def _python_blocks():
         if lang != "python":
             continue
         marks = [pytest.mark.model, pytest.mark.slow] if MODEL.search(code) else []
-        if "from vllm import" in code and importlib.util.find_spec("vllm") is None:
-            marks.append(pytest.mark.skip(reason="needs vLLM (tests/integrations/test_vllm.py runs it there)"))
-        yield pytest.param(code, id=f"README.md:{line}", marks=marks)
+        vllm = "from vllm import" in code
+        if vllm and importlib.util.find_spec("vllm") is None:
+            marks.append(pytest.mark.skip(reason="needs vLLM: .ci/vllm_env runs it in the vLLM environment"))
+        yield pytest.param(code, id=f"README.md:{line}" + ("-vllm" if vllm else ""), marks=marks)
 
 
 def _cli_lines():
