@@ -11,7 +11,10 @@ snapshot 53da3ff), and this module builds the same automaton and reads its langu
   tracks the longest suffix of the text that is a trie path. It has no output links: a tag is
   seen only when that longest suffix IS the tag (tags ``b`` and ``abc``: in ``abd`` no ``b`` is
   seen), exactly as xgrammar's automaton sees it;
-* an edge into an exclude's end is removed (the text dies there);
+* an edge into a node whose text ends with an exclude is removed (the text dies there): an exclude
+  is seen wherever it ends, also inside a longer trie path or at a tag's end (``b<`` with the
+  exclude ``<``), as the installed xgrammar 0.2.9 sees it (found by fuzzing against it; the
+  snapshot's builder kills only the exclude's own trie node);
 * a tag's end keeps only its trie edges (toward longer tags it begins) and dispatches: the tag's
   rule, then back to the root (``loop_after_dispatch``) or the end of the macro;
 * every node that ends no tag and no exclude is final (free text may stop there, a partial tag
@@ -105,6 +108,12 @@ def automaton(tags: list[str], excludes: list[str]) -> tuple[dict, int, dict[int
             else:
                 delta[u][ch] = child
                 fail[child] = fallback
+    # An exclude is seen wherever it ends, also as a suffix of a longer trie path (``b<`` holds the
+    # exclude ``<``), and also at the end of a tag: the installed xgrammar (0.2.9) rejects such text
+    # (tags: only the longest suffix, above). A node is dead when its text ends with an exclude.
+    for u in order[1:]:
+        if fail[u] in dead:
+            dead.add(u)
     edges: dict = {}
     for u in range(n):
         row = dict(children[u]) if (u != 0 and u in ends) else dict(delta[u])
