@@ -1,11 +1,11 @@
 """xgrammar's regex dialect (its EBNF macro ``Regex("...", flags=..., json_string=...)``) -> a
-Python-regex fragment for the same language, every escape spelled out as an explicit class.
+small regular-expression AST of the same language, every escape spelled out as an explicit class
+(the GBNF reader turns it into rule nodes, ``gbnf_reader._node``).
 
 xgrammar compiles ``Regex`` with its own parser (``cpp/fsm_builder.cc``, ``ParseRegexToIR`` and
 ``ParseRegexEscape``, snapshot 53da3ff; checked against the installed 0.2.9 by
 ``benchmarks/crosscheck_xgrammar_ebnf.py``), whose meaning differs from Python's ``re`` in ways
-that change the language, so the pattern is parsed here the way xgrammar parses it and written
-out in a form whose Python meaning is that language:
+that change the language, so the pattern is parsed here the way xgrammar parses it:
 
 * ``\\d`` is ``[0-9]``, ``\\w`` ``[0-9A-Z_a-z]``, ``\\s`` ``[\\t-\\r ]`` (ASCII; Python's are Unicode);
 * ``.`` is any code point, newline included, unless the macro has ``flags`` (then ``.`` is
@@ -412,68 +412,6 @@ def simplify(node: RNode) -> RNode:
         return NOTHING
     uniq = list(dict.fromkeys(parts))
     return uniq[0] if len(uniq) == 1 else ("alt", tuple(uniq))
-
-
-def nullable(node: RNode) -> bool:
-    kind = node[0]
-    if kind == "set":
-        return False
-    if kind == "rep":
-        return node[2] == 0 or nullable(node[1])
-    if kind == "cat":
-        return all(nullable(x) for x in node[1])
-    return any(nullable(x) for x in node[1])
-
-
-def nonempty(node: RNode) -> RNode:
-    """The language of ``node`` without the empty string (NOTHING if that leaves nothing)."""
-    kind = node[0]
-    if kind == "set" or not nullable(node):
-        return node
-    if kind == "alt":
-        return simplify(("alt", tuple(nonempty(x) for x in node[1])))
-    if kind == "rep":  # nullable: r{lo,hi} = r{0,hi}; a non-empty string starts with a non-empty copy
-        item, hi = node[1], node[3]
-        rest = ("rep", item, 0, None if hi is None else hi - 1)
-        return simplify(("cat", (nonempty(item), rest)))
-    items = node[1]  # cat of nullable items: the first non-empty item, then the rest as they are
-    options = [("cat", (nonempty(items[k]), *items[k + 1:])) for k in range(len(items))]
-    return simplify(("alt", tuple(options)))
-
-
-# ------------------------------------------------------------------- Python regex text
-_SPECIAL = frozenset(chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum())
-
-
-def _esc(cp: int) -> str:
-    c = chr(cp)
-    if c in _SPECIAL:
-        return "\\" + c
-    if 0x20 <= cp < 0x7F:
-        return c
-    return f"\\x{cp:02x}" if cp <= 0xFF else f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
-
-
-def to_python(node: RNode) -> str:
-    """Python-regex text of ``node`` (ASCII, group-safe as an atom or sequence)."""
-    kind = node[0]
-    if kind == "set":
-        rs = node[1]
-        if not rs:
-            raise ValueError("an empty set has no Python spelling; simplify() first")
-        if rs == ((0, MAXC),):
-            return "(?s:.)"
-        if len(rs) == 1 and rs[0][0] == rs[0][1]:
-            return _esc(rs[0][0])
-        return "[" + "".join(_esc(lo) + ("" if lo == hi else "-" + _esc(hi)) for lo, hi in rs) + "]"
-    if kind == "cat":
-        return "".join(to_python(x) if x[0] != "alt" else f"(?:{to_python(x)})" for x in node[1])
-    if kind == "alt":
-        return "|".join(to_python(x) for x in node[1])
-    item, lo, hi = node[1], node[2], node[3]
-    op = {(0, None): "*", (1, None): "+", (0, 1): "?"}.get((lo, hi))
-    op = op or (f"{{{lo},}}" if hi is None else f"{{{lo}}}" if lo == hi else f"{{{lo},{hi}}}")
-    return f"(?:{to_python(item)}){op}"
 
 
 def translate(pattern: str, *, flags: str | None = None, json_string: bool = False) -> RNode:
