@@ -209,11 +209,12 @@ def test_a_reply_to_messages_ends_where_a_turn_does(gemma) -> None:
     """A base model asked through the chat template may open the next turn instead of closing its
     own (issue 57): under ``messages=``, ``<start_of_turn>`` ends the reply like ``<end_of_turn>``.
     (Scripted logits over Gemma's tokenizer and vocabulary: no forward pass.)"""
-    from trellis.chat import chat_prompt, encode, turn_end_ids
+    from trellis.chat import TURN_MARKERS, chat_prompt, encode
+    from trellis.generate import token_ids
 
     tok = gemma.tokenizer
     sot, eot = tok.convert_tokens_to_ids("<start_of_turn>"), tok.convert_tokens_to_ids("<end_of_turn>")
-    assert turn_end_ids(tok) == {sot, eot} and eot in gemma.vocab.eos
+    assert token_ids(TURN_MARKERS, gemma.vocab, tok) == {sot, eot} and eot in gemma.vocab.eos
     msgs = [{"role": "user", "content": "Hi!"}]
     prompt_ids = encode(tok, chat_prompt(tok, msgs))
     n = len(prompt_ids)

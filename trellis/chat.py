@@ -54,18 +54,8 @@ def encode(tokenizer: Any, text: str) -> list[int]:
 
 
 # Markers that open or close a turn in common chat templates (Gemma, ChatML, Llama 3, Phi-3): in a
-# reply to ``messages``, either one means the assistant's turn is over.
+# reply to ``messages``, either one means the assistant's turn is over (``generate`` ends the reply
+# at those that are single tokens; Gemma's EOS set already holds ``<end_of_turn>``, and a base model
+# that opens the next turn with ``<start_of_turn>`` has finished its own).
 TURN_MARKERS = ("<end_of_turn>", "<start_of_turn>", "<|im_end|>", "<|im_start|>", "<|eot_id|>",
                 "<|start_header_id|>", "<|end|>", "<|user|>")
-
-
-def turn_end_ids(tokenizer: Any) -> frozenset[int]:
-    """The ids of ``TURN_MARKERS`` that are single tokens of ``tokenizer``: ``generate(messages=...)``
-    ends the reply at any of them (Gemma's EOS set already holds ``<end_of_turn>``; a base model
-    that opens the next turn with ``<start_of_turn>`` has finished its own)."""
-    out = set()
-    for marker in TURN_MARKERS:
-        i = tokenizer.convert_tokens_to_ids(marker)
-        if isinstance(i, int) and i != getattr(tokenizer, "unk_token_id", None):
-            out.add(i)
-    return frozenset(out)

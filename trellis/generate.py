@@ -195,9 +195,9 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     vocab, tok = handle.vocab, handle.tokenizer
     prompts, batched = _prompts(prompt, messages, tok, chat_template)
     if messages is not None and vocab is not None:
-        from trellis.chat import turn_end_ids
+        from trellis.chat import TURN_MARKERS
 
-        vocab = _ending_turns(vocab, turn_end_ids(tok))
+        vocab = _ending_turns(vocab, token_ids(TURN_MARKERS, vocab, tok))
     if schema is not None:
         if grammar is not None or tools:
             raise UsageError("pass one of grammar=, schema= or tools=")
@@ -357,14 +357,9 @@ def multimodal(model: Any) -> bool:
     return any(getattr(config, key, None) is not None for key in ("vision_config", "audio_config"))
 
 
-def placeholder_ids(vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
-    """The ids of ``MULTIMODAL_PLACEHOLDERS`` that are single tokens of this vocabulary."""
-    out = set()
-    for name in MULTIMODAL_PLACEHOLDERS:
-        hit = _token_id(name, vocab, tok)
-        if hit is not None:
-            out.add(hit)
-    return frozenset(out)
+def token_ids(names: Sequence[str], vocab: Vocabulary | None, tok: Any) -> frozenset[int]:
+    """The ids of those ``names`` that are single tokens of this tokenizer (or vocabulary)."""
+    return frozenset(i for i in (_token_id(name, vocab, tok) for name in names) if i is not None)
 
 
 def _token_id(t: str, vocab: Vocabulary | None, tok: Any) -> int | None:
@@ -389,11 +384,11 @@ def suppressed_ids(tokens: Sequence[int | str] | str | None, vocab: Vocabulary |
     if tokens is None:
         return frozenset()
     if tokens == "placeholders":
-        return placeholder_ids(vocab, tok) if text_only else frozenset()
+        return token_ids(MULTIMODAL_PLACEHOLDERS, vocab, tok) if text_only else frozenset()
     if tokens == "special":  # every special/control token but EOS (<start_of_image>, <pad>, <unk>, ...)
         if vocab is None:
             raise UsageError('suppress_tokens="special" needs the model\'s vocabulary')
-        return frozenset(vocab.special - vocab.eos) | (placeholder_ids(vocab, tok) if text_only else frozenset())
+        return frozenset(vocab.special - vocab.eos) | (token_ids(MULTIMODAL_PLACEHOLDERS, vocab, tok) if text_only else frozenset())
     if isinstance(tokens, (str, int)):
         tokens = [tokens]
     out = set()
