@@ -301,32 +301,40 @@ SEARCH_FLAGS: dict[str, tuple[Any, tuple[str, ...]]] = {
 }
 
 
+def _help(dest: str, text: str) -> str:
+    """``text``, then the strategies the flag applies to and its default, from ``SEARCH_FLAGS``."""
+    default, strategies = SEARCH_FLAGS[dest]
+    shown = "" if default in (None, ()) else f"; default {default}"
+    return f"{text} ({', '.join(strategies)}{shown})"
+
+
 def _add_search_args(g: argparse.ArgumentParser) -> None:
     s = g.add_argument_group("search strategy (each parameter applies only to the strategies it names)")
     s.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="default: greedy at temperature 0, else sample")
-    s.add_argument("--width", type=int, help="beam width (beam, diverse-beam, lookahead; default 4)")
-    s.add_argument("--n-best", type=int, help="hypotheses to return (beam, lookahead; default 1)")
-    s.add_argument("--length-penalty", type=float, help="beam, diverse-beam: score = logprob / len ** this (default 1)")
-    s.add_argument("--early-stopping", choices=("true", "false", "never"), help="beam, diverse-beam (default false)")
-    s.add_argument("--groups", type=int, help="diverse-beam groups (default 2)")
-    s.add_argument("--diversity-penalty", type=float, help="diverse-beam lambda (default 1)")
-    s.add_argument("--depth", type=int, help="lookahead / entropy-gate lookahead tokens (default 4)")
-    s.add_argument("--rollouts", type=int, help="lookahead continuations per candidate (default 1)")
+    s.add_argument("--width", type=int, help=_help("width", "beam width"))
+    s.add_argument("--n-best", type=int, help=_help("n_best", "hypotheses to return"))
+    s.add_argument("--length-penalty", type=float, help=_help("length_penalty", "score = logprob / len ** this"))
+    s.add_argument("--early-stopping", choices=("true", "false", "never"), help=_help("early_stopping", "beam stop rule"))
+    s.add_argument("--groups", type=int, help=_help("groups", "groups"))
+    s.add_argument("--diversity-penalty", type=float, help=_help("diversity_penalty", "lambda"))
+    s.add_argument("--depth", type=int, help=_help("depth", "lookahead tokens"))
+    s.add_argument("--rollouts", type=int, help=_help("rollouts", "lookahead continuations per candidate"))
     s.add_argument("--include", action="append", default=None,
-                   help="lookahead: a phrase that must appear (repeatable); mcts: reward = share present")
-    s.add_argument("--lam", type=float, help="lookahead: weight of satisfied --include clauses (default 1)")
-    s.add_argument("--num-samples", type=int, help="best-of-n: n (default 8)")
-    s.add_argument("--scorer", choices=("logprob", "mean_logprob", "mbr"), help="best-of-n (default logprob)")
-    s.add_argument("--k", type=int, help="mcts children per expansion / entropy-gate candidates (default 3)")
-    s.add_argument("--max-rollouts", type=int, help="mcts iterations (default 32)")
-    s.add_argument("--budget-tokens", type=int, default=None, help="mcts: forward-token budget")
-    s.add_argument("--max-seconds", type=float, default=None, help="mcts: wall-time budget")
-    s.add_argument("--threshold", type=float, help="entropy-gate: pause above this entropy (nats; default 1)")
-    s.add_argument("--particles", type=int, default=None, help="smc: particles (default 8)")
-    s.add_argument("--ess-threshold", type=float, default=None,
-                   help="smc: resample when the effective sample size < this x particles (default 0.5)")
-    s.add_argument("--resampler", choices=("systematic", "multinomial"), default=None, help="smc (default systematic)")
+                   help=_help("include", "a phrase that must appear (lookahead; repeatable) or whose share present "
+                                         "is the reward (mcts)"))
+    s.add_argument("--lam", type=float, help=_help("lam", "weight of satisfied --include clauses"))
+    s.add_argument("--num-samples", type=int, help=_help("num_samples", "samples drawn"))
+    s.add_argument("--scorer", choices=("logprob", "mean_logprob", "mbr"), help=_help("scorer", "ranking"))
+    s.add_argument("--k", type=int, help=_help("k", "children per expansion / candidates"))
+    s.add_argument("--max-rollouts", type=int, help=_help("max_rollouts", "mcts iterations"))
+    s.add_argument("--budget-tokens", type=int, help=_help("budget_tokens", "forward-token budget"))
+    s.add_argument("--max-seconds", type=float, help=_help("max_seconds", "wall-time budget"))
+    s.add_argument("--threshold", type=float, help=_help("threshold", "pause above this entropy (nats)"))
+    s.add_argument("--particles", type=int, help=_help("particles", "particles"))
+    s.add_argument("--ess-threshold", type=float,
+                   help=_help("ess_threshold", "resample when the effective sample size < this x particles"))
+    s.add_argument("--resampler", choices=("systematic", "multinomial"), help=_help("resampler", "resampling scheme"))
     s.add_argument("--tree-out", default=None, help="write the explored tree (.dot, .svg, .png, .pdf)")
 
 
@@ -341,19 +349,15 @@ def check_search_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} applies to --strategy {', '.join(strategies)}, not to {chosen}")
 
 
-def _search_param(args: argparse.Namespace, dest: str) -> Any:
-    value = getattr(args, dest, None)
-    return SEARCH_FLAGS[dest][0] if value is None else value
-
-
 def search_strategy(args: argparse.Namespace):  # -> Strategy | None
     """The strategy the arguments ask for, wrapped for the progress bar and --tree-out."""
     import torch
 
     from trellis.search import must_include, strategy_from_name
 
-    def p(dest: str) -> Any:
-        return _search_param(args, dest)
+    def p(dest: str) -> Any:  # the flag's value, or its default when left out
+        value = getattr(args, dest, None)
+        return SEARCH_FLAGS[dest][0] if value is None else value
 
     name = getattr(args, "strategy", None)
     if name is None and not getattr(args, "tree_out", None):
