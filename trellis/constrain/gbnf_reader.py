@@ -358,10 +358,8 @@ class GbnfParser:
             text, end = self.literal(pos)
             return MacroValue("str", text, pos), end
         if c.isascii() and c.isdigit():
-            end = pos
-            while self.peek(end).isascii() and self.peek(end).isdigit():
-                end += 1
-            return MacroValue("int", int(self.text[pos:end]), pos), end
+            number, end = self.integer(pos, True)
+            return MacroValue("int", number, pos), end
         if c == "(":
             items: list[MacroValue] = []
             p = self.space(pos + 1, True)
