@@ -165,7 +165,7 @@ def _memo(mod: str, attr: str) -> Any:
 
 
 def _wait_writes() -> None:
-    importlib.import_module("trellis.constrain.compile").wait_for_cache_writes()
+    importlib.import_module("trellis.constrain.disk_cache").wait_for_cache_writes()
 
 
 class Fresh:

@@ -54,7 +54,7 @@ def test_disk_cache_warm_and_precomputed(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(memo, "COMPILED", OrderedDict())  # earlier tests compiled json.lark too
     v = vocab()
     c1 = compile("json.lark", v, precompute=True, progress=False, engine="lalr")
-    memo.wait_for_cache_writes()  # tables are written in the background
+    sys.modules["trellis.constrain.disk_cache"].wait_for_cache_writes()  # tables are written in the background
     files = sorted(p.name[:2] for p in tmp_path.rglob("*.pkl"))
     assert files == ["g-", "t-"]
     memo.COMPILED.clear()  # the second compile must come from disk, not the process memo
@@ -98,7 +98,7 @@ def test_tree_masks_prunes_forbidden_nodes() -> None:
 def test_table_cache_is_bounded_lru(tmp_path, monkeypatch) -> None:
     import os
 
-    from trellis.constrain.compile import prune_cache_dir
+    from trellis.constrain.disk_cache import prune_cache_dir
 
     monkeypatch.setenv("TRELLIS_GRAMMAR_CACHE_MB", str(2.5 / 1024))  # 2.5 KiB
     for i in range(4):

@@ -440,7 +440,7 @@ def test_key_cuts_and_literal_shortcuts_equal_the_general_constructions() -> Non
     (``literal_at``, ``intersects``, the Earley scan tables) against the same DFA without its
     ``literal`` text, which takes the general routes."""
     from trellis.constrain.byte_dfa import ByteDFA
-    from trellis.constrain.literal_walk import literal_at
+    from trellis.constrain.byte_dfa import literal_at
     from trellis.constrain.regex import difference, intersects, literal_dfa, regex_to_byte_dfa
 
     rng = random.Random(7)
@@ -504,7 +504,8 @@ def test_vocabulary_walks_are_shared_across_grammars_and_runs(tmp_path, monkeypa
     grammar with the same terminal reuses it from memory, a new process (memo cleared) from disk,
     and the masks are the same as a build from scratch."""
     from trellis.constrain import walk_cache
-    from trellis.constrain.compile import clear_caches, wait_for_cache_writes
+    from trellis.constrain.compile import clear_caches
+    from trellis.constrain.disk_cache import wait_for_cache_writes
     from trellis.constrain.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
@@ -547,7 +548,8 @@ def test_walks_over_leftovers_are_shared_across_grammars_and_runs(tmp_path, monk
     next terminal once for every grammar with the same two shapes, in memory and from disk, and
     the masks equal a build from scratch."""
     from trellis.constrain import walk_cache
-    from trellis.constrain.compile import clear_caches, wait_for_cache_writes
+    from trellis.constrain.compile import clear_caches
+    from trellis.constrain.disk_cache import wait_for_cache_writes
     from trellis.constrain.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))

@@ -11,7 +11,7 @@ from lark import Token
 from lark.exceptions import GrammarError as LarkGrammarError
 from lark.load_grammar import _literal_to_pattern
 
-from trellis.constrain.grammar_ir import literal_pattern
+from trellis.constrain.lark_reader import literal_pattern
 
 PIECES = ["\\", "\\\\", '\\"', "'", '"', "/", "\\/", "a", "Z", "0", "7", "é", "日", "\U0001F600", "\\n", "\\t",
           "\\r", "\\f", "\\x41", "\\x4", "\\u0022", "\\u00e9", "\\U0001F600", "\\d", "\\w", "\\N", "\\0", "\\12",

@@ -10,8 +10,8 @@ import random
 import numpy as np
 import pytest
 
-from trellis.constrain.literal_walk import (Literal, literal_at, literal_vocabulary_ids, walk_literal_rests, words_at,
-                                            words_vocabulary_ids)
+from trellis.constrain.byte_dfa import Literal, literal_at
+from trellis.constrain.literal_walk import literal_vocabulary_ids, walk_literal_rests, words_at, words_vocabulary_ids
 from trellis.constrain.regex import regex_to_byte_dfa
 from trellis.constrain.rest_walk import RestSet, walk
 from trellis.constrain.walks import TokenMatrix

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from trellis.constrain import GrammarError, Regex, compile, regex_to_byte_dfa
-from trellis.constrain.regex import codepoint_ranges_to_utf8
+from trellis.constrain.utf8 import codepoint_ranges_to_utf8
 from trellis.mask import allocate_bitmask, allowed_ids
 from trellis.tokens import Vocabulary
 
@@ -232,7 +232,7 @@ def test_compiled_dfas_equal_interegulars_on_patterns_both_read() -> None:
 def _interegular_nfa(fsm):  # type: ignore[no-untyped-def]
     """interegular FSM -> (byte edges, finals, start) as the old path expanded it (an oracle)."""
     from trellis.constrain.charsets import alphabet_ranges
-    from trellis.constrain.regex import codepoint_ranges_to_utf8
+    from trellis.constrain.utf8 import codepoint_ranges_to_utf8
 
     seqs = {cls: codepoint_ranges_to_utf8(list(r)) for cls, r in alphabet_ranges(fsm.alphabet).items()}
     states = sorted(fsm.states)

@@ -16,7 +16,7 @@ from typing_extensions import NotRequired
 
 from fakes import BigramLM, HashLM
 from trellis import generate
-from trellis.constrain.regex import Regex
+from trellis.constrain.regex_constraint import Regex
 from trellis.constrain.tools import (EitherConstraint, Ge, Keywords, Le, MaxLen, MinLen, Pattern, Tool, ToolCall,
                                      ToolCallError, call_schema, format_tools_prompt, parse_docstring,
                                      parse_tool_calls, text_pattern, tool_constraint)

@@ -15,7 +15,8 @@ from trellis.constrain.gbnf import Gbnf
 from trellis.constrain.scannerless import EarleyConstraint
 from trellis.constrain.errors import ConstraintError, ConstraintUsageError, GrammarBudgetError, GrammarError, SchemaError
 from trellis.constrain.json_schema import IgnoredKeyword, JsonSchema
-from trellis.constrain.regex import ByteDFA, Regex, RegexConstraint, regex_to_byte_dfa
+from trellis.constrain.regex import ByteDFA, regex_to_byte_dfa
+from trellis.constrain.regex_constraint import Regex, RegexConstraint
 
 __all__ = [
     "ByteDFA", "CFGConstraint", "GrammarTables", "Constraint", "ConstraintError", "ConstraintUsageError",

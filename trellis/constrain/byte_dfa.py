@@ -1,7 +1,7 @@
 """Byte DFAs, the automaton type of every regex and terminal, and their algebra.
 
-Stage: the ``ByteDFA`` type (trimmed: every state can still reach an accepting state), UTF-8
-byte-range sequences of code point ranges, literal chains, trimming, and the products built on
+Stage: the ``ByteDFA`` type (trimmed: every state can still reach an accepting state), literal
+chains and the literal left from a state (``literal_at``), byte classes, trimming, and the products built on
 finished DFAs: ``restrict_first_char``, ``difference`` (by a key trie or the general product)
 and ``intersects``. Patterns are turned into DFAs by ``regex.py``; determinising and minimising
 is ``dfa_minimise.py``.
@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trellis.constrain.errors import GrammarError
-
-_SURROGATES = (0xD800, 0xDFFF)
+from trellis.constrain.utf8 import utf8_dawg
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,7 +27,7 @@ class ByteDFA:
     trans: np.ndarray  # [S, 256] int32
     final: np.ndarray  # [S] bool
     # The text of a ``literal_dfa`` (its only string; state q is ``literal[q:]`` from the end),
-    # None for every other DFA: lets the literal's users (``literal_walk.literal_at``, the Earley
+    # None for every other DFA: lets the literal's users (``literal_at``, the Earley
     # scan tables, ``intersects``) skip scanning the [S, 256] table of a JSON key.
     literal: bytes | None = None
     # For a DFA that ``difference`` cut from ``base`` by a trie of words (a schema object's "other
@@ -59,48 +58,6 @@ class Cut:
     base: "ByteDFA"
     origin: np.ndarray
     inner: int
-
-
-# ----------------------------------------------------------------------------- UTF-8 ranges
-
-
-def _split_utf8(lo: int, hi: int, out: list[list[tuple[int, int]]]) -> None:
-    """Append byte-range sequences whose concatenations encode exactly the codepoints [lo, hi]."""
-    for bound in (0x7F, 0x7FF, 0xFFFF):
-        if lo <= bound < hi:
-            _split_utf8(lo, bound, out)
-            _split_utf8(bound + 1, hi, out)
-            return
-    if hi <= 0x7F:
-        out.append([(lo, hi)])
-        return
-    n = len(chr(lo).encode("utf-8"))
-    for i in range(1, n):
-        m = (1 << (6 * i)) - 1
-        if (lo & ~m) != (hi & ~m):
-            if lo & m:
-                _split_utf8(lo, lo | m, out)
-                _split_utf8((lo | m) + 1, hi, out)
-                return
-            if (hi & m) != m:
-                _split_utf8(lo, (hi & ~m) - 1, out)
-                _split_utf8(hi & ~m, hi, out)
-                return
-    a, b = chr(lo).encode("utf-8"), chr(hi).encode("utf-8")
-    out.append(list(zip(a, b)))
-
-
-def codepoint_ranges_to_utf8(ranges: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    """Codepoint ranges (inclusive, surrogates skipped) -> byte-range sequences."""
-    out: list[list[tuple[int, int]]] = []
-    for lo, hi in ranges:
-        pieces = [(lo, hi)]
-        if lo <= _SURROGATES[1] and hi >= _SURROGATES[0]:
-            pieces = [(lo, _SURROGATES[0] - 1), (_SURROGATES[1] + 1, hi)]
-        for a, b in pieces:
-            if a <= b:
-                _split_utf8(a, b, out)
-    return out
 
 
 # Literal DFAs by their text, shared by every grammar (read-only arrays, as regex.DFA_MEMO's;
@@ -169,8 +126,6 @@ def restrict_first_char(dfa: ByteDFA, allowed: tuple) -> ByteDFA | None:
     """The DFA of the strings of ``dfa`` whose first character is in ``allowed`` (code point
     ranges), or None when there is none: a product of ``dfa`` with the UTF-8 automaton of
     ``allowed`` over the first character, then ``dfa`` itself."""
-    from trellis.constrain.regex_compile import utf8_dawg
-
     nodes = utf8_dawg(tuple(allowed))
     n = dfa.num_states
     ids: dict[tuple[int, int], int] = {(0, 0): n}  # (dawg node, dfa state) mid first character
@@ -214,9 +169,7 @@ def restrict_first_char(dfa: ByteDFA, allowed: tuple) -> ByteDFA | None:
 
 def _chain_words(dfa: ByteDFA) -> list[bytes] | None:
     """The strings of a DFA that is one chain from state 0 (a literal: no branch, no loop), by
-    ``literal_walk.literal_at``; None otherwise."""
-    from trellis.constrain.literal_walk import literal_at
-
+    ``literal_at``; None otherwise."""
     lit = literal_at(dfa, 0)
     if lit is None:
         return None
@@ -407,3 +360,62 @@ def intersects(a: ByteDFA, b: ByteDFA) -> bool:
                 seen.add(pair)
                 todo.append(pair)
     return False
+
+
+# ----------------------------------------------------------------------------- literals left in a DFA
+
+
+# Literals longer than this are walked by numpy (a chain that long is a padded or generated
+# terminal, not a keyword; bisecting each of its prefixes would cost more than the walk).
+MAX_LITERAL = 256
+
+@dataclass(frozen=True)
+class Literal:
+    """The only path left from a DFA state: its bytes and the lengths after which it is final."""
+
+    text: bytes
+    ends: tuple[int, ...]  # 1 <= j <= len(text), ascending
+
+_CHAINS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict]] = {}
+
+def literal_at(dfa: ByteDFA, q: int) -> Literal | None:
+    """The literal from state ``q`` of ``dfa``, or None when some reachable state branches or
+    loops (memoised per DFA and state)."""
+    if dfa.literal is not None:  # a literal_dfa: state q is the rest of its text (~1 vs ~10 us)
+        rest = dfa.literal[q:]
+        return Literal(rest, (len(rest),)) if 0 < len(rest) <= MAX_LITERAL else None
+    trans, deg, byte, memo = chain_tables(dfa)
+    if q in memo:
+        return memo[q]
+    out = bytearray()
+    ends: list[int] = []
+    s = q
+    lit: Literal | None = None
+    while len(out) <= MAX_LITERAL:
+        d = int(deg[s])
+        if d == 0:
+            lit = Literal(bytes(out), tuple(ends))
+            break
+        if d > 1:
+            break
+        b = int(byte[s])
+        out.append(b)
+        s = int(trans[s, b])
+        if dfa.final[s]:
+            ends.append(len(out))
+    if lit is not None and not lit.text:
+        lit = None  # a final state with no way on: nothing to walk
+    memo[q] = lit
+    return lit
+
+def chain_tables(dfa: ByteDFA) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """(trans, out-degree per state, the one outgoing byte where the degree is 1, memo) of a DFA,
+    cached by its table's identity."""
+    trans = dfa.trans
+    hit = _CHAINS.get(id(trans))
+    if hit is None or hit[0] is not trans:
+        live = trans >= 0
+        if len(_CHAINS) >= 4096:
+            _CHAINS.clear()
+        hit = _CHAINS[id(trans)] = (trans, live.sum(axis=1), live.argmax(axis=1), {})
+    return hit

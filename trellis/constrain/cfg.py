@@ -78,10 +78,14 @@ from torch import Tensor
 
 from trellis.constrain.lalr_runtime import (TOP_DECODE, TOP_DEPTHS, VIABILITY_DEPTH, VIABILITY_TOP, CfgState,
                                             LalrRuntime, Stack)
-from trellis.constrain.lalr_tables import TOP_TABLE_BUDGET, GrammarTables, build_top_table, compile_lark, lark_error
-from trellis.constrain.lexer import byte_classes, global_accept
-from trellis.constrain.walks import (Continuation, Rests, StateTable, TokenMatrix, WalkTable, continuation, scaled,
-                                     start_successors, state_table, walk_table)
+from trellis.constrain.errors import lark_error
+from trellis.constrain.lalr_runtime import GrammarTables
+from trellis.constrain.lalr_tables import TOP_TABLE_BUDGET, build_top_table, compile_lark
+from trellis.constrain.dfa_minimise import byte_classes
+from trellis.constrain.lexer import global_accept
+from trellis.constrain.lalr_walks import (Continuation, Rests, StateTable, WalkTable, continuation, start_successors,
+                                          state_table, walk_table)
+from trellis.constrain.walks import TokenMatrix, scaled
 from trellis.tokens import Vocabulary
 
 

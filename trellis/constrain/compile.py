@@ -19,25 +19,20 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import functools
-import atexit
 import hashlib
 import re
 import os
-import pickle
-import queue
-import tempfile
-import threading
-from importlib import metadata
 from pathlib import Path
 from typing import Union
 
 from trellis.constrain.cfg import CFGConstraint, GrammarTables, build_top_table, compile_lark
+from trellis.constrain.disk_cache import (cache_key, cache_version, grammar_cache_dir, read_cache_file, wait_for_cache_writes,
+                                          write_cache_later, write_cache_now)
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.json_schema import JsonSchema
 from trellis.constrain.grammar_ir import load_bnf, load_lark
-from trellis.constrain.regex import Regex, RegexConstraint
+from trellis.constrain.regex_constraint import Regex, RegexConstraint
 from trellis.constrain.scannerless import EarleyConstraint
 from trellis.errors import UsageError
 from trellis.tokens import Vocabulary
@@ -45,35 +40,6 @@ from trellis.tokens import Vocabulary
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 
 GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]  # or a trellis.constrain.gbnf.Gbnf
-
-
-@functools.cache
-def cache_version() -> str:
-    """Package version plus a digest of the engine's source: pickled tables are only valid for
-    the code that built them, and a checkout between releases must not meet stale ones."""
-    try:
-        v = metadata.version("trellis-decoding")
-    except metadata.PackageNotFoundError:
-        v = "0+unknown"
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parent
-    # Subpackages (json_schema/) and the C walk kernel count too: ~0.4 MB, ~1.5 ms once.
-    for f in sorted(root.rglob("*.py")) + sorted(root.glob("*.c")):
-        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
-    return f"{v}+{h.hexdigest()[:12]}"
-
-
-def grammar_cache_dir() -> Path | None:
-    """The compiled-grammar cache directory, or None when caching is disabled."""
-    env = os.environ.get("TRELLIS_CACHE_DIR")
-    if env is not None:
-        return Path(env) if env else None
-    try:
-        import platformdirs
-
-        return Path(platformdirs.user_cache_dir("trellis")) / "grammars"
-    except ImportError:
-        return Path.home() / ".cache" / "trellis" / "grammars"
 
 
 def shipped_grammars() -> list[str]:
@@ -112,92 +78,6 @@ def load_grammar_text(grammar: str | os.PathLike) -> tuple[str, str]:
     return g, "<grammar>"
 
 
-def _key(*parts: str) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode("utf-8", "surrogatepass"))
-        h.update(b"\0")
-    return h.hexdigest()[:40]
-
-
-def read_cache_file(path: Path, *, wait: bool = True) -> object | None:
-    """The pickle at ``path`` or None. ``wait``: first let this process' background writes finish
-    (a file it is still writing would be a miss; shared walks skip that: their own entry is in
-    memory already, and waiting for unrelated writes cost 1.8 s of 14 schema compiles)."""
-    if wait:
-        wait_for_cache_writes()
-    try:
-        with open(path, "rb") as f:
-            obj = pickle.load(f)
-        os.utime(path)  # the LRU in prune_cache_dir goes by access time; relatime mounts may not update it
-        return obj
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
-        return None
-
-
-def _write(path: Path, obj: object) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-        global _UNPRUNED
-        _UNPRUNED += os.path.getsize(path)
-        if _UNPRUNED >= PRUNE_EVERY_BYTES:  # a directory scan per small walk file was quadratic
-            _UNPRUNED = 0
-            prune_cache_dir(path.parent.parent if path.parent.name == "walks" else path.parent)
-    except OSError:
-        pass  # a read-only cache dir only costs speed
-
-
-# The cache directory is scanned for pruning after this many bytes written (so it may exceed its
-# bound by this much plus one file), not after every file.
-PRUNE_EVERY_BYTES = 16 * 2**20
-_UNPRUNED = PRUNE_EVERY_BYTES  # the first write of a process prunes
-
-
-class _Writer:
-    """One background thread that writes cache files in order (``write_cache_later``).
-
-    A thread per file cost ~0.6 ms to start (the caller waits for it to run) and the writers
-    fought the decoding thread for the GIL: 480 walk files over 39 fresh schemas spent 0.29 s in
-    ``Thread.start`` alone (cProfile, maskbench). A daemon thread, drained at exit (``atexit``),
-    so the interpreter completes the queued writes before it exits; each file appears atomically
-    (rename) either way."""
-
-    def __init__(self) -> None:
-        self._q: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def put(self, path: Path, obj: object) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="trellis-cache-write", daemon=True)
-                self._thread.start()
-        self._q.put((path, obj))
-
-    def _run(self) -> None:
-        while True:
-            path, obj = self._q.get()
-            try:
-                _write(path, obj)
-            finally:
-                self._q.task_done()
-
-    def wait(self) -> None:
-        self._q.join()
-
-
-_WRITER = _Writer()
-atexit.register(_WRITER.wait)
-
-
-def write_cache_later(path: Path, obj: object) -> None:
-    """``_write`` on the background writer: pickling and writing a 262k-vocabulary table (~25 MB)
-    takes ~20 ms that a cold compile need not wait for."""
-    _WRITER.put(path, obj)
 
 
 def clear_caches() -> None:
@@ -206,7 +86,8 @@ def clear_caches() -> None:
     a grammar starts from. Benchmarks of cold compiles call it."""
     from trellis.constrain import dfa_shapes, fsm_product, formats, pattern, ranges, regex_compile, regex_ir, rest_walk
     from trellis.constrain.byte_dfa import LITERAL_MEMO
-    from trellis.constrain.grammar_ir import IMPORTS_MEMO, PATTERN_MEMO
+    from trellis.constrain.grammar_ir import IMPORTS_MEMO
+    from trellis.constrain.lark_reader import PATTERN_MEMO
     from trellis.constrain.regex import DFA_MEMO, PARTS_MEMO
     from trellis.constrain.walk_cache import LISTED, SHARED
 
@@ -232,42 +113,12 @@ def clear_caches() -> None:
     dfa_shapes.clear_shapes()
 
 
-def wait_for_cache_writes() -> None:
-    """Block until the background cache writes started so far are on disk."""
-    _WRITER.wait()
-
-
-def prune_cache_dir(d: Path) -> None:
-    """Delete the least recently used vocabulary tables (LALR ``t-*``, shared walks ``walks/w-*``)
-    beyond ``TRELLIS_GRAMMAR_CACHE_MB``.
-
-    Tables are large (json.lark on a 262k vocabulary: ~34 MB) and every distinct grammar or
-    JSON schema adds one, so the cache is bounded (default 2048 MB)."""
-    limit = float(os.environ.get("TRELLIS_GRAMMAR_CACHE_MB", "2048")) * 2**20
-    files = []
-    for p in [*d.glob("t-*.pkl"), *d.glob("walks/w-*.pkl")]:
-        try:
-            st = p.stat()
-        except OSError:
-            continue
-        files.append((st.st_atime, st.st_size, p))
-    total = sum(f[1] for f in files)
-    for _, size, p in sorted(files, key=lambda f: f[0]):
-        if total <= limit:
-            break
-        try:
-            p.unlink()
-            total -= size
-        except OSError:
-            pass
-
-
 def compile_grammar(text: str, *, source: str = "<grammar>", start: str = "start",
                     cache: bool = True, top_table: bool = False) -> GrammarTables:
     """Vocabulary-independent tables of Lark grammar text (disk-cached); ``top_table``: with the
     viability answers of every stack top (``cfg.build_top_table``; for precomputed compiles)."""
     d = grammar_cache_dir() if cache else None
-    path = d / f"g-{_key(text, start, cache_version())}.pkl" if d else None
+    path = d / f"g-{cache_key(text, start, cache_version())}.pkl" if d else None
     g = read_cache_file(path) if path is not None else None
     if isinstance(g, GrammarTables):
         g.source = source
@@ -278,7 +129,7 @@ def compile_grammar(text: str, *, source: str = "<grammar>", start: str = "start
     if top_table:
         build_top_table(g)
     if path is not None:
-        _write(path, g)
+        write_cache_now(path, g)
     return g
 
 
@@ -439,7 +290,7 @@ def _compile_new(text: str, source: str, vocab: Vocabulary, *, start: str, cache
     # vocabulary) alone, while lark numbers LALR states differently from one process to the next
     # (set orders), so a grammar recompiled after its g-*.pkl was lost must not meet old tables.
     lex = hashlib.sha256(g.gtrans.tobytes() + g.gfinal.tobytes()).hexdigest()
-    path = d / f"t-{_key(lex, vocab.fingerprint(), cache_version())}.pkl" if d else None
+    path = d / f"t-{cache_key(lex, vocab.fingerprint(), cache_version())}.pkl" if d else None
     tables = read_cache_file(path) if path is not None else None
     c = CFGConstraint(g, vocab, tables=tables if isinstance(tables, dict) else None)
     if not isinstance(tables, dict):

@@ -314,3 +314,9 @@ def refine_hashed(tc: np.ndarray, f: np.ndarray, max_rounds: int,
     if not (f == f[head]).all() or not (ext[succ] == ext[succ[head]]).all():
         return None
     return cls
+
+
+def byte_classes(trans: np.ndarray) -> np.ndarray:
+    """[256] int: bytes with identical columns in ``trans`` [S, 256] get one class id, so from any
+    state they lead to the same state (and a search over bytes needs one byte per class)."""
+    return unique_rows(trans.T)[1].astype(np.int64)

@@ -15,7 +15,8 @@ from typing import Hashable
 import numpy as np
 
 from trellis.constrain.byte_dfa import ByteDFA
-from trellis.constrain.literal_walk import literal_at, words_at
+from trellis.constrain.byte_dfa import literal_at
+from trellis.constrain.literal_walk import words_at
 
 CANON_MAX = 256
 

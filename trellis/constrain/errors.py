@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from trellis.errors import TrellisError
 
 
@@ -51,3 +53,47 @@ class SchemaError(ConstraintError, ValueError):
 
 class ConstraintUsageError(ConstraintError, RuntimeError):
     """A constraint used against its contract (e.g. advancing a finished state)."""
+
+
+def locate_in_text(text: str, pattern: str) -> tuple[int | None, int | None]:
+    m = re.search(pattern, text, re.M)
+    if not m:
+        return None, None
+    line = text.count("\n", 0, m.start()) + 1
+    col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    return line, col
+
+def lark_error(e: Exception, text: str, source: str) -> GrammarError:
+    """Convert any Lark exception into a GrammarError with the best location we can find."""
+    msg = str(e).strip()
+    line = getattr(e, "line", None)
+    col = getattr(e, "column", None)
+    if not isinstance(line, int) or line < 1:
+        line, col = None, None
+        m = re.search(r"at line (\d+) column (\d+)", msg) or re.search(r"[Ll]ine (\d+), column (\d+)", msg)
+        if m:
+            line, col = int(m.group(1)), int(m.group(2))
+    if line is None:
+        # Definition of the rule/terminal the message is about (conflicts, collisions, ...).
+        for rx in (r"<([A-Za-z_]\w*) :", r"Terminals ([A-Za-z_]\w*)", r"\(([A-Za-z_]\w*): ",
+                   r"[Tt]erminal ([A-Z_]\w*)"):
+            m = re.search(rx, msg)
+            if m:
+                name = m.group(1).lstrip("_") if m.group(1).startswith("__") else m.group(1)
+                line, col = locate_in_text(text, rf"^[ \t]*[?!]?{re.escape(name)}(?:\.-?\d+)?[ \t]*:")
+                if line is not None:
+                    break
+    if line is None:
+        # Name-based: find where the offending rule/terminal is mentioned.
+        for rx in (r"[Rr]ule '?([A-Za-z_]\w*)'? used but not defined", r"Terminal used but not defined: (\w+)",
+                   r"'([A-Za-z_]\w*)'", r"\b([A-Za-z_]\w*) is not defined"):
+            m = re.search(rx, msg)
+            if m:
+                name = m.group(1).lstrip("?!")
+                line, col = locate_in_text(text, rf"(?<![\w.]){re.escape(name)}(?!\w)")
+                if line is not None:
+                    break
+    first = msg.splitlines()[0] if msg else type(e).__name__
+    if "collision" in msg.lower() or "conflict" in msg.lower():
+        first = " ".join(msg.split())[:400]
+    return GrammarError(first, source=source, text=text, line=line, column=col)

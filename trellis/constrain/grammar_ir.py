@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trellis.constrain import lark_reader
+from trellis.constrain.lark_reader import TermDef, literal_pattern
 from trellis.constrain.byte_dfa import ByteDFA, literal_dfa
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.lookaround import FollowGuard
@@ -153,7 +154,7 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
     from lark import exceptions as lark_exc
     from lark.load_grammar import load_grammar
 
-    from trellis.constrain.lalr_tables import lark_error
+    from trellis.constrain.errors import lark_error
 
     _install_import_memo()
     decl = _declared(text)
@@ -494,64 +495,6 @@ BOOL_ROWS: dict[int, np.ndarray] = {}
 
 _BNF_RULE = re.compile(r"([a-z_][a-z0-9_]*): ([A-Za-z0-9_ |]*)")
 _BNF_TERM = re.compile(r'([A-Z_][A-Z0-9_]*)(?:\.(-?\d+))?: ("(?:[^"\\]|\\.)*"|/(?:[^/\\]|\\.)*/[imslux]*)')
-_ESCAPE = re.compile(r"\\(.)", re.S)
-
-
-def _lark_escaped(m: "re.Match[str]") -> str:
-    c = m.group(1)
-    return "\\\\\\\\" if c == "\\" else "\\" + c if c in "Uuxnftr" else "\\\\" + c
-
-
-def literal_pattern(literal: str) -> object:
-    """Lark's ``_literal_to_pattern`` for a ``"string"flags`` or ``/regex/flags`` literal, the
-    same pattern object for the same text, without its per-character loop and ``ast.literal_eval``
-    (0.4 ms for a schema's 1 KB length-bounded string regex; a schema grammar has dozens of
-    literals). The escape rules are Lark's ``eval_escaping``, applied with one ``re.sub`` and
-    decoded with ``unicode_escape``; anything unusual (a trailing backslash, a bad escape) goes to
-    Lark's own function, which raises its own errors. ``test_grammar_ir`` checks equality on
-    random literals."""
-    hit = PATTERN_MEMO.get(literal)
-    if hit is None:
-        if len(PATTERN_MEMO) >= PATTERN_MEMO_MAX:
-            PATTERN_MEMO.clear()
-        hit = PATTERN_MEMO[literal] = _literal_pattern(literal)
-    return hit
-
-
-# Patterns by literal text, shared by every grammar (read-only objects): a schema grammar's
-# punctuation, keys and value regexes recur across schemas. Bounded by entries.
-PATTERN_MEMO: dict[str, object] = {}
-PATTERN_MEMO_MAX = 1 << 15
-
-
-def _literal_pattern(literal: str) -> object:
-    from lark import Token
-    from lark.lexer import PatternRE, PatternStr
-    from lark.load_grammar import _literal_to_pattern
-
-    kind = "STRING" if literal[0] == '"' else "REGEXP"
-    flag_start = max(literal.rfind('"'), literal.rfind("/")) + 1
-    flags, body = literal[flag_start:], literal[1:flag_start - 1]
-    if "\n" in literal or not body or body.endswith("\\"):
-        return _literal_to_pattern(Token(kind, literal))
-    if "\\" in body or "'" in body:
-        w = _ESCAPE.sub(_lark_escaped, body).replace('\\"', '"').replace("'", "\\'")
-        try:
-            value = w.encode("latin-1", "backslashreplace").decode("unicode_escape")
-        except (UnicodeDecodeError, UnicodeEncodeError):
-            return _literal_to_pattern(Token(kind, literal))
-    else:
-        value = body
-    if kind == "STRING":
-        return PatternStr(value.replace("\\\\", "\\"), flags, raw=literal)
-    return PatternRE(value, flags, raw=literal)
-
-
-class TermDef:
-    __slots__ = ("name", "pattern", "priority")
-
-    def __init__(self, name: str, pattern: object, priority: int) -> None:
-        self.name, self.pattern, self.priority = name, pattern, priority
 
 
 def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",

@@ -1,6 +1,6 @@
 """The LALR engine (``engine="lalr"``), runtime stage: stack operations and viability.
 
-``LalrRuntime`` runs a compiled grammar (``lalr_tables.GrammarTables``) with no vocabulary
+``LalrRuntime`` runs a compiled grammar (``GrammarTables``, built by ``lalr_tables.compile_lark``) with no vocabulary
 involved: feeding terminals to the LALR stack, greedy contextual lexing of bytes, and the
 viability search (can the text so far still be completed? see ``cfg.py``'s module docstring),
 first on the top states of the stack alone, answers shared by every stack with that top.
@@ -9,12 +9,12 @@ first on the top states of the stack alone, answers shared by every stack with t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from dataclasses import dataclass
+from typing import Iterable
 
-from trellis.constrain.lexer import LexerDFA
+import numpy as np
 
-if TYPE_CHECKING:
-    from trellis.constrain.lalr_tables import GrammarTables
+from trellis.constrain.lexer import LexerDFA, TerminalInfo
 
 
 VIABILITY_DEPTH = 3
@@ -291,3 +291,34 @@ def _bit_indices(x: int) -> Iterable[int]:
         yield low.bit_length() - 1
         x ^= low
 
+
+@dataclass(eq=False)
+class GrammarTables:
+    """Vocabulary-independent tables of a Lark grammar (picklable).
+
+    ``actions[p][T]``: ``>= 0`` shift to that state, ``< 0`` reduce rule ``-1 - a``; terminal id
+    ``end`` is ``$END``. ``lexer_of[p]``: index into ``lexers`` of state ``p``'s terminal set.
+    """
+
+    text: str
+    source: str
+    terminals: list[TerminalInfo]
+    ignore: frozenset[int]
+    end: int
+    actions: list[dict[int, int]]
+    rules: list[tuple[int, int]]  # (lhs nonterminal id, rhs length)
+    gotos: list[dict[int, int]]
+    start_state: int
+    end_state: int
+    lexer_of: list[int]
+    lexers: list[LexerDFA]
+    gtrans: np.ndarray  # [G, 256] int32: the lexer states of all lexers, numbered by ``globalize``
+    gfinal: np.ndarray  # [G] bool
+    # top_table[top][d * TOP_DEPTHS + depth]: ``LalrRuntime._viable_top(top, d, depth)`` answered ahead of
+    # time (0 False, 1 True, 2 unknown, 3 not computed), for every LALR path of 3 states as ``top``
+    # (``build_top_table``; None: not built, only precomputed compiles build it).
+    top_table: dict[tuple[int, ...], bytes] | None = None
+
+    @property
+    def terminal_names(self) -> list[str]:
+        return [t.name for t in self.terminals]

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
-
-import numpy as np
 
 from trellis.constrain.byte_dfa import literal_dfa
-from trellis.constrain.errors import GrammarError
-from trellis.constrain.lalr_runtime import VIABILITY_DEPTH, LalrRuntime
-from trellis.constrain.lexer import LexerDFA, TerminalCollision, TerminalInfo, build_lexer_dfa, globalize
+from trellis.constrain.errors import GrammarError, lark_error, locate_in_text
+from trellis.constrain.lalr_runtime import VIABILITY_DEPTH, GrammarTables, LalrRuntime
+from trellis.constrain.lexer import TerminalCollision, TerminalInfo, build_lexer_dfa, globalize
 from trellis.constrain.regex import terminal_dfa
 
 # A precomputed compile answers every depth-VIABILITY_DEPTH question on every possible stack top
@@ -30,83 +27,6 @@ TOP_TABLE_BUDGET = 10_000
 
 
 # ----------------------------------------------------------------------------- compiled grammar
-
-
-@dataclass(eq=False)
-class GrammarTables:
-    """Vocabulary-independent tables of a Lark grammar (picklable).
-
-    ``actions[p][T]``: ``>= 0`` shift to that state, ``< 0`` reduce rule ``-1 - a``; terminal id
-    ``end`` is ``$END``. ``lexer_of[p]``: index into ``lexers`` of state ``p``'s terminal set.
-    """
-
-    text: str
-    source: str
-    terminals: list[TerminalInfo]
-    ignore: frozenset[int]
-    end: int
-    actions: list[dict[int, int]]
-    rules: list[tuple[int, int]]  # (lhs nonterminal id, rhs length)
-    gotos: list[dict[int, int]]
-    start_state: int
-    end_state: int
-    lexer_of: list[int]
-    lexers: list[LexerDFA]
-    gtrans: np.ndarray  # [G, 256] int32: the lexer states of all lexers, numbered by ``globalize``
-    gfinal: np.ndarray  # [G] bool
-    # top_table[top][d * TOP_DEPTHS + depth]: ``LalrRuntime._viable_top(top, d, depth)`` answered ahead of
-    # time (0 False, 1 True, 2 unknown, 3 not computed), for every LALR path of 3 states as ``top``
-    # (``build_top_table``; None: not built, only precomputed compiles build it).
-    top_table: dict[tuple[int, ...], bytes] | None = None
-
-    @property
-    def terminal_names(self) -> list[str]:
-        return [t.name for t in self.terminals]
-
-
-def _locate(text: str, pattern: str) -> tuple[int | None, int | None]:
-    m = re.search(pattern, text, re.M)
-    if not m:
-        return None, None
-    line = text.count("\n", 0, m.start()) + 1
-    col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-    return line, col
-
-
-def lark_error(e: Exception, text: str, source: str) -> GrammarError:
-    """Convert any Lark exception into a GrammarError with the best location we can find."""
-    msg = str(e).strip()
-    line = getattr(e, "line", None)
-    col = getattr(e, "column", None)
-    if not isinstance(line, int) or line < 1:
-        line, col = None, None
-        m = re.search(r"at line (\d+) column (\d+)", msg) or re.search(r"[Ll]ine (\d+), column (\d+)", msg)
-        if m:
-            line, col = int(m.group(1)), int(m.group(2))
-    if line is None:
-        # Definition of the rule/terminal the message is about (conflicts, collisions, ...).
-        for rx in (r"<([A-Za-z_]\w*) :", r"Terminals ([A-Za-z_]\w*)", r"\(([A-Za-z_]\w*): ",
-                   r"[Tt]erminal ([A-Z_]\w*)"):
-            m = re.search(rx, msg)
-            if m:
-                name = m.group(1).lstrip("_") if m.group(1).startswith("__") else m.group(1)
-                line, col = _locate(text, rf"^[ \t]*[?!]?{re.escape(name)}(?:\.-?\d+)?[ \t]*:")
-                if line is not None:
-                    break
-    if line is None:
-        # Name-based: find where the offending rule/terminal is mentioned.
-        for rx in (r"[Rr]ule '?([A-Za-z_]\w*)'? used but not defined", r"Terminal used but not defined: (\w+)",
-                   r"'([A-Za-z_]\w*)'", r"\b([A-Za-z_]\w*) is not defined"):
-            m = re.search(rx, msg)
-            if m:
-                name = m.group(1).lstrip("?!")
-                line, col = _locate(text, rf"(?<![\w.]){re.escape(name)}(?!\w)")
-                if line is not None:
-                    break
-    first = msg.splitlines()[0] if msg else type(e).__name__
-    if "collision" in msg.lower() or "conflict" in msg.lower():
-        first = " ".join(msg.split())[:400]
-    return GrammarError(first, source=source, text=text, line=line, column=col)
 
 
 @functools.cache
@@ -129,9 +49,9 @@ def _no_lexer() -> type:
 def _terminal_error(msg: str, td: object, text: str, source: str) -> GrammarError:
     """GrammarError at the definition of terminal ``td`` (or its pattern, for anonymous ones)."""
     nm, pat = td.name, td.pattern  # type: ignore[attr-defined]
-    line, col = _locate(text, rf"^\s*{re.escape(nm)}\b") if not nm.startswith("__") else (None, None)
+    line, col = locate_in_text(text, rf"^\s*{re.escape(nm)}\b") if not nm.startswith("__") else (None, None)
     if line is None:
-        line, col = _locate(text, re.escape(pat.value)) if pat.value else (None, None)
+        line, col = locate_in_text(text, re.escape(pat.value)) if pat.value else (None, None)
     return GrammarError(msg, source=source, text=text, line=line, column=col)
 
 
@@ -142,7 +62,7 @@ def _validate_terminals(defs: list, ignore: set[str], text: str, source: str) ->
     undefined = ignore - {td.name for td in defs}
     if undefined:
         raise GrammarError(f"%ignore of undefined terminals: {', '.join(sorted(undefined))}", source=source,
-                           text=text, line=_locate(text, r"^%ignore")[0], column=1)
+                           text=text, line=locate_in_text(text, r"^%ignore")[0], column=1)
     for td in defs:
         try:
             re.compile(td.pattern.to_regexp())

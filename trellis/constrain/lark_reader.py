@@ -14,7 +14,7 @@ tree transformers, all in Python: 60-70% of a new grammar's compile (arithmetic.
   comments ``//`` and ``#``, ``\\`` line continuations.
 
 Terminals are built with Lark's own pattern code (``TerminalTreeToPattern``'s methods and
-``grammar_ir.literal_pattern``), so their regex text is the text Lark would compile, alternation
+``literal_pattern``), so their regex text is the text Lark would compile, alternation
 order included (it matters for lazy quantifiers). Rules become BNF as Lark's EBNF_to_BNF makes
 them: groups and ``?`` distributed into alternatives, ``*`` and ``+`` as left-recursive helper
 nonterminals (``_read.expand``). Anything else -- templates,
@@ -263,7 +263,6 @@ def _pattern(tree: tuple, defs: dict[str, tuple[int, tuple]], busy: frozenset = 
     """Lark's pattern object for a terminal's expansion tree (its own transformer methods)."""
     from lark.lexer import PatternRE
 
-    from trellis.constrain.grammar_ir import literal_pattern
 
     tt = _tree_to_pattern()
     kind = tree[0]
@@ -313,8 +312,6 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
                 defs[alias] = (prio, ("pat", _pattern(tree, cdefs)))
     if start not in rules_src:
         raise _Bail
-
-    from trellis.constrain.grammar_ir import TermDef
 
     terms = []
     for name, (prio, tree) in defs.items():
@@ -426,3 +423,62 @@ def _empty(p: object) -> bool:
 
 
 __all__ = ["read"]
+
+
+# ----------------------------------------------------------------------------- literals and terminal definitions
+
+
+_ESCAPE = re.compile(r"\\(.)", re.S)
+
+def _lark_escaped(m: "re.Match[str]") -> str:
+    c = m.group(1)
+    return "\\\\\\\\" if c == "\\" else "\\" + c if c in "Uuxnftr" else "\\\\" + c
+
+def literal_pattern(literal: str) -> object:
+    """Lark's ``_literal_to_pattern`` for a ``"string"flags`` or ``/regex/flags`` literal, the
+    same pattern object for the same text, without its per-character loop and ``ast.literal_eval``
+    (0.4 ms for a schema's 1 KB length-bounded string regex; a schema grammar has dozens of
+    literals). The escape rules are Lark's ``eval_escaping``, applied with one ``re.sub`` and
+    decoded with ``unicode_escape``; anything unusual (a trailing backslash, a bad escape) goes to
+    Lark's own function, which raises its own errors. ``test_grammar_ir`` checks equality on
+    random literals."""
+    hit = PATTERN_MEMO.get(literal)
+    if hit is None:
+        if len(PATTERN_MEMO) >= PATTERN_MEMO_MAX:
+            PATTERN_MEMO.clear()
+        hit = PATTERN_MEMO[literal] = _literal_pattern(literal)
+    return hit
+
+# Patterns by literal text, shared by every grammar (read-only objects): a schema grammar's
+# punctuation, keys and value regexes recur across schemas. Bounded by entries.
+PATTERN_MEMO: dict[str, object] = {}
+
+PATTERN_MEMO_MAX = 1 << 15
+
+def _literal_pattern(literal: str) -> object:
+    from lark import Token
+    from lark.lexer import PatternRE, PatternStr
+    from lark.load_grammar import _literal_to_pattern
+
+    kind = "STRING" if literal[0] == '"' else "REGEXP"
+    flag_start = max(literal.rfind('"'), literal.rfind("/")) + 1
+    flags, body = literal[flag_start:], literal[1:flag_start - 1]
+    if "\n" in literal or not body or body.endswith("\\"):
+        return _literal_to_pattern(Token(kind, literal))
+    if "\\" in body or "'" in body:
+        w = _ESCAPE.sub(_lark_escaped, body).replace('\\"', '"').replace("'", "\\'")
+        try:
+            value = w.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        except (UnicodeDecodeError, UnicodeEncodeError):
+            return _literal_to_pattern(Token(kind, literal))
+    else:
+        value = body
+    if kind == "STRING":
+        return PatternStr(value.replace("\\\\", "\\"), flags, raw=literal)
+    return PatternRE(value, flags, raw=literal)
+
+class TermDef:
+    __slots__ = ("name", "pattern", "priority")
+
+    def __init__(self, name: str, pattern: object, priority: int) -> None:
+        self.name, self.pattern, self.priority = name, pattern, priority

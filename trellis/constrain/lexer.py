@@ -289,7 +289,3 @@ def global_accept(lexers: Sequence[LexerDFA], n: int) -> np.ndarray:
     return acc
 
 
-def byte_classes(trans: np.ndarray) -> np.ndarray:
-    """[256] int: bytes with identical columns in ``trans`` [S, 256] get one class id, so from any
-    state they lead to the same state (and a search over bytes needs one byte per class)."""
-    return unique_rows(trans.T)[1].astype(np.int64)

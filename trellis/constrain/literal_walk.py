@@ -30,71 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trellis.constrain.byte_dfa import ByteDFA
+from trellis.constrain.byte_dfa import MAX_LITERAL, ByteDFA, Literal, chain_tables
 from trellis.constrain.rest_walk import RestSet, Walk, with_crossings
 from trellis.constrain.walks import TokenMatrix
 
-# Literals longer than this are walked by numpy (a chain that long is a padded or generated
-# terminal, not a keyword; bisecting each of its prefixes would cost more than the walk).
-MAX_LITERAL = 256
 # A rest set whose bucket for the literal's first byte holds more rests than this is walked by
 # numpy (``rest_walk.walk``): a Python check costs ~1-2 us a rest, a numpy walk ~0.2-0.4 ms.
 MAX_PY_RESTS = 192
-
-
-@dataclass(frozen=True)
-class Literal:
-    """The only path left from a DFA state: its bytes and the lengths after which it is final."""
-
-    text: bytes
-    ends: tuple[int, ...]  # 1 <= j <= len(text), ascending
-
-
-_CHAINS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, dict]] = {}
-
-
-def literal_at(dfa: ByteDFA, q: int) -> Literal | None:
-    """The literal from state ``q`` of ``dfa``, or None when some reachable state branches or
-    loops (memoised per DFA and state)."""
-    if dfa.literal is not None:  # a literal_dfa: state q is the rest of its text (~1 vs ~10 us)
-        rest = dfa.literal[q:]
-        return Literal(rest, (len(rest),)) if 0 < len(rest) <= MAX_LITERAL else None
-    trans, deg, byte, memo = _chains(dfa)
-    if q in memo:
-        return memo[q]
-    out = bytearray()
-    ends: list[int] = []
-    s = q
-    lit: Literal | None = None
-    while len(out) <= MAX_LITERAL:
-        d = int(deg[s])
-        if d == 0:
-            lit = Literal(bytes(out), tuple(ends))
-            break
-        if d > 1:
-            break
-        b = int(byte[s])
-        out.append(b)
-        s = int(trans[s, b])
-        if dfa.final[s]:
-            ends.append(len(out))
-    if lit is not None and not lit.text:
-        lit = None  # a final state with no way on: nothing to walk
-    memo[q] = lit
-    return lit
-
-
-def _chains(dfa: ByteDFA) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """(trans, out-degree per state, the one outgoing byte where the degree is 1, memo) of a DFA,
-    cached by its table's identity."""
-    trans = dfa.trans
-    hit = _CHAINS.get(id(trans))
-    if hit is None or hit[0] is not trans:
-        live = trans >= 0
-        if len(_CHAINS) >= 4096:
-            _CHAINS.clear()
-        hit = _CHAINS[id(trans)] = (trans, live.sum(axis=1), live.argmax(axis=1), {})
-    return hit
 
 
 @dataclass(eq=False)
@@ -189,7 +131,7 @@ def words_at(dfa: ByteDFA, q: int) -> tuple[Literal, ...] | None:
     ``Literal`` (its text and the lengths after which it is final), sorted by text; None when a
     state reachable from ``q`` loops, or past ``MAX_WORDS`` paths or ``MAX_LITERAL`` bytes
     (memoised per DFA and state, with ``literal_at``'s per-DFA tables)."""
-    trans, deg, byte, memo = _chains(dfa)
+    trans, deg, byte, memo = chain_tables(dfa)
     key = ("words", q)
     if key in memo:
         return memo[key]

@@ -1,4 +1,4 @@
-"""Regular expressions -> byte-level DFAs, and the ``Regex`` constraint.
+"""Regular expressions -> byte-level DFAs.
 
 A pattern is read by Python's own regex parser and built into a byte NFA over UTF-8
 (``regex_compile.py``: every character set, flags included, exactly as ``re`` matches it), then
@@ -13,28 +13,24 @@ backreferences, anchors (``^``, ``$``, ``\\b``, ``\\A``, ``\\Z``), conditional a
 possessive quantifiers.
 
 This module holds the pattern -> DFA entry points (``regex_to_byte_dfa``, ``terminal_parts`` /
-``terminal_dfa`` for grammar terminals, with lazy quantifiers and follow guards) and the ``Regex``
-constraint; the automaton type and its algebra are ``byte_dfa.py``, determinising and minimising
+``terminal_dfa`` for grammar terminals, with lazy quantifiers and follow guards); the ``Regex``
+constraint is ``regex_constraint.py``, the automaton type and its algebra are ``byte_dfa.py``, determinising and minimising
 ``dfa_minimise.py`` (their names that callers reach through this module are re-exported).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from trellis.constrain.byte_dfa import (ByteDFA, codepoint_ranges_to_utf8, difference, intersects, literal_dfa,
+from trellis.constrain.byte_dfa import (ByteDFA, difference, intersects, literal_dfa,
                                         restrict_first_char, trim, word_trie)
 from trellis.constrain.dfa_minimise import (MAX_DFA_STATES, already_deterministic, minimal, minimise,
                                             subset_construction, unique_rows)
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.regex_compile import Lookaround, RegexTooLarge, RegexUnsupported, regex_nfa
-from trellis.tokens import Vocabulary
 
 if TYPE_CHECKING:
     from trellis.constrain.lookaround import FollowGuard
@@ -146,95 +142,6 @@ def _trie(words: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     trans = np.full(len(end) * 256, -1, dtype=np.int32)
     trans[flat] = [c for ch in children for c in ch.values()]
     return trans.reshape(len(end), 256), np.array(end, dtype=bool)
-
-
-# ----------------------------------------------------------------------------- the constraint
-
-
-@dataclass(frozen=True)
-class Regex:
-    """A regular-expression grammar (Python ``re`` syntax); ``compile(Regex(p), vocab)`` builds it.
-
-    The output must match the whole pattern (``re.fullmatch``); EOS is allowed exactly on a match.
-    """
-
-    pattern: str
-
-    def compile(self, vocab: Vocabulary) -> "RegexConstraint":
-        return RegexConstraint(regex_to_byte_dfa(self.pattern), vocab)
-
-
-class RegexConstraint:
-    """Token-level constraint from a ``ByteDFA``; its state is the DFA state (an ``int``).
-
-    Per DFA state, the whole vocabulary is walked at once (numpy, column by column over the
-    padded token-byte matrix) and the surviving tokens stored as a packed bitmask; the tables are
-    built lazily, on the first visit of each DFA state, then reused.
-    """
-
-    def __init__(self, dfa: ByteDFA, vocab: Vocabulary) -> None:
-        from trellis.constrain.walks import TokenMatrix
-
-        self.vocab = vocab
-        self.dfa = dfa
-        self.tm = TokenMatrix.of(vocab)
-        self._masks: dict[int, np.ndarray] = {}  # DFA state -> [W] int32
-        self._walk_memo: dict = {}  # walk_live's first-byte buckets, shared by the DFA's states
-        self._eos = self.tm.eos_bits()
-
-    def start(self) -> Hashable:
-        return 0
-
-    def advance(self, state: Hashable, token: int) -> Hashable | None:
-        if not 0 <= token < self.tm.size or not self.tm.valid[token]:
-            return None
-        s = int(state)  # type: ignore[arg-type]
-        for b in self.vocab.tokens[token]:
-            s = int(self.dfa.trans[s, b])
-            if s < 0:
-                return None
-        return s
-
-    def mask_array(self, state: Hashable) -> np.ndarray:
-        """[W] int32 packed mask for ``state`` (cached; do not modify)."""
-        s = int(state)  # type: ignore[arg-type]
-        m = self._masks.get(s)
-        if m is None:
-            from trellis.constrain.walks import walk_live
-
-            ids, end, *_ = walk_live(self.dfa.trans, s, self.tm, self._walk_memo)
-            m = self.tm.pack_ids(ids[end >= 0])
-            if self.dfa.final[s]:
-                m = m | self._eos
-            self._masks[s] = m
-        return m
-
-    def fill_mask(self, state: Hashable, out: Tensor) -> None:
-        out.copy_(torch.from_numpy(self.mask_array(state)))
-
-    def is_accepting(self, state: Hashable) -> bool:
-        return bool(self.dfa.final[int(state)])  # type: ignore[arg-type]
-
-    def byte_classes(self) -> np.ndarray:
-        """[256] class id per byte (bytes with identical DFA columns)."""
-        from trellis.constrain.lexer import byte_classes
-
-        return byte_classes(self.dfa.trans)
-
-    def forced_tokens(self, state: Hashable) -> list[int]:
-        """Tokens of the unique continuation forced by the regex from ``state`` (may be empty)."""
-        s = int(state)  # type: ignore[arg-type]
-        forced = bytearray()
-        while len(forced) < 256 and not self.dfa.final[s]:
-            nxt = np.flatnonzero(self.dfa.trans[s] >= 0)
-            if len(nxt) != 1:
-                break
-            forced.append(int(nxt[0]))
-            s = int(self.dfa.trans[s, nxt[0]])
-        return self.tm.tokenize_forced(bytes(forced), lambda st, t: self.advance(st, t), state)
-
-    def __repr__(self) -> str:
-        return f"RegexConstraint(states={self.dfa.num_states}, vocab={self.tm.size})"
 
 
 # ----------------------------------------------------------------------------- grammar terminals
@@ -371,7 +278,7 @@ def terminal_dfa(pattern: str, *, name: str) -> ByteDFA:
 
 
 # this module's names and the re-exported ones of byte_dfa.py and dfa_minimise.py
-__all__ = ["DFA_MEMO", "MAX_DFA_STATES", "PARTS_MEMO", "ByteDFA", "Regex", "RegexConstraint", "build_byte_dfa",
-           "codepoint_ranges_to_utf8", "difference", "intersects", "literal_dfa", "minimise", "regex_to_byte_dfa",
+__all__ = ["DFA_MEMO", "MAX_DFA_STATES", "PARTS_MEMO", "ByteDFA", "build_byte_dfa",
+           "difference", "intersects", "literal_dfa", "minimise", "regex_to_byte_dfa",
            "restrict_first_char", "shortest_matches", "strip_lazy", "subset_construction", "terminal_dfa",
            "terminal_parts", "trim", "unique_rows"]

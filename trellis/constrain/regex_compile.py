@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 import re
 
 from trellis.constrain.charsets import MAXC, Ranges, cs_diff, cs_neg, cs_union
+from trellis.constrain.utf8 import utf8_dawg
 
 # A regex past this is refused rather than compiled for seconds: building, closing and determinising
 # an NFA costs ~15-40 us a state in Python (``/(ab){2,50000}c/i``, 150k states: 4.4 s a compile;
@@ -379,38 +380,6 @@ def one_char_set(items: list, flags: int) -> Ranges | None:
             out = cs_union(out, r)
         return out
     return None
-
-
-@lru_cache(maxsize=4096)
-def utf8_dawg(ranges: Ranges) -> tuple[tuple[tuple[int, int, int], ...], ...]:
-    """The minimal acyclic byte automaton of the UTF-8 encodings of ``ranges``: nodes (node 0 the
-    root) of edges (first byte, last byte, target node; -1 the end). ``codepoint_ranges_to_utf8``
-    splits ranges so that at any prefix two sequences' next byte ranges are equal or disjoint
-    (a lead range wider than one byte is followed only by full continuation ranges), so the trie
-    of the sequences is deterministic; equal subtrees are then merged (Unicode ``\\w``: 734 ranges,
-    ~1,000 sequences, a few hundred nodes)."""
-    from trellis.constrain.byte_dfa import codepoint_ranges_to_utf8
-
-    trie: dict = {}
-    for seq in codepoint_ranges_to_utf8(list(ranges)):
-        node = trie
-        for r in seq:
-            node = node.setdefault(r, {})
-    out: list[tuple[tuple[int, int, int], ...]] = [()]
-    sig_id: dict[tuple, int] = {}
-
-    def canon(node: dict) -> int:
-        if not node:
-            return -1
-        sig = tuple((lo, hi, canon(child)) for (lo, hi), child in sorted(node.items()))
-        j = sig_id.get(sig)
-        if j is None:
-            j = sig_id[sig] = len(out)
-            out.append(sig)
-        return j
-
-    out[0] = tuple((lo, hi, canon(child)) for (lo, hi), child in sorted(trie.items()))
-    return tuple(out)
 
 
 def _in_repeat(e: RegexTooLarge, lo: int, hi: int) -> RegexTooLarge:

@@ -71,7 +71,8 @@ from trellis.constrain.work_bound import ADVANCE_WORK, MASK_WORK, bounded
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
 from trellis.constrain import vocab_walk
-from trellis.constrain.literal_walk import literal_at, literal_rests_fit, walk_literal_rests
+from trellis.constrain.byte_dfa import literal_at
+from trellis.constrain.literal_walk import literal_rests_fit, walk_literal_rests
 from trellis.constrain.rest_walk import RestSet, Walk, walk
 from trellis.constrain.walk_cache import SHARED, key_digest
 from trellis.constrain.walks import TokenMatrix
@@ -459,7 +460,7 @@ class EarleyConstraint:
         """[256] class id per byte: bytes on which every terminal DFA agrees everywhere (the DFAs
         that lexical priority cuts out of them are products of these, so they agree too)."""
         if self._byte_classes is None:
-            from trellis.constrain.lexer import byte_classes
+            from trellis.constrain.dfa_minimise import byte_classes
 
             mats = [t.dfa.trans for t in self.ir.terminals] or [np.full((1, 256), -1, dtype=np.int32)]
             self._byte_classes = byte_classes(np.vstack(mats))

@@ -18,7 +18,8 @@ from typing import Hashable
 import numpy as np
 
 from trellis.constrain.byte_dfa import ByteDFA
-from trellis.constrain.literal_walk import literal_at, words_at, words_vocabulary_ids
+from trellis.constrain.byte_dfa import literal_at
+from trellis.constrain.literal_walk import words_at, words_vocabulary_ids
 from trellis.constrain.rest_walk import RestSet, Walk, walk as flat_walk
 from trellis.constrain.slices import slice_for, walk_sliced
 from trellis.constrain.trie_walk import walk_vocabulary

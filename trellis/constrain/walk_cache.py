@@ -112,7 +112,7 @@ _WALK_DIRS: dict[str | None, Path | None] = {}
 
 
 def _path(vocab_fp: str, shape: Hashable) -> Path | None:
-    from trellis.constrain.compile import cache_version, grammar_cache_dir
+    from trellis.constrain.disk_cache import cache_version, grammar_cache_dir
 
     env = os.environ.get("TRELLIS_CACHE_DIR")
     d = _WALK_DIRS.get(env, _WALK_DIRS)
@@ -160,13 +160,13 @@ def _snapshot(e: Entry) -> Entry:
 
 
 def _read(path: Path) -> Entry | None:
-    from trellis.constrain.compile import read_cache_file as read
+    from trellis.constrain.disk_cache import read_cache_file as read
 
     obj = read(path, wait=False)
     return obj if isinstance(obj, tuple) and len(obj) == 2 else None
 
 
 def _write_later(path: Path, e: Entry) -> None:
-    from trellis.constrain.compile import write_cache_later as write_later
+    from trellis.constrain.disk_cache import write_cache_later as write_later
 
     write_later(path, e)
