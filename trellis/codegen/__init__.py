@@ -6,9 +6,9 @@ tests (``run_tests``), Python-syntax pruning of program prefixes (``syntax``), a
 Modules by stage. The sandbox: ``sandbox`` (``run_tests``, the driver of one run),
 ``sandbox_host`` (confinement set up on the host, cleanup), ``sandbox_child`` (the runner sent to
 the child process, its result stream), ``sandbox_report`` (result types, the report), ``seccomp``
-(the BPF filter, a text the child runs) and ``_runner.py`` (the child's script). The search:
-``suite`` (tests -> cases), ``syntax`` (prefix checks), ``code_lm`` (the LM proxy of a search),
-``guided`` (``TestGuided``) and ``problem`` (``solve``, ``Solution``).
+(the BPF filter, a text the child runs) and ``runner/`` (the parts of the child's one script). The
+search: ``suite`` (tests -> cases), ``syntax`` (prefix checks), ``code_lm`` (the LM proxy of a
+search), ``guided`` (``TestGuided``) and ``problem`` (``solve``, ``Solution``).
 """
 
 from trellis.codegen.guided import SEARCHES, Rewarded, TestGuided, lookup_and_recycling_rollout, prompt_lookup_rollout

@@ -1,14 +1,14 @@
 """Run a generated program against its tests in a sandbox where the verdict is not the program's.
 
 ``run_tests(code, tests)`` compiles ``code`` here (a syntax error costs no process), then starts
-``python -I -S`` (``seccomp.py`` + ``_runner.py``, compiled once per process and sent marshalled on
-stdin behind a small ``-c`` stub) in a fresh work dir with a scrubbed environment.
-Its first process, the *supervisor*, forks the **worker** with the program only, then reads the
-tests and forks the **judge** (``_runner.py`` explains the three). The worker returns data; the
-judge runs the assertions on values rebuilt from builtins, in a process the program never shared
-memory with, and it alone writes the results. So rebinding the harness, patching builtins or the
-JSON encoder, reading frames, ``gc`` or memory for the expected value, or an ``__eq__`` that is
-always true earns nothing (tests/codegen/test_sandbox_attacks.py tries each).
+``python -I -S`` (``seccomp.py`` + the parts of ``runner/``: one script, compiled once per process
+and sent marshalled on stdin behind a small ``-c`` stub) in a fresh work dir with a scrubbed
+environment. Its first process, the *supervisor*, forks the **worker** with the program only, then
+reads the tests and forks the **judge** (``runner/supervisor.py`` explains the three). The worker
+returns data; the judge runs the assertions on values rebuilt from builtins, in a process the
+program never shared memory with, and it alone writes the results. So rebinding the harness,
+patching builtins or the JSON encoder, reading frames, ``gc`` or memory for the expected value, or
+an ``__eq__`` that is always true earns nothing (tests/codegen/test_sandbox_attacks.py tries each).
 
 This module is the API (``run_tests``, ``layers``) and the driver of one run; its stages live
 beside it: ``sandbox_host`` (the confinement set up on the host and the cleanup after),
@@ -211,7 +211,7 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
             if same:  # the runner itself first (STUB)
                 code = runner_code()
                 proc.stdin.write(b"%d\n%s" % (len(code), code))  # type: ignore[union-attr]
-            for frame in (job, tests):  # two frames: the worker is forked between them (_runner.py)
+            for frame in (job, tests):  # two frames, the worker forked between them (runner/supervisor.py)
                 data = json.dumps(frame).encode("utf-8")
                 proc.stdin.write(b"%d\n%s" % (len(data), data))  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]

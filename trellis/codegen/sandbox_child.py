@@ -1,7 +1,7 @@
-"""The sandbox's child process, seen from the parent: the runner it executes (``seccomp.py`` +
-``_runner.py``, compiled once and sent marshalled on stdin behind the ``-c`` stub ``STUB``), the
-result stream it writes (``collect`` reads it against one absolute deadline and checks every
-event's shape and size), and stopping it with everything it started (``kill``).
+"""The sandbox's child process, seen from the parent: the runner it executes (``seccomp.py`` + the
+parts of ``runner/``, one script compiled once and sent marshalled on stdin behind the ``-c`` stub
+``STUB``), the result stream it writes (``collect`` reads it against one absolute deadline and
+checks every event's shape and size), and stopping it with everything it started (``kill``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
+from trellis.codegen.runner import PARTS
 
 __all__ = ["STARTUP_SECONDS", "STUB", "collect", "kill", "runner_code", "runner_source"]
 
@@ -43,10 +45,11 @@ def runner_code() -> bytes:
 
 @functools.cache
 def runner_source() -> str:
+    """The one script the child runs: the seccomp layer first (it defines ``install_seccomp``), then
+    the runner's parts in ``PARTS`` order, joined with a newline; all stdlib only."""
     here = Path(__file__)
-    # The seccomp layer first (it defines ``install_seccomp``), then the runner; both stdlib only.
-    return here.with_name("seccomp.py").read_text(encoding="utf-8") + "\n" + \
-        here.with_name("_runner.py").read_text(encoding="utf-8")
+    texts = [here.with_name("seccomp.py")] + [here.with_name("runner") / part for part in PARTS]
+    return "\n".join(p.read_text(encoding="utf-8") for p in texts)
 
 
 def collect(proc: subprocess.Popen, fd: int, timeout: float, n_cases: int) -> tuple[list[dict], str | None]:
@@ -111,7 +114,8 @@ _NUM = (int, float)
 
 
 def _valid_event(ev: object, n_cases: int) -> bool:
-    """The shape of each event the runner may send (_runner.py); anything else breaks the run."""
+    """The shape of each event the runner may send (``runner/judge.py``, ``runner/supervisor.py``);
+    anything else breaks the run."""
     if not isinstance(ev, dict):
         return False
     kind = ev.get("ev")

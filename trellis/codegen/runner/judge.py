@@ -1,0 +1,279 @@
+# Names used but not defined here come from the earlier parts of the one script (runner/__init__.py).
+"""Runner part: the judge, the process that runs the trusted test code: its end of the worker's pipes
+(``_Rpc``), the tests' arguments the program changed in place (``_mirror``), its own lockdown and
+the loop over the cases (``_judge``), which writes one event per case to the result pipe.
+"""
+
+# ------------------------------------------------------------------------------------------- judge
+class _Rpc:
+    """The judge's end of the worker's pipes: one request, one reply, matched by a random id."""
+
+    def __init__(self, wfd, rfd):
+        self.wfd, self.rfd = wfd, rfd
+        self.buf = b""
+        self.lost = None  # why the worker can no longer be asked
+        self.deadline = None  # the current case's end (case_timeout), monotonic
+        self.skipping = False  # inside a reply over _MAX_LINE, dropping it up to its newline
+        self.abandoned = set()  # ids of requests whose case timed out here: late replies dropped
+
+    def _line(self):
+        while b"\n" not in self.buf:
+            timeout = None if self.deadline is None else max(0.0, self.deadline + 1.0 - _clock())
+            ready, _, _ = select.select([self.rfd], [], [], timeout)
+            if not ready:
+                self.lost = "the program stopped answering after its case_timeout"
+                raise _WorkerLost(self.lost)
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk:
+                self.lost = "the program's process ended"
+                raise _WorkerLost(self.lost)
+            if self.skipping:  # the rest of an oversized line: dropped as it comes
+                if b"\n" in chunk:
+                    self.buf = chunk.split(b"\n", 1)[1]
+                    self.skipping = False
+                    raise _TooBig(f"the program returned a value over {_MAX_LINE >> 20} MB")
+                continue
+            self.buf += chunk
+            if len(self.buf) > _MAX_LINE and b"\n" not in self.buf:
+                self.buf, self.skipping = b"", True
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def first(self):
+        try:
+            return _loads(self._line())
+        except (ValueError, RecursionError, MemoryError):
+            self.lost = "the program's process sent a malformed message"
+            raise _WorkerLost(self.lost) from None
+
+    def request(self, req, mutable=()):
+        if self.lost:
+            raise _WorkerLost(self.lost)
+        rid = int.from_bytes(os.urandom(8), "little") >> 2  # (``secrets`` costs 10+ ms to import)
+        req["id"] = rid
+        if self.deadline is not None:
+            req["budget"] = max(0.001, self.deadline - _clock())
+        _emit(self.wfd, req)
+        try:
+            while True:
+                try:
+                    rep = _loads(self._line())
+                except _CaseTimeout:
+                    self.abandoned.add(rid)  # its reply, when it comes, answers nothing
+                    raise
+                if type(rep) is dict and rep.get("id") in self.abandoned:
+                    self.abandoned.discard(rep["id"])
+                    continue
+                break
+            if type(rep) is not dict or rep.get("id") != rid:
+                raise _ProtocolError("a reply that does not answer the request")
+            if "raise" in rep:
+                name, msg, kind = rep.get("raise"), rep.get("msg"), rep.get("kind")
+                if type(name) is not str or type(msg) is not str:
+                    raise _ProtocolError("malformed exception")
+                args = _dec(rep["args"], self) if "args" in rep else None
+                value, raised = None, (name, msg[:1000], kind, args if type(args) is tuple else None)
+            else:
+                value, raised = _dec(rep.get("v"), self), None
+                for i, new in rep.get("mut") or ():
+                    # A list/dict/set argument the program changed in place: mirror it, by value.
+                    if type(i) is int and 0 <= i < len(mutable) and type(mutable[i]) in (list, dict, set, bytearray):
+                        _mirror(mutable[i], _dec(new, self))
+        except _TooBig:
+            raise
+        except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError) as exc:
+            self.lost = f"the program's process broke the protocol ({type(exc).__name__}: {exc})"[:500]
+            raise _WorkerLost(self.lost) from None
+        if raised is None:
+            return value
+        name, msg, kind, args = raised
+        text = msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg
+        if kind == "timeout":
+            raise _CaseTimeout(text)
+        if name == "StopIteration" and req["op"] == "next":
+            raise StopIteration  # the iterator protocol the tests asked for (nowhere else: _EXC)
+        cls = _EXC.get(name)
+        if cls is None:
+            raise _ProgramError(msg)
+        exc = None
+        if args is not None:
+            try:
+                exc = cls(*args)
+            except Exception:  # noqa: BLE001 - a class that wants other arguments: the message only
+                exc = None
+        raise exc if exc is not None else cls(text)
+
+    def drain(self):
+        """Wait for the replies of requests abandoned at a case timeout (the worker answers them
+        in order, after finishing them), so the next case's clock starts on an idle worker, as
+        it did when one process ran both."""
+        while self.abandoned and not self.lost:
+            try:
+                rep = _loads(self._line())
+            except _WorkerLost:
+                return
+            except (ValueError, RecursionError, MemoryError):
+                self.lost = "the program's process broke the protocol (a malformed reply)"
+                return
+            if type(rep) is dict and rep.get("id") in self.abandoned:
+                self.abandoned.discard(rep["id"])
+            else:
+                self.lost = "the program's process broke the protocol (a reply nobody asked for)"
+
+    def enc(self, v):
+        return _enc_arg(v)
+
+    def call(self, remote, args, kwargs):
+        enc = [_enc_arg(a) for a in args]
+        kw = [[k, _enc_arg(v)] for k, v in kwargs.items()]
+        return self.request({"op": "call", "ref": object.__getattribute__(remote, "_ref"), "args": enc, "kw": kw},
+                            mutable=(*args, *kwargs.values()))
+
+
+def _mirror(old, new, depth=0):
+    """Make the tests' ``old`` equal the program's ``new`` in place; nested lists/dicts at the
+    same places are updated in place too, so a row the tests hold keeps its identity."""
+    if type(new) is not type(old) and not (type(old) is bytearray and type(new) is bytes):
+        raise _ProtocolError("an argument changed type")
+    if type(old) is set:
+        old.clear()
+        old.update(new)
+    elif type(old) is dict:
+        for k in [k for k in old if k not in new]:
+            del old[k]
+        for k, v in new.items():
+            if k in old and type(old[k]) in (list, dict) and type(v) is type(old[k]) and depth < _MAX_DEPTH:
+                _mirror(old[k], v, depth + 1)
+            else:
+                old[k] = v
+    elif type(old) is list and len(old) == len(new):
+        for i, v in enumerate(new):
+            if type(old[i]) in (list, dict) and type(v) is type(old[i]) and depth < _MAX_DEPTH:
+                _mirror(old[i], v, depth + 1)
+            else:
+                old[i] = v
+    else:
+        old[:] = new
+
+
+def _lock_down_judge(job, enforced):
+    """The judge runs trusted test code on untrusted data: rlimits, Landlock without any write,
+    not dumpable (no ptrace or /proc/<pid>/mem by the worker's uid), and, run as root, no
+    capability left (uid 0 stays, so the worker's uid cannot signal it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    lim = job["limits"]
+    _limits(lim, enforced, memory_bytes=max(lim["memory_bytes"], 1 << 30) + (256 << 20) if lim["memory_bytes"] else 0)
+    if job["landlock"] and sys.platform.startswith("linux"):
+        try:
+            _landlock(None, enforced)
+        except (OSError, AttributeError):
+            pass
+    if os.geteuid() == 0:
+        _set_caps(libc, 0)
+
+
+def _judge(job, tests, rpc_w, rpc_r, out):
+    """Run every case in this (trusted) process; the program's names are proxies into the worker."""
+    enforced = []
+    _lock_down_judge(job, enforced)
+    rpc = _Rpc(rpc_w, rpc_r)
+    try:
+        hello = rpc.first()
+    except _WorkerLost as exc:
+        _emit(out, {"ev": "lost", "at": 0, "why": str(exc)})
+        os._exit(_JUDGE_LOST)
+    # The worker says which of its layers took (only it can tell for Landlock): names it could
+    # claim are limited to the layers that exist.
+    worker_layers = [e for e in hello.get("enforced", ()) if type(e) is str and _LAYER.fullmatch(e)] \
+        if type(hello) is dict and type(hello.get("enforced")) is list else []
+    _emit(out, {"ev": "start", "enforced": worker_layers})
+    if type(hello) is not dict or "load" not in hello or hello["load"] is not None:
+        msg = hello.get("load") if type(hello) is dict and type(hello.get("load")) is str else "malformed"
+        kind = hello.get("kind") if type(hello) is dict and hello.get("kind") in ("memory", "error") else "error"
+        _emit(out, {"ev": "load", "error": msg[:1000], "kind": kind})
+        os._exit(0)
+    g = {"__name__": "__tests__", "__builtins__": builtins}
+    names = hello.get("names")
+    if type(names) is not dict:
+        names = {}
+    import importlib
+
+    entry = tests["entry_point"]
+    sources = tests["preamble"] + "".join(c["setup"] + c["source"] for c in tests["cases"])
+    for name, d in list(names.items())[:10000]:
+        if type(name) is not str or not name.isidentifier() or name.startswith("__") or type(d) is not dict:
+            continue
+        # The program's names must not stand in for the tests' own: a program ``abs`` or ``range``
+        # (or a ``math`` whose ``isclose`` is always true) would decide the comparison. Builtins'
+        # names are skipped (but for the entry point), and a standard module's name is bound only
+        # to the judge's own copy of that very module.
+        if name in _BUILTIN_NAMES and name != entry:
+            continue
+        if name in sys.stdlib_module_names and d.get("mod") != name and (name != entry and name + "." in sources):
+            continue  # the tests use ``name.attr``: the program's object must not stand in for the module
+        try:
+            if "mod" in d:
+                mod = d["mod"]
+                if type(mod) is str and mod in _TEST_MODULES:
+                    g[name] = importlib.import_module(mod)
+            elif "v" in d:
+                g[name] = _dec(d["v"], rpc)
+            elif type(d.get("H")) is int:
+                g[name] = _Remote(rpc, d["H"], str(d.get("t", ""))[:100])
+        except (ImportError, _ProtocolError, ValueError, TypeError, RecursionError, ArithmeticError):
+            continue
+    del hello, names  # the worker's greeting may be large: only what was bound above is kept
+    load_error = None
+    try:
+        if entry:
+            if entry not in g:
+                raise NameError(f"the program does not define the entry point {entry!r}")
+            g["candidate"] = g[entry]
+        if tests["preamble"]:
+            _exec(_compile(tests["preamble"], "<tests>", "exec"), g)
+    except _BaseException as exc:  # noqa: B902
+        load_error = _describe(exc)
+    if load_error is not None:
+        _emit(out, {"ev": "load", "error": load_error, "kind": "error"})
+        os._exit(0)
+    _emit(out, {"ev": "load", "error": None})
+    case_timeout = tests["case_timeout"]
+
+    def on_alarm(signum, frame):
+        raise _CaseTimeout(f"the test case ran longer than {case_timeout} s")
+
+    if case_timeout:
+        signal.signal(signal.SIGALRM, on_alarm)
+    for i, case in enumerate(tests["cases"]):
+        rpc.drain()
+        if rpc.lost:
+            _emit(out, {"ev": "lost", "at": i, "why": rpc.lost})
+            os._exit(_JUDGE_LOST)
+        ns = dict(g)
+        t = _clock()
+        error = kind = None
+        try:
+            try:
+                if case_timeout:
+                    rpc.deadline = t + case_timeout
+                    signal.setitimer(signal.ITIMER_REAL, case_timeout + 0.5)  # the judge's own code
+                if case["setup"]:
+                    _exec(_compile(case["setup"], "<tests>", "exec"), ns)
+                _exec(_compile(case["source"], "<tests>", "exec"), ns)
+            finally:
+                rpc.deadline = None
+                if case_timeout:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+        except _WorkerLost as exc:
+            error, kind = f"not run to the end: {exc}", "lost"
+        except _BaseException as exc:  # noqa: B902
+            error, kind = _describe(exc, case["source"]), _kind(exc)
+        if rpc.lost and kind != "lost":
+            error, kind = f"not run to the end: {rpc.lost}", "lost"
+        _emit(out, {"ev": "case", "i": i, "ok": error is None, "error": error, "kind": kind, "t": _clock() - t})
+    if rpc.lost:  # the program died (or broke the protocol) during the last case: a crash, not a done run
+        _emit(out, {"ev": "lost", "at": len(tests["cases"]), "why": rpc.lost})
+        os._exit(_JUDGE_LOST)
+    _emit(out, {"ev": "done"})
+    os._exit(0)

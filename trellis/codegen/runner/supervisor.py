@@ -1,0 +1,344 @@
+# Names used but not defined here come from the earlier parts of the one script (runner/__init__.py).
+"""Runner part (last): the supervisor, ``main``, the entry point of the child's one script (``seccomp.py``
++ the parts ``runner/__init__.py`` lists), compiled by the parent and run by ``python -I -S`` (the
+parent's ``sandbox_child.STUB``; another interpreter gets the text with ``-c``).
+
+Stdlib only and never imported by trellis. Three processes, so that the verdict is never decided
+where the untrusted program runs:
+
+- *main* (the supervisor, unrestricted) reads frame 1 from stdin (the program, the limits, the
+  work dir) and forks the **worker**; only then reads frame 2 (the test code) and forks the
+  **judge**. It reports how the worker ended (signal, exit status, CPU time), enforces the run-wide
+  memory and process limits over the worker's whole process tree (it is a child subreaper, so
+  daemons that ``setsid`` and double-fork stay its descendants), and kills that tree when the
+  judge is done, when the worker exits, or when the parent closes stdin (its stop signal).
+- the **worker** locks itself down (rlimits, Landlock, seccomp, a per-run uid, a socket shim),
+  runs the program and then answers the judge's requests: call this function with these values,
+  read this attribute. It returns *data*: values of exact builtin types (``None``, ``bool``,
+  ``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set``,
+  ``frozenset``) encoded as JSON; anything else becomes an opaque handle. It was forked before the
+  test code was read, so the tests and their expected values were never in its memory, and it has
+  no descriptor of the result pipe.
+- the **judge** runs the test code (trusted) with the program's names bound to proxies. Decoded
+  values are rebuilt as plain builtins by the judge's own code, so an ``__eq__`` that is always
+  true, a patched ``abs`` or a rewritten assert inside the program cannot reach the comparison.
+  Handles cannot be compared, hashed or truth-tested (that would ask the program). It writes one
+  event per case to the result pipe.
+
+What the program can still do: answer with the right value when it can compute or guess it from
+what it sees (the arguments of each call), and fake a test whose expected value is computed by a
+function of the program itself (HumanEval/32 checks ``poly(xs, candidate(xs))`` with the
+program's ``poly``). The program's stdout is discarded; its stderr is kept for the report.
+"""
+
+# ------------------------------------------------------------------------------------------- main
+def _children(pid):
+    """Direct children of ``pid`` (all its threads'), from /proc; [] where unreadable."""
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _tree(roots):
+    """Every process below ``roots`` (roots included) that is still alive."""
+    seen, stack = set(), list(roots)
+    while stack and len(seen) < 100000:
+        p = stack.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        stack.extend(_children(p))
+    return seen
+
+
+def _memory_bytes(pid):
+    """Proportional set size (shared pages split among their users, so forked copies of one
+    interpreter are not counted N times) plus page tables (60,000 mappings of one page cost 2 GB
+    of them, found by a red-team pass); resident size where smaps_rollup is missing."""
+    pte = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmPTE:"):
+                    pte = int(line.split()[1]) << 10
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return (int(line.split()[1]) << 10) + pte
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _disk_usage(root, max_entries, pids=()):
+    """(bytes allocated, entries) under ``root``, never following symlinks, without recursion
+    (stops counting entries past ``max_entries``), plus the regular files that processes ``pids``
+    hold open after unlinking them (they take disk no directory shows)."""
+    total = n = 0
+    seen = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if st.st_nlink == 0 and (st.st_mode & 0o170000) == 0o100000 and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+        # ... and files kept only by a mapping (the descriptor closed after mmap)
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                spans = [line.split()[0] for line in f if line.rstrip().endswith("(deleted)")]
+        except OSError:
+            spans = []
+        for span in spans:
+            try:
+                st = os.stat(f"/proc/{pid}/map_files/{span}")
+            except OSError:
+                continue
+            if (st.st_mode & 0o170000) == 0o100000 and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    stack = [root]
+    while stack and n <= max_entries:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    n += 1
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        except OSError:
+            continue
+    return total, n
+
+
+def _mount_tmpfs(job):
+    """A size- and inode-capped tmpfs on the work dir, in this run's mount namespace: the run's
+    files live there, count against one disk limit, and vanish with the namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid = job["run_uid"] if job["run_uid"] is not None else 0
+    opts = (f"size={job['limits']['disk_bytes']},nr_inodes={job['limits']['inodes']},mode=0700,"
+            f"uid={uid},gid={uid}").encode()
+    flags = 2 | 4 | 8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
+    rc = libc.mount(b"tmpfs", job["workdir"].encode(), b"tmpfs", ctypes.c_ulong(flags), opts)
+    return rc == 0
+
+
+def _parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kill_all(pids):
+    """SIGKILL ``pids`` (read from /proc a moment ago) through pidfds, each after checking that the
+    process behind the pidfd is still a child of the tree (or of us): a pid the program freed could
+    have been reused by a process outside the run in between."""
+    me = os.getpid()
+    tree = set(pids) | {me}
+    for p in pids:
+        if p == me:
+            continue
+        try:
+            fd = os.pidfd_open(p)
+        except (OSError, AttributeError):
+            continue
+        try:
+            if _parent_of(p) in tree:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def main():
+    """Supervise one run (module docstring)."""
+    job = _read_frame(0)
+    out = job["fd"]
+    # Started with -S (site's .pth processing cost ~25 ms a run): the interpreter's package
+    # directories are added as they are, so the program can import what is installed there.
+    sys.path.extend(p for p in job.get("site", ()) if p not in sys.path)
+    layers = []
+    if job.get("cgroup"):
+        try:  # before any fork: every process of the run is born in the run's cgroup
+            with open(os.path.join(job["cgroup"], "cgroup.procs"), "w") as f:
+                f.write("0")
+            layers.extend(job["cgroup_layers"])
+        except OSError:
+            pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of the program stay our descendants
+    libc.prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE (inherited): no 2 MB page for one pinned 4 KB
+    if job["mountns"] and _mount_tmpfs(job):
+        layers.append("tmpfs")
+        os.chdir(job["workdir"])  # the old cwd is the directory under the mount
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    worker = os.fork()
+    if worker == 0:
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the program's input() sees EOF; the tests,
+            # still unread in the stdin pipe, are out of its reach
+            for fd in (out, req_w, rep_r):
+                os.close(fd)
+            _worker(job, req_r, rep_w)
+        except _BaseException:  # noqa: B902 - a harness bug: show it on stderr
+            import traceback
+
+            traceback.print_exc()
+        os._exit(70)
+    os.close(req_r)
+    os.close(rep_w)
+    tests = _read_frame(0)  # only now: the worker was forked without the tests in memory
+    judge = os.fork()
+    if judge == 0:
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            _judge(job, tests, req_w, rep_r, out)
+        except _BaseException:  # noqa: B902
+            import traceback
+
+            traceback.print_exc()
+        os._exit(70)
+    os.close(req_w)
+    os.close(rep_r)
+    del tests
+    # The process tree is read from /proc: only where /proc is this PID namespace's (or the host's,
+    # without a namespace). Under ``unshare --pid`` without ``--mount-proc`` /proc is the host's,
+    # where our pid names another process: no accounting then (the namespace still kills all).
+    try:
+        tree_ok = os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        tree_ok = False
+    if tree_ok:
+        layers.append("run-limits")
+    _emit(out, {"ev": "main", "layers": layers})
+    lim = job["limits"]
+    worker_alive = judge_alive = True
+    judge_status = None
+    over = None
+    tick = 0
+    # Exits wake the loop at once (pidfds); otherwise it accounts every 20 ms.
+    wake = [0]
+    for pid in (worker, judge):
+        try:
+            wake.append(os.pidfd_open(pid))
+        except (OSError, AttributeError):
+            pass
+    while judge_alive:
+        tick += 1
+        ready, _, _ = select.select(wake, [], [], 0.02)
+        if 0 in ready and not os.read(0, 64):  # the parent's stop
+            break
+        for fd in ready:
+            if fd != 0 and fd in wake:
+                wake.remove(fd)  # an exited child's pidfd stays readable: select on it no more
+                os.close(fd)
+        if worker_alive:
+            done, status, usage = os.wait4(worker, os.WNOHANG)
+            if done:
+                worker_alive = False
+                _emit_exit(out, status, usage, over)
+        done, judge_status = os.waitpid(judge, os.WNOHANG)
+        if done:
+            judge_alive = False
+            if os.WIFSIGNALED(judge_status):  # the test side died: not the program's exit to report
+                _emit(out, {"ev": "judge", "signal": os.WTERMSIG(judge_status)})
+        else:
+            judge_status = None
+        _reap()
+        if not tree_ok:
+            continue
+        tree = _tree([c for c in _children(os.getpid()) if c != judge])
+        if not worker_alive and tree:
+            _kill_all(tree)  # the program is over: its leftovers go (and release the reply pipe)
+            continue
+        # The judge counts too: what it holds is mostly what the program sent it.
+        if over is None and lim["memory_bytes"] and \
+                sum(_memory_bytes(p) for p in tree) + _memory_bytes(judge) > lim["memory_bytes"] + _JUDGE_BASE:
+            over = "memory"
+        elif over is None and len(tree) > lim["processes"] + 1:
+            over = "processes"
+        elif over is None and "tmpfs" not in layers and tick % 5 == 0:
+            # No tmpfs of its own (no mount namespace): the run's files are counted every 0.1 s.
+            used, entries = _disk_usage(job["workdir"], lim["inodes"], tree)
+            if used > lim["disk_bytes"] or entries > lim["inodes"]:
+                over = "disk"
+        if over is not None:
+            _kill_all(tree)
+    if worker_alive and judge_status is not None and os.WIFEXITED(judge_status) \
+            and os.WEXITSTATUS(judge_status) == _JUDGE_LOST:
+        # The judge saw the worker's pipe close (an exit closes descriptors first) a moment before
+        # the worker became a zombie: give its exit status a moment to arrive.
+        until = _clock() + 0.5
+        while _clock() < until:
+            done, status, usage = os.wait4(worker, os.WNOHANG)
+            if done:
+                _emit_exit(out, status, usage, over)
+                break
+            time.sleep(0.002)
+    # Kill and reap every descendant (orphans come to us: we are their subreaper), so that none is
+    # left as a zombie in the parent's process group when we exit.
+    deadline = _clock() + 2.0
+    while _clock() < deadline:
+        if tree_ok:
+            _kill_all(_tree(_children(os.getpid())))
+        else:
+            for p in (worker, judge):  # our own children, not reaped yet: their pids cannot be reused
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+        if not _reap(block=True):
+            break
+    os._exit(0)
+
+
+def _emit_exit(out, status, usage, over):
+    """The worker's end, as only its parent can see it."""
+    _emit(out, {"ev": "exit", "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                "cpu": usage.ru_utime + usage.ru_stime, "over": over})
+
+
+def _reap(block=False):
+    """Collect exited children; True while any child remains."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+        if block:
+            return True
+
+
+if __name__ == "__main__":  # python -c <this text>; never run on import
+    main()

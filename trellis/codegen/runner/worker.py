@@ -1,0 +1,162 @@
+# Names used but not defined here come from the earlier parts of the one script (runner/__init__.py).
+"""Runner part: the worker, the process that runs the untrusted program: it locks itself down
+(``_lock_down_worker``), runs the program and then answers the judge's requests, one reply line per
+request line (``_worker``); the exception texts and kinds it reports (``_describe``, ``_kind``).
+"""
+
+# ------------------------------------------------------------------------------------------- worker
+class _CaseTimeout(BaseException):
+    """Raised by SIGALRM when one case overruns ``case_timeout`` (BaseException: harder to swallow)."""
+
+
+def _builtin_ancestor(exc):
+    """The name of the nearest built-in class of ``exc`` (a ValueError subclass of the program's
+    is a ValueError to the tests' ``except``)."""
+    for cls in type(exc).__mro__:
+        if getattr(builtins, cls.__name__, None) is cls:
+            return cls.__name__
+    return "Exception"
+
+
+def _describe(exc, source=""):
+    name = type(exc).__name__
+    msg = str(exc)
+    if isinstance(exc, AssertionError) and not msg:
+        msg = source.strip().splitlines()[0] if source.strip() else ""
+    elif isinstance(exc, SystemExit):
+        msg = f"the program called exit({exc.code!r})"
+    text = f"{name}: {msg}" if msg else name
+    return text[:1000]
+
+
+def _kind(exc):
+    if isinstance(exc, MemoryError):
+        return "memory"
+    if isinstance(exc, _CaseTimeout):
+        return "timeout"
+    return "error"
+
+
+def _lock_down_worker(job, enforced):
+    _limits(job["limits"], enforced, uid=job["run_uid"] if job["run_uid"] is not None else os.getuid())
+    if job["landlock"] and sys.platform.startswith("linux"):
+        try:
+            _landlock(job["workdir"], enforced)
+        except (OSError, AttributeError):
+            pass
+    landlocked = any(e.startswith("landlock") for e in enforced)
+    if job["seccomp"]:
+        # IPC is denied even inside an IPC namespace: segments no process maps escape the run's memory
+        # count (as do memfds and socket buffers: hidden_memory).
+        install_seccomp = globals()["install_seccomp"]  # defined by seccomp.py, prepended to this text
+        layer = install_seccomp(sockets="inet" if job["netns"] else "none", ipc=True,
+                                keyring=True, trace=True, namespaces=True, fallocate=True,
+                                sessions=not job["pidns"], hidden_memory=True, host_files=True)
+        if layer:
+            enforced.append(layer)
+    if job["run_uid"] is not None:
+        _drop_root(job["run_uid"], landlocked, enforced)
+    _no_network(enforced)
+
+
+def _worker(job, rfd, wfd):
+    """Lock down, run the program, then serve the judge: one request line in, one reply line out."""
+    enforced = []
+    _lock_down_worker(job, enforced)
+    rf = os.fdopen(rfd, "rb", buffering=1 << 16)
+    handles = _Handles()
+
+    def reply(obj):
+        _emit(wfd, obj)
+
+    def on_alarm(signum, frame):
+        raise _CaseTimeout("the test case ran longer than its case_timeout")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    g = {"__name__": "__sandbox__", "__builtins__": builtins}
+    try:
+        _exec(_compile(job["program"], "<program>", "exec"), g)
+    except _BaseException as exc:  # noqa: B902 - SystemExit, KeyboardInterrupt: the program's doing
+        reply({"load": _describe(exc), "kind": _kind(exc), "enforced": enforced})
+        os._exit(0)
+    names = {}
+    for name, v in list(g.items()):
+        if name.startswith("__"):
+            continue
+        if type(v).__name__ == "module":
+            names[name] = {"mod": getattr(v, "__name__", "")[:200]}
+            continue
+        try:
+            if _small(v):  # plain data (a constant, a table) is sent as a value; a big table stays
+                data = _enc(v, None)
+                if len(_dumps(data)) < 1 << 16:
+                    names[name] = {"v": data}
+                    continue
+        except _BaseException:  # noqa: B902 - not data, or the program's own code raised
+            pass
+        names[name] = {"H": handles.add(v), "t": type(v).__name__[:100]}
+    reply({"load": None, "names": names, "enforced": enforced})
+    while True:
+        line = rf.readline()
+        if not line:
+            os._exit(0)
+        req = _loads(line)
+        out = {"id": req["id"]}
+        budget = req.get("budget")
+        try:
+            if budget:
+                signal.setitimer(signal.ITIMER_REAL, budget)
+            try:
+                op, obj = req["op"], handles.objs[req["ref"]]
+                if op == "call":
+                    args = [_dec_arg(a, handles) for a in req["args"]]
+                    kwargs = {k: _dec_arg(a, handles) for k, a in req["kw"]}
+                    value = obj(*args, **kwargs)
+                    # Arguments changed in place go back (by value), and only those.
+                    mut = []
+                    wires = [*req["args"], *(w for _, w in req["kw"])]
+                    for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], wires)):
+                        if type(a) in (list, dict, set, bytearray):
+                            now = _enc(a, handles)
+                            if now != wire:
+                                mut.append([i, now])
+                    out["mut"] = mut
+                elif op == "next":
+                    value = next(obj)
+                elif op == "str":
+                    value = str(obj)
+                elif op == "isinstance":
+                    value = isinstance(_dec_arg(req["obj"], handles), obj)
+                elif op == "attr":
+                    value = getattr(obj, req["name"])
+                elif op == "iter":
+                    value = []
+                    for x in obj:
+                        value.append(x)
+                        if len(value) > _MAX_ITEMS:
+                            raise MemoryError(f"more than {_MAX_ITEMS} items from one iterator")
+                elif op == "len":
+                    value = len(obj)
+                elif op == "item":
+                    value = obj[_dec_arg(req["key"], handles)]
+                else:
+                    raise ValueError(f"unknown request {op!r}")
+                out["v"] = _enc(value, handles)
+            finally:
+                if budget:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+        except _BaseException as exc:  # noqa: B902
+            name = type(exc).__name__ if isinstance(exc, _CaseTimeout) else _builtin_ancestor(exc)
+            out = {"id": req["id"], "raise": name, "msg": _describe(exc), "kind": _kind(exc)}
+            try:
+                if _small(exc.args, 1000):
+                    out["args"] = _enc(exc.args, None)
+            except _BaseException:  # noqa: B902 - args that are not data stay behind
+                pass
+        try:
+            reply(out)
+        except BrokenPipeError:
+            os._exit(0)  # the judge is gone: nothing of ours to report
+        except (ValueError, TypeError, RecursionError) as exc:  # an unencodable reply: say so
+            reply({"id": req["id"], "raise": "ValueError", "msg": f"unencodable return value: {exc}"[:1000],
+                   "kind": "error"})
