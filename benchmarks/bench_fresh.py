@@ -145,15 +145,15 @@ MIN_WALK_TOKENS = 5
 # is one terminal's regex, like _FSM_CACHE's): 50 median maskbench schemas, in-process A/B, 3 reps,
 # kept from 40 earlier schemas vs cleared: compile median 2.74 -> 1.95 ms, (a) per input 0.911.
 GRAMMAR_MEMOS = [("trellis.constrain.compile", "COMPILED")]
-SHARED_MEMOS = [("trellis.constrain.regex", "DFA_MEMO"), ("trellis.constrain.regex", "PARTS_MEMO"),
-                ("trellis.constrain.regex_compile", "PARSED"), ("trellis.constrain.regex_compile", "_CHAR_SETS"),
-                ("trellis.constrain.walk_cache", "SHARED"), ("trellis.constrain.regex_ir", "_FSM_CACHE"),
-                ("trellis.constrain.pattern", "_MATCHERS"), ("trellis.constrain.ranges", "_FRAC_MEMO"),
-                ("trellis.constrain.rest_walk", "_SCALED"), ("trellis.constrain.formats", "_FORMAT_IR"),
-                ("trellis.constrain.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.dfa_shapes", "_SHAPES"),
-                ("trellis.constrain.regex_ir", "_ENC_MEMO"), ("trellis.constrain.pattern", "_IR_MEMO"),
-                ("trellis.constrain.fsm_product", "_UNIONS"), ("trellis.constrain.byte_dfa", "LITERAL_MEMO"),
-                ("trellis.constrain.grammar_ir", "PATTERN_MEMO"), ("trellis.constrain.grammar_ir", "BOOL_ROWS")]
+SHARED_MEMOS = [("trellis.constrain.automata.regex", "DFA_MEMO"), ("trellis.constrain.automata.regex", "PARTS_MEMO"),
+                ("trellis.constrain.automata.regex_compile", "PARSED"), ("trellis.constrain.automata.regex_compile", "_CHAR_SETS"),
+                ("trellis.constrain.vocab.walk_cache", "SHARED"), ("trellis.constrain.automata.regex_ir", "_FSM_CACHE"),
+                ("trellis.constrain.frontends.pattern", "_MATCHERS"), ("trellis.constrain.frontends.ranges", "_FRAC_MEMO"),
+                ("trellis.constrain.vocab.rest_walk", "_SCALED"), ("trellis.constrain.frontends.formats", "_FORMAT_IR"),
+                ("trellis.constrain.grammar.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.vocab.dfa_shapes", "_SHAPES"),
+                ("trellis.constrain.automata.regex_ir", "_ENC_MEMO"), ("trellis.constrain.frontends.pattern", "_IR_MEMO"),
+                ("trellis.constrain.automata.fsm_product", "_UNIONS"), ("trellis.constrain.automata.byte_dfa", "LITERAL_MEMO"),
+                ("trellis.constrain.grammar.grammar_ir", "PATTERN_MEMO"), ("trellis.constrain.grammar.grammar_ir", "BOOL_ROWS")]
 SHARED_DISK = ("walks",)  # cache-dir entries that are not keyed by a grammar (walk_cache.py)
 
 
@@ -499,7 +499,7 @@ def schema_input(case: dict) -> Input:
     import llguidance
 
     from trellis.constrain import JsonSchema
-    from trellis.constrain.json_schema import order_keys
+    from trellis.constrain.frontends.json_schema import order_keys
 
     schema = case["schema"]
     text = json.dumps(schema)
@@ -934,8 +934,8 @@ def main() -> int:
         # once per process, as the peers' TokenizerInfo / LLTokenizer)
         setup_t = timed(lambda: prepare_vocabulary(vocab))[0]
     except ImportError:  # a trellis from before prepare_vocabulary
-        from trellis.constrain.trie_walk import TokenTrie
-        from trellis.constrain.walks import TokenMatrix
+        from trellis.constrain.vocab.trie_walk import TokenTrie
+        from trellis.constrain.vocab.walks import TokenMatrix
 
         setup_t = timed(lambda: TokenTrie.of(TokenMatrix.of(vocab)))[0]
     setup_x = timed(lambda: tokenizer_info(vocab, tokenizer))[0]

@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from bench_fresh import Timeout, Walker, deadline, first_line  # noqa: E402
-from trellis.constrain.scannerless import EarleyConstraint  # noqa: E402
+from trellis.constrain.earley.scannerless import EarleyConstraint  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "data", "grammars")
 REAL = os.path.join(HERE, "data", "real_grammars")

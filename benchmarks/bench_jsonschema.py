@@ -162,7 +162,7 @@ ENGINE_FNS = {"trellis": trellis_engine, "xgrammar": xgrammar_engine, "llguidanc
 
 
 def instances(case: dict, ctx: dict) -> list[tuple[bool, list[int]]]:
-    from trellis.constrain.json_schema import order_keys
+    from trellis.constrain.frontends.json_schema import order_keys
 
     out = []
     for t in case["tests"]:

@@ -27,7 +27,7 @@ engine in the row accepts; documents a peer rejects are dropped and counted):
   (recursive) and is skipped.
 
 Measured per engine: compile cold (no cache: empty TRELLIS_CACHE_DIR, cleared in-process memos
-``trellis.constrain.compile.COMPILED`` and ``trellis.constrain.regex.DFA_MEMO``; the tables'
+``trellis.constrain.compile.COMPILED`` and ``trellis.constrain.automata.regex.DFA_MEMO``; the tables'
 disk write runs on a background thread and is awaited before the warm compile, untimed; fresh
 xgrammar compiler without cache; a new LLMatcher; a new outlines ``Index``; ``--cold-repeats N``
 reports the median of N cold compiles, outlines-core excepted) and warm (trellis: disk-cached tables, memo cleared; xgrammar: its
@@ -69,7 +69,7 @@ from torch import Tensor
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from trellis.constrain.compile import load_grammar_text  # noqa: E402
-from trellis.constrain.regex import DFA_MEMO  # noqa: E402
+from trellis.constrain.automata.regex import DFA_MEMO  # noqa: E402
 from trellis.mask import allocate_bitmask  # noqa: E402
 from trellis.tokens import Vocabulary  # noqa: E402
 

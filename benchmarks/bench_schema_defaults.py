@@ -130,7 +130,7 @@ def grammar_for(schema: Any, ws: str, closed: bool) -> Any:
     ``ws == "spaced"`` the compact grammar with its separator terminals respelled as
     ``json.dumps`` writes them (``COMMA: ", "``, ``COLON: ": "``): one spelling per value, the
     model's own."""
-    from trellis.constrain.json_schema import JsonSchema
+    from trellis.constrain.frontends.json_schema import JsonSchema
 
     if ws != "spaced":
         return JsonSchema(schema, whitespace=ws, closed_objects=closed)
@@ -419,7 +419,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from trellis import generate, load
     from trellis.constrain import compile as compile_constraint
-    from trellis.constrain.json_schema import order_keys
+    from trellis.constrain.frontends.json_schema import order_keys
 
     combos = list(COMBOS) + ([] if args.no_spaced else [SPACED])
     gen_kwargs: dict[str, Any] = {}

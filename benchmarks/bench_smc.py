@@ -132,7 +132,7 @@ def extraction_items(model: Any, count: int, seed: int) -> list[dict]:
     over families, with a small valid instance that validates and whose schema compiles."""
     from bench_schema_defaults import round_robin, small_record, validator_for
     from trellis.constrain import compile as compile_constraint
-    from trellis.constrain.json_schema import JsonSchema, order_keys
+    from trellis.constrain.frontends.json_schema import JsonSchema, order_keys
 
     folder = os.path.join(DATA, "maskbench")
     names = [f for f in os.listdir(folder) if not f.startswith("BFCL_") and (f.endswith(".json") or "---" in f)]

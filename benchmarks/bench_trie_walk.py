@@ -33,10 +33,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from trellis.constrain.regex import regex_to_byte_dfa
-    from trellis.constrain.rest_walk import RestSet, walk
-    from trellis.constrain.trie_walk import TokenTrie, walk_vocabulary
-    from trellis.constrain.walks import TokenMatrix
+    from trellis.constrain.automata.regex import regex_to_byte_dfa
+    from trellis.constrain.vocab.rest_walk import RestSet, walk
+    from trellis.constrain.vocab.trie_walk import TokenTrie, walk_vocabulary
+    from trellis.constrain.vocab.walks import TokenMatrix
     from trellis.models import load
 
     tm = TokenMatrix.of(load().vocab)

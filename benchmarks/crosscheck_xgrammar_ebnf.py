@@ -61,7 +61,7 @@ from bench_fresh import Timeout, deadline  # noqa: E402
 
 from trellis.constrain import compile  # noqa: E402
 from trellis.constrain.errors import GrammarError  # noqa: E402
-from trellis.constrain.gbnf import Alt, Chars, Gbnf, Lit, Repeat, Seq  # noqa: E402
+from trellis.constrain.frontends.gbnf import Alt, Chars, Gbnf, Lit, Repeat, Seq  # noqa: E402
 from trellis.tokens import Vocabulary  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "xgrammar_ebnf" / "grammars.json"

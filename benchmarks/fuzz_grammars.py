@@ -18,7 +18,7 @@ path for ``.lark``; XGrammar reading the GBNF text for ``.gbnf``. Each of their 
 ``--parse-timeout`` seconds: outputs whose parse runs out of time are counted as ``timeouts``,
 neither parsed nor failed. Outputs Lark rejects but the independent scannerless oracle
 (tests/constrain/lark_oracle.py) accepts are counted as ``diverged`` (Lark's greedy ``%ignore``
-or leftmost-first matching, documented in trellis/constrain/scannerless.py), not as failures.
+or leftmost-first matching, documented in trellis/constrain/earley/scannerless.py), not as failures.
 Failures, divergences and timeouts are written to ``--failures`` as JSON (grammar, vocabulary,
 token ids and their bytes, text).
 """

@@ -35,7 +35,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from tests.constrain.schema_fuzz import random_instance, random_schema  # noqa: E402
 from tests.constrain.test_grammars import accepts, byte_vocab  # noqa: E402
 from trellis.constrain import SchemaError, compile  # noqa: E402
-from trellis.constrain.json_schema import JsonSchema, order_keys  # noqa: E402
+from trellis.constrain.frontends.json_schema import JsonSchema, order_keys  # noqa: E402
 
 
 def _has(s, key: str) -> bool:

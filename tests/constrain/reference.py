@@ -1,4 +1,4 @@
-"""An independent, slow reference for the grammar-mask semantics (see trellis/constrain/cfg.py).
+"""An independent, slow reference for the grammar-mask semantics (see trellis/constrain/lalr/cfg.py).
 
 Parsing uses Lark's own interactive LALR parser (``parse_interactive`` / ``feed_token`` /
 ``feed_eof``); lexing uses the ``regex`` module (``fullmatch(..., partial=True)`` decides whether

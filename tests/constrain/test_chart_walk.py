@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from tests.constrain.test_earley import random_vocab
-from trellis.constrain import compile, scannerless
+from trellis.constrain import compile
+from trellis.constrain.earley import scannerless
 from trellis.constrain.compile import load_grammar_text
-from trellis.constrain.rest_walk import RestSet
+from trellis.constrain.vocab.rest_walk import RestSet
 
 
 def _rests(c, rng: random.Random, n: int) -> RestSet:
@@ -80,7 +81,7 @@ def test_masks_equal_with_every_rest_set_split_per_scan(name: str, monkeypatch) 
     set, so both routes are checked against each other on every grammar: small sets through the
     chart vs per-scan splitting at every size, equal masks along random walks (the default
     route is the one the Lark oracle tests check)."""
-    from trellis.constrain.json_schema import JsonSchema
+    from trellis.constrain.frontends.json_schema import JsonSchema
 
     rng = random.Random(11)
     if name == "schema":

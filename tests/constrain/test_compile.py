@@ -158,7 +158,7 @@ def test_walk_equals_a_byte_by_byte_run() -> None:
     each ends, the first byte without a transition, the state before it and that byte."""
     import numpy as np
 
-    from trellis.constrain.walks import TokenMatrix, walk_tokens, scaled
+    from trellis.constrain.vocab.walks import TokenMatrix, walk_tokens, scaled
 
     rng = np.random.default_rng(0)
     for trial in range(40):
@@ -196,7 +196,7 @@ def test_precomputed_continuations_cover_every_decode(monkeypatch) -> None:
     import pickle
     import random
 
-    import trellis.constrain.cfg as cfg
+    import trellis.constrain.lalr.cfg as cfg
     from trellis.mask import allowed_ids
 
     toks = tuple(bytes([b]) for b in range(32, 127)) + (
@@ -243,7 +243,7 @@ def test_sparse_ids_equal_the_packed_row() -> None:
     ``pack_ids`` exactly, for empty, small (sorted path), bit-31 and large (dense path) sets."""
     import numpy as np
 
-    from trellis.constrain.walks import TokenMatrix
+    from trellis.constrain.vocab.walks import TokenMatrix
 
     v = Vocabulary(tuple(bytes([i % 256]) * (1 + i // 256) for i in range(5000)), eos=frozenset([4999]))
     tm = TokenMatrix.of(v)

@@ -11,11 +11,11 @@ import random
 import numpy as np
 import pytest
 
-from trellis.constrain.byte_dfa import ByteDFA
-from trellis.constrain.cut_walk import Simulation, patch
-from trellis.constrain.regex import difference, regex_to_byte_dfa, restrict_first_char
-from trellis.constrain.rest_walk import RestSet, walk
-from trellis.constrain.walks import TokenMatrix
+from trellis.constrain.automata.byte_dfa import ByteDFA
+from trellis.constrain.vocab.cut_walk import Simulation, patch
+from trellis.constrain.automata.regex import difference, regex_to_byte_dfa, restrict_first_char
+from trellis.constrain.vocab.rest_walk import RestSet, walk
+from trellis.constrain.vocab.walks import TokenMatrix
 from trellis.tokens import Vocabulary
 
 from tests.constrain.test_trie_walk import _canon
@@ -133,8 +133,8 @@ def test_a_dfa_that_does_not_simulate_is_refused() -> None:
 @pytest.mark.model
 def test_the_engine_patches_open_objects_on_gemma_with_unchanged_masks() -> None:
     from trellis.constrain import compile
-    from trellis.constrain.json_schema import JsonSchema
-    from trellis.constrain.scannerless import EarleyConstraint
+    from trellis.constrain.frontends.json_schema import JsonSchema
+    from trellis.constrain.earley.scannerless import EarleyConstraint
     from trellis.models import load
 
     h = load()

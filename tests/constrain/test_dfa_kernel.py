@@ -1,4 +1,4 @@
-"""The C DFA kernels (``trellis/constrain/_dfac.c``) return exactly what the Python code returns.
+"""The C DFA kernels (``trellis/constrain/automata/_dfac.c``) return exactly what the Python code returns.
 ``subset_construction``: the same tables, states numbered alike, on the NFAs of real terminal
 regexes and random NFAs (overlapping ranges, edges up to byte 255), and the same refusal past the
 state limit. ``minimal``: the DFA the numpy ``minimal`` returns, state for state: the same classes numbered the same way (walks of shapes too
@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trellis.constrain import dfa_minimise
-from trellis.constrain.byte_dfa import ByteDFA
-from trellis.constrain.dfa_minimise import (already_deterministic, minimal, minimal_numpy, subset_construction,
+from trellis.constrain.automata import dfa_minimise
+from trellis.constrain.automata.byte_dfa import ByteDFA
+from trellis.constrain.automata.dfa_minimise import (already_deterministic, minimal, minimal_numpy, subset_construction,
                                             subset_construction_numpy)
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.regex_compile import RegexTooLarge, regex_nfa
+from trellis.constrain.automata.regex_compile import RegexTooLarge, regex_nfa
 
 pytestmark = pytest.mark.skipif(dfa_minimise.KERNEL != "c", reason="the C kernel is not built in this install")
 

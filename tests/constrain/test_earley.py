@@ -159,8 +159,8 @@ def test_masks_are_unchanged_when_the_item_set_memos_are_dropped(name: str, monk
     """Memory bounds (earley.MAX_SETS, STEP_CACHE_SCANS, scannerless.MEMO_SCANS): with tiny limits
     the memos are dropped every few steps, and every mask, advance and EOS verdict along random
     walks equals an unbounded constraint's. States made before a drop stay usable after it."""
-    import trellis.constrain.earley as earley
-    import trellis.constrain.scannerless as scannerless
+    import trellis.constrain.earley.earley as earley
+    import trellis.constrain.earley.scannerless as scannerless
 
     text, _ = load_grammar_text(name)
     rng = random.Random(1)
@@ -408,7 +408,7 @@ def test_schema_keys_outrank_the_other_keys_regex() -> None:
 
 def test_bnf_reader_equals_lark_loader() -> None:
     from trellis.constrain import JsonSchema
-    from trellis.constrain.grammar_ir import load_bnf, load_lark
+    from trellis.constrain.grammar.grammar_ir import load_bnf, load_lark
 
     schema = {"type": "object", "properties": {"a": {"enum": ["x", "y|z"]}, "b": {"type": "array", "items": {
         "type": "number", "minimum": 0}}, "c": {"type": "string", "pattern": "^[a-z]+$"}}, "additionalProperties": True}
@@ -424,7 +424,7 @@ def test_bnf_reader_equals_lark_loader() -> None:
 
 
 def test_difference_and_intersection_of_dfas() -> None:
-    from trellis.constrain.regex import difference, intersects, literal_dfa, regex_to_byte_dfa
+    from trellis.constrain.automata.regex import difference, intersects, literal_dfa, regex_to_byte_dfa
 
     word = regex_to_byte_dfa("[a-z]+")
     cut = difference(word, [literal_dfa(b"if"), literal_dfa(b"in")])
@@ -439,9 +439,9 @@ def test_key_cuts_and_literal_shortcuts_equal_the_general_constructions() -> Non
     brute-force membership, trimmed and reachable; and a ``literal_dfa``'s shortcuts
     (``literal_at``, ``intersects``, the Earley scan tables) against the same DFA without its
     ``literal`` text, which takes the general routes."""
-    from trellis.constrain.byte_dfa import ByteDFA
-    from trellis.constrain.byte_dfa import literal_at
-    from trellis.constrain.regex import difference, intersects, literal_dfa, regex_to_byte_dfa
+    from trellis.constrain.automata.byte_dfa import ByteDFA
+    from trellis.constrain.automata.byte_dfa import literal_at
+    from trellis.constrain.automata.regex import difference, intersects, literal_dfa, regex_to_byte_dfa
 
     rng = random.Random(7)
     patterns = ['"[ab]*"', "[ab]+", "a*b?a", "(ab|ba)*", "[abc]{1,3}", 'a|b|ab|"b"']
@@ -503,10 +503,10 @@ def test_vocabulary_walks_are_shared_across_grammars_and_runs(tmp_path, monkeypa
     """A walk depends on the sub-automaton, the follow bytes and the vocabulary only: a second
     grammar with the same terminal reuses it from memory, a new process (memo cleared) from disk,
     and the masks are the same as a build from scratch."""
-    from trellis.constrain import walk_cache
+    from trellis.constrain.vocab import walk_cache
     from trellis.constrain.compile import clear_caches
     from trellis.constrain.disk_cache import wait_for_cache_writes
-    from trellis.constrain.walk_cache import SHARED
+    from trellis.constrain.vocab.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
     clear_caches()
@@ -547,13 +547,13 @@ def test_walks_over_leftovers_are_shared_across_grammars_and_runs(tmp_path, monk
     """The leftovers of a shared walk (tokens that end ``%ignore " "`` and go on) are walked by the
     next terminal once for every grammar with the same two shapes, in memory and from disk, and
     the masks equal a build from scratch."""
-    from trellis.constrain import walk_cache
+    from trellis.constrain.vocab import walk_cache
     from trellis.constrain.compile import clear_caches
     from trellis.constrain.disk_cache import wait_for_cache_writes
-    from trellis.constrain.walk_cache import SHARED
+    from trellis.constrain.vocab.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
-    from trellis.constrain import scannerless
+    from trellis.constrain.earley import scannerless
 
     monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 0.0)
     monkeypatch.setattr(scannerless, "WALK_DISK_MIN", 0)  # this vocabulary's leftover sets are small
@@ -633,11 +633,11 @@ def test_walks_of_large_dfas_are_keyed_by_their_tables(tmp_path, monkeypatch) ->
     by ``id(trans)`` (a freed DFA's id is reused by the next, here or in another process): two
     grammars with the same terminal share its walks, a terminal one state longer never does, and
     the masks equal builds that share nothing."""
-    from trellis.constrain import walk_cache
+    from trellis.constrain.vocab import walk_cache
     from trellis.constrain.compile import clear_caches
-    from trellis.constrain.dfa_shapes import CANON_MAX
-    from trellis.constrain.scannerless import EarleyConstraint
-    from trellis.constrain.walk_cache import SHARED
+    from trellis.constrain.vocab.dfa_shapes import CANON_MAX
+    from trellis.constrain.earley.scannerless import EarleyConstraint
+    from trellis.constrain.vocab.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 0.0)
@@ -665,7 +665,7 @@ def test_literal_walks_over_shared_rests_equal_unshared_masks(tmp_path, monkeypa
     before it: along random walks every mask equals a build of the same grammar that shares nothing."""
     from trellis.constrain import JsonSchema
     from trellis.constrain.compile import clear_caches
-    from trellis.constrain.walk_cache import SHARED
+    from trellis.constrain.vocab.walk_cache import SHARED
 
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
     clear_caches()

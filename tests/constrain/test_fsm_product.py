@@ -11,7 +11,7 @@ import pytest
 
 interegular = pytest.importorskip("interegular")
 
-from trellis.constrain.fsm_product import product  # noqa: E402
+from trellis.constrain.automata.fsm_product import product  # noqa: E402
 
 ATOMS = ["a", "b", "c", "[ab]", "[^a]", ".", "ab", "ba", "(?:a|bc)", "x", ""]
 
@@ -61,7 +61,7 @@ def test_product_of_disjoint_alphabets_and_empty_languages() -> None:
 def test_minimal_is_interegulars_reduce(seed: int) -> None:
     """Brzozowski's minimisation with dict-indexed subsets == interegular's ``reduce``: the same
     language and the same number of states (a minimal DFA is unique up to renaming)."""
-    from trellis.constrain.fsm_product import minimal
+    from trellis.constrain.automata.fsm_product import minimal
 
     rng = random.Random(1000 + seed)
     f = _fsm(_regex(rng))
@@ -93,7 +93,7 @@ def test_alphabet_union_is_interegulars_partition(seed: int) -> None:
     alphabets cover the cases of ``anything_else`` on one side, both or neither."""
     from interegular.fsm import Alphabet
 
-    from trellis.constrain.fsm_product import alphabet_union
+    from trellis.constrain.automata.fsm_product import alphabet_union
 
     rng = random.Random(7000 + seed)
 

@@ -176,7 +176,7 @@ class GbnfOracle:
 
 class LarkDivergence(Exception):
     """Lark rejects an output that the scannerless semantics accepts: one of the two documented
-    ways Lark's regex terminal matcher finds fewer matches (trellis/constrain/scannerless.py)."""
+    ways Lark's regex terminal matcher finds fewer matches (trellis/constrain/earley/scannerless.py)."""
 
 
 class LarkCorpusOracle:

@@ -1,4 +1,4 @@
-"""GBNF -> Lark (trellis.constrain.gbnf): llama.cpp's grammar files convert, and the Lark text
+"""GBNF -> Lark (trellis.constrain.frontends.gbnf): llama.cpp's grammar files convert, and the Lark text
 has the same language as the GBNF grammar read by XGrammar (random sentences and mutants), plus
 unit tests of the syntax and of the errors.
 
@@ -17,7 +17,7 @@ import lark
 import pytest
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.gbnf import Alt, Chars, Gbnf, Lit, Ref, Repeat, Seq, lark_name
+from trellis.constrain.frontends.gbnf import Alt, Chars, Gbnf, Lit, Ref, Repeat, Seq, lark_name
 
 CORPUS_DIR = Path("/work/shared/data/grammars/llama.cpp")
 CORPUS = sorted(p.stem for p in CORPUS_DIR.glob("*.gbnf"))

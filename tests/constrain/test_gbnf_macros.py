@@ -14,9 +14,9 @@ import pytest
 from tests.constrain.test_gbnf import (assert_masks_equal_xgrammar, assert_strings_agree_with_xgrammar,
                                        language)
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.gbnf import Gbnf
-from trellis.constrain.xgrammar_regex import MAXC, NOTHING, RegexDialectError, translate
-from trellis.constrain.xgrammar_tags import automaton, languages
+from trellis.constrain.frontends.gbnf import Gbnf
+from trellis.constrain.frontends.xgrammar_regex import MAXC, NOTHING, RegexDialectError, translate
+from trellis.constrain.frontends.xgrammar_tags import automaton, languages
 
 
 def to_python(node) -> str:

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from tests.constrain.test_grammars import byte_vocab
-from trellis.constrain import compile, scannerless
+from trellis.constrain import compile
+from trellis.constrain.earley import scannerless
 from trellis.constrain.gc_pause import paused
 
 

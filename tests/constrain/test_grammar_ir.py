@@ -11,7 +11,7 @@ from lark import Token
 from lark.exceptions import GrammarError as LarkGrammarError
 from lark.load_grammar import _literal_to_pattern
 
-from trellis.constrain.lark_reader import literal_pattern
+from trellis.constrain.grammar.lark_reader import literal_pattern
 
 PIECES = ["\\", "\\\\", '\\"', "'", '"', "/", "\\/", "a", "Z", "0", "7", "é", "日", "\U0001F600", "\\n", "\\t",
           "\\r", "\\f", "\\x41", "\\x4", "\\u0022", "\\u00e9", "\\U0001F600", "\\d", "\\w", "\\N", "\\0", "\\12",
@@ -93,8 +93,8 @@ def test_follow_bytes_are_the_first_bytes_of_the_follow_sets(name: str) -> None:
     import numpy as np
 
     from trellis.constrain.compile import load_grammar_text
-    from trellis.constrain.grammar_ir import bits_to_bool, follow_bytes, load_bnf, load_lark
-    from trellis.constrain.json_schema import JsonSchema
+    from trellis.constrain.grammar.grammar_ir import bits_to_bool, follow_bytes, load_bnf, load_lark
+    from trellis.constrain.frontends.json_schema import JsonSchema
 
     if name == "schema":
         schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}},
@@ -132,7 +132,7 @@ def test_import_memo_keys_on_the_file_its_text_and_the_statement(tmp_path) -> No
     folder with its own common.lark each give what Lark itself gives."""
     from tests.constrain.test_grammars import accepts, byte_vocab
     from trellis.constrain import compile
-    from trellis.constrain.grammar_ir import IMPORTS_MEMO
+    from trellis.constrain.grammar.grammar_ir import IMPORTS_MEMO
 
     v = byte_vocab()
     a = compile('start: WS_INLINE "a"\n%import common.WS_INLINE\n', v, cache=False)
@@ -140,7 +140,7 @@ def test_import_memo_keys_on_the_file_its_text_and_the_statement(tmp_path) -> No
     assert accepts(a, b" a") and accepts(b, b"  b") and not accepts(b, b" a")
     # (compile reads these with lark_reader, which imports common itself: Lark's loader, which the
     # memo wraps, is asked directly, so the check does not depend on an earlier test's imports)
-    from trellis.constrain.grammar_ir import load_lark
+    from trellis.constrain.grammar.grammar_ir import load_lark
 
     IMPORTS_MEMO.clear()
     load_lark('start: WS_INLINE "a"\n%import common.WS_INLINE\n', fast=False)

@@ -195,7 +195,7 @@ def test_viability_from_the_stack_top_equals_the_whole_stack(name: str) -> None:
     every byte of random sentences, for every state of the current lexer and every depth, that
     answer must equal the whole-stack search. Tops of 1 and 2 states share answers far more
     aggressively than the shipped one, so they exercise the unknown (pops below the top, EOS) paths."""
-    from trellis.constrain.cfg import VIABILITY_DEPTH, VIABILITY_TOP, LalrRuntime, build_top_table, compile_lark
+    from trellis.constrain.lalr.cfg import VIABILITY_DEPTH, VIABILITY_TOP, LalrRuntime, build_top_table, compile_lark
 
     text, _ = load_grammar_text(name)
     g = compile_lark(text, source=name)
@@ -233,7 +233,7 @@ def test_viability_from_the_stack_top_equals_the_whole_stack(name: str) -> None:
 def test_top_table_equals_answers_found_on_first_use(name: str) -> None:
     """``build_top_table`` answers every stack top's viability questions at compile time; each
     recorded answer must be the one a runtime without the table finds on first use."""
-    from trellis.constrain.cfg import TOP_DECODE, TOP_DEPTHS, LalrRuntime, build_top_table, compile_lark
+    from trellis.constrain.lalr.cfg import TOP_DECODE, TOP_DEPTHS, LalrRuntime, build_top_table, compile_lark
 
     g = compile_lark(load_grammar_text(name)[0], source=name)
     build_top_table(g)
@@ -257,7 +257,7 @@ def test_states_with_the_same_terminals_but_other_follow_bytes_are_not_merged() 
     ``boundary``. After ``-`` and after ``1`` a NUMBER lexeme can become the same terminal, but
     only ``-0`` may be followed by a digit (greedy lexing: ``1`` would take it), and a DIGIT must
     follow: so ``-`` is viable and ``1`` is not, and the masks must say so."""
-    from trellis.constrain.cfg import CFGConstraint, compile_lark
+    from trellis.constrain.lalr.cfg import CFGConstraint, compile_lark
 
     v = byte_vocab((b"-0", b"12", b"-05"))
     c = CFGConstraint(compile_lark('start: NUMBER DIGIT\nNUMBER: /-?(0|[1-9][0-9]*)/\nDIGIT: /[0-9]/'), v)

@@ -1,4 +1,4 @@
-"""JSON Schema -> grammar (trellis.constrain.json_schema): exact or refused with a JSON pointer.
+"""JSON Schema -> grammar (trellis.constrain.frontends.json_schema): exact or refused with a JSON pointer.
 
 Instances are serialised (``json.dumps``, compact, ``ensure_ascii=False``; ``indent=2`` for
 flexible whitespace) and walked through the compiled constraint token by token on a small
@@ -21,7 +21,7 @@ import pytest
 
 from tests.constrain.test_oracle import engine_witness
 from trellis.constrain import JsonSchema, SchemaError, compile
-from trellis.constrain.json_schema import order_keys, schema_to_lark
+from trellis.constrain.frontends.json_schema import order_keys, schema_to_lark
 from trellis.mask import allocate_bitmask, allowed_ids
 from trellis.tokens import Vocabulary
 
@@ -546,7 +546,7 @@ def test_grammar_text_does_not_depend_on_the_hash_seed() -> None:
     words = ["maxLength", "minLength", "maximum", "minimum", "anyOf", "allOf", "oneOf", "exclusiveMaximum",
              "exclusiveMinimum", "maxItems", "minItems", "maxProperties", "minProperties"]
     schema = {"type": "object", "propertyNames": {"enum": words}, "additionalProperties": {"type": "integer"}}
-    code = "import json,sys; from trellis.constrain.json_schema import schema_to_lark; " \
+    code = "import json,sys; from trellis.constrain.frontends.json_schema import schema_to_lark; " \
            "print(schema_to_lark(json.loads(sys.argv[1]))[0])"
     texts = {subprocess.run([sys.executable, "-c", code, json.dumps(schema)], capture_output=True, text=True,
                             check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
@@ -610,7 +610,7 @@ NARROWINGS = {
 def run_suite(files: list[str], whitespace: str = "compact", dialect: str | None = None) -> dict:
     """``dialect``: a ``$schema`` URI given to every root schema that names none (the suite's draft
     folders leave it implicit)."""
-    from trellis.constrain.cfg import LalrRuntime, compile_lark
+    from trellis.constrain.lalr.cfg import LalrRuntime, compile_lark
 
     stats = {"schemas": 0, "refused": 0, "instances": 0}
     wrong = []
@@ -754,8 +754,8 @@ def test_plain_integer_ranges_equal_the_fsm_difference() -> None:
     regex minus every text with a . e or E (an FSM difference)."""
     from decimal import Decimal
 
-    from trellis.constrain.ranges import NOT_PLAIN, NumSpec
-    from trellis.constrain.regex_ir import fsm_sub, regex_fsm
+    from trellis.constrain.frontends.ranges import NOT_PLAIN, NumSpec
+    from trellis.constrain.automata.regex_ir import fsm_sub, regex_fsm
 
     rng = random.Random(4)
     bounds = [None, Decimal(0), Decimal(-1), Decimal(7), Decimal("2.5"), Decimal(-30), Decimal(1000), Decimal(10) ** 9]

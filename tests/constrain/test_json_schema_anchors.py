@@ -16,7 +16,7 @@ import re
 import pytest
 
 from tests.constrain.test_json_schema_negation import judge
-from trellis.constrain.pattern import pattern_matches
+from trellis.constrain.frontends.pattern import pattern_matches
 
 PATTERNS = ["^$|^a+$", "^(\\d+)?$|^$", "^\\d+-\\d+|^\\d+$", "^([^,]+(,|$)){3,}$", "^(\\/?((\\.{2})|([a-z]*))($|\\/))*$",
             "/^a$/", "(x|^)y", "a(^|b)", "(a$|b)c", "(a|$)*", "(^a|b)*c", "(^|,)a(,|$)", "^(ab|$){2,3}", "(a$)+",

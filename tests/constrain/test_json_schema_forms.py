@@ -21,7 +21,7 @@ import pytest
 from tests.constrain.test_json_schema import CASES, SUITE, VOCAB, Raw, text_of, tokens_of
 from trellis.constrain import JsonSchema, SchemaError, compile
 from trellis.constrain.compile import SchemaGrammar
-from trellis.constrain.json_schema import order_keys
+from trellis.constrain.frontends.json_schema import order_keys
 
 SUITE_FILES = ("properties.json", "additionalProperties.json", "required.json", "patternProperties.json",
                "minProperties.json", "maxProperties.json", "dependentRequired.json", "dependentSchemas.json",

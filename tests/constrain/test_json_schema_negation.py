@@ -16,7 +16,7 @@ import pytest
 
 from tests.constrain.test_json_schema import D7, accepts, make, text_of
 from trellis.constrain import JsonSchema, SchemaError
-from trellis.constrain.json_schema import order_keys
+from trellis.constrain.frontends.json_schema import order_keys
 
 
 def judge(schema: Any, valid: list, invalid: list) -> None:

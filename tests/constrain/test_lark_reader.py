@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from tests.constrain.test_earley import CORPUS, SMALL, first_rule, random_vocab
-from trellis.constrain import Gbnf, GrammarError, lark_reader
+from trellis.constrain import Gbnf, GrammarError
+from trellis.constrain.grammar import lark_reader
 from trellis.constrain.compile import load_grammar_text
-from trellis.constrain.grammar_ir import load_lark
-from trellis.constrain.scannerless import EarleyConstraint
+from trellis.constrain.grammar.grammar_ir import load_lark
+from trellis.constrain.earley.scannerless import EarleyConstraint
 
 # Syntax a reader must get right: comments (// and #), continuation lines, ranges, ~, [ ],
 # priorities, aliases, modifiers, imports with aliases and lists, %ignore of a literal and of an

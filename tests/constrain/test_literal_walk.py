@@ -10,11 +10,11 @@ import random
 import numpy as np
 import pytest
 
-from trellis.constrain.byte_dfa import Literal, literal_at
-from trellis.constrain.literal_walk import literal_vocabulary_ids, walk_literal_rests, words_at, words_vocabulary_ids
-from trellis.constrain.regex import regex_to_byte_dfa
-from trellis.constrain.rest_walk import RestSet, walk
-from trellis.constrain.walks import TokenMatrix
+from trellis.constrain.automata.byte_dfa import Literal, literal_at
+from trellis.constrain.vocab.literal_walk import literal_vocabulary_ids, walk_literal_rests, words_at, words_vocabulary_ids
+from trellis.constrain.automata.regex import regex_to_byte_dfa
+from trellis.constrain.vocab.rest_walk import RestSet, walk
+from trellis.constrain.vocab.walks import TokenMatrix
 from trellis.tokens import Vocabulary
 
 from tests.constrain.test_trie_walk import _canon

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from trellis.constrain import GrammarError, Regex, compile, regex_to_byte_dfa
-from trellis.constrain.utf8 import codepoint_ranges_to_utf8
+from trellis.constrain.automata.utf8 import codepoint_ranges_to_utf8
 from trellis.mask import allocate_bitmask, allowed_ids
 from trellis.tokens import Vocabulary
 
@@ -114,7 +114,7 @@ def test_regex_forced_tokens() -> None:
 
 def _unminimised(pattern: str):
     """The trimmed DFA of ``pattern`` as determinised, before minimisation."""
-    from trellis.constrain.byte_dfa import trim
+    from trellis.constrain.automata.byte_dfa import trim
 
     from .test_dfa_kernel import determinised
 
@@ -126,7 +126,7 @@ def test_minimised_byte_dfas_keep_the_language_and_merge_utf8_copies() -> None:
     on random byte strings including split UTF-8, and JSON's STRING interior is one state."""
     import random
 
-    import trellis.constrain.regex as R
+    import trellis.constrain.automata.regex as R
 
     pats = [r'"(?:[^"\\\x00-\x1f]|\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4})*"', r"(ab|ac)*d?", r"\w+é|x.{2,5}y",
             r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", r"[0-9]{4}-[0-9]{2}"]
@@ -152,9 +152,9 @@ def test_hashed_refinement_equals_exact_refinement() -> None:
     import lark
     import numpy as np
 
-    import trellis.constrain.dfa_minimise as M
+    import trellis.constrain.automata.dfa_minimise as M
     from trellis.constrain.compile import load_grammar_text
-    from trellis.constrain.json_schema import schema_to_lark
+    from trellis.constrain.frontends.json_schema import schema_to_lark
     from trellis.constrain import shipped_grammars
 
     texts = [load_grammar_text(n)[0] for n in shipped_grammars()]
@@ -208,8 +208,8 @@ def test_compiled_dfas_equal_interegulars_on_patterns_both_read() -> None:
 
     import interegular
 
-    import trellis.constrain.dfa_minimise as M
-    import trellis.constrain.regex as R
+    import trellis.constrain.automata.dfa_minimise as M
+    import trellis.constrain.automata.regex as R
 
     ws = "[ \t\n\r]"  # real characters, as lark hands schema terminals over
     pats = [rf"{ws}{{0,64}},{ws}{{0,64}}", rf"\{{{ws}{{0,8}}", rf"{ws}{{0,3}}\]", "null", r"\"name\"", "ab*c+d?",
@@ -231,8 +231,8 @@ def test_compiled_dfas_equal_interegulars_on_patterns_both_read() -> None:
 
 def _interegular_nfa(fsm):  # type: ignore[no-untyped-def]
     """interegular FSM -> (byte edges, finals, start) as the old path expanded it (an oracle)."""
-    from trellis.constrain.charsets import alphabet_ranges
-    from trellis.constrain.utf8 import codepoint_ranges_to_utf8
+    from trellis.constrain.automata.charsets import alphabet_ranges
+    from trellis.constrain.automata.utf8 import codepoint_ranges_to_utf8
 
     seqs = {cls: codepoint_ranges_to_utf8(list(r)) for cls, r in alphabet_ranges(fsm.alphabet).items()}
     states = sorted(fsm.states)
@@ -263,9 +263,9 @@ def test_fast_determinise_and_minimise_paths_equal_the_general_ones() -> None:
 
     import numpy as np
 
-    import trellis.constrain.dfa_minimise as M
-    import trellis.constrain.regex as R
-    from trellis.constrain.regex_compile import regex_nfa
+    import trellis.constrain.automata.dfa_minimise as M
+    import trellis.constrain.automata.regex as R
+    from trellis.constrain.automata.regex_compile import regex_nfa
 
     rng = random.Random(7)
     ws = "[ \t\n\r]"
@@ -299,7 +299,7 @@ def test_difference_by_literals_equals_the_language_difference(seed: int) -> Non
     import itertools
     import random
 
-    from trellis.constrain.regex import difference, literal_dfa, regex_to_byte_dfa
+    from trellis.constrain.automata.regex import difference, literal_dfa, regex_to_byte_dfa
 
     rng = random.Random(seed)
     alpha = "abc"

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.regex import strip_lazy, regex_to_byte_dfa, terminal_parts
+from trellis.constrain.automata.regex import strip_lazy, regex_to_byte_dfa, terminal_parts
 
 ALPHA = "aAbkKsS\u017f\u212a\u03c3\u03c2\u03a3\u0130i\u0131\u00e9\u00c9\u20ac\U0001f600 09_\n-."
 
@@ -285,10 +285,10 @@ def test_string_enums_take_the_trie_path_and_keep_the_regex_language(seed: int) 
     """A JSON Schema string ``enum`` is written ``"(?:v1|v2)"`` with ``re.escape``d values: it is
     built as the values' trie (``literal_alternatives``), not through the NFA; the DFA is the
     same language as the NFA path's and as ``re.fullmatch``'s."""
-    from trellis.constrain.byte_dfa import difference
-    from trellis.constrain.dfa_minimise import already_deterministic, minimal, subset_construction
-    from trellis.constrain.regex import literal_alternatives
-    from trellis.constrain.regex_compile import regex_nfa
+    from trellis.constrain.automata.byte_dfa import difference
+    from trellis.constrain.automata.dfa_minimise import already_deterministic, minimal, subset_construction
+    from trellis.constrain.automata.regex import literal_alternatives
+    from trellis.constrain.automata.regex_compile import regex_nfa
 
     rng = random.Random(seed)
     alpha = list('ab .-"\\/|()*+?[]{}^$é') + ["\U0001F600", "\u2028", "\t"]
@@ -317,7 +317,7 @@ def test_string_enums_take_the_trie_path_and_keep_the_regex_language(seed: int) 
 
 def test_lark_regex_bodies_escape_what_lark_unescapes() -> None:
     """``emit.lark_regex`` (one ``re.sub``) writes what its per-character definition writes."""
-    from trellis.constrain.json_schema.emit import lark_regex
+    from trellis.constrain.frontends.json_schema.emit import lark_regex
 
     def by_char(rx: str) -> str:
         out = []

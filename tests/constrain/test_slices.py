@@ -11,12 +11,13 @@ import pytest
 
 from tests.constrain.test_trie_walk import _canon
 from tests.constrain.test_trie_walk import _vocab as trie_vocab
-from trellis.constrain import compile, slices
-from trellis.constrain.regex import regex_to_byte_dfa
-from trellis.constrain.rest_walk import RestSet
-from trellis.constrain.slices import contains, slice_for, walk_sliced
-from trellis.constrain.trie_walk import walk_vocabulary
-from trellis.constrain.walks import TokenMatrix
+from trellis.constrain import compile
+from trellis.constrain.vocab import slices
+from trellis.constrain.automata.regex import regex_to_byte_dfa
+from trellis.constrain.vocab.rest_walk import RestSet
+from trellis.constrain.vocab.slices import contains, slice_for, walk_sliced
+from trellis.constrain.vocab.trie_walk import walk_vocabulary
+from trellis.constrain.vocab.walks import TokenMatrix
 from trellis.tokens import Vocabulary
 
 PATTERNS = [
@@ -130,7 +131,7 @@ COMMENT: /\/\/[^\n]*/
     masks = {}
     for on in (True, False):
         if not on:
-            monkeypatch.setattr("trellis.constrain.vocab_walk.slice_for", lambda *a: None)
+            monkeypatch.setattr("trellis.constrain.vocab.vocab_walk.slice_for", lambda *a: None)
         c = compile(grammar, vocab, cache=False)
         c.share = False  # no walk from the other run
         s, out = c.start(), []

@@ -529,7 +529,7 @@ def test_either_constraint_is_the_exact_union() -> None:
 
 
 def test_text_pattern_excludes_call_markers() -> None:
-    from trellis.constrain.regex import regex_to_byte_dfa
+    from trellis.constrain.automata.regex import regex_to_byte_dfa
 
     single, par = regex_to_byte_dfa(text_pattern()), regex_to_byte_dfa(text_pattern(parallel=True))
     assert single.matches(b"  Hello {x}") and single.matches("é".encode()) and single.matches(b"[1]")

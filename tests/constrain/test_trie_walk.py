@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from trellis.constrain.regex import regex_to_byte_dfa
-from trellis.constrain.rest_walk import RestSet, walk
-from trellis.constrain.trie_walk import TokenTrie, walk_vocabulary
-from trellis.constrain.walks import TokenMatrix
+from trellis.constrain.automata.regex import regex_to_byte_dfa
+from trellis.constrain.vocab.rest_walk import RestSet, walk
+from trellis.constrain.vocab.trie_walk import TokenTrie, walk_vocabulary
+from trellis.constrain.vocab.walks import TokenMatrix
 from trellis.tokens import Vocabulary
 
 PATTERNS = [

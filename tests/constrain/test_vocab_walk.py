@@ -8,12 +8,14 @@ import numpy as np
 
 from tests.constrain.test_slices import _vocab
 from tests.constrain.test_trie_walk import _canon
-from trellis.constrain import compile, scannerless, vocab_walk
+from trellis.constrain import compile
+from trellis.constrain.earley import scannerless
+from trellis.constrain.vocab import vocab_walk
 from trellis.constrain.compile import COMPILED
-from trellis.constrain.regex import regex_to_byte_dfa
-from trellis.constrain.rest_walk import RestSet
-from trellis.constrain.walk_cache import SHARED
-from trellis.constrain.walks import TokenMatrix
+from trellis.constrain.automata.regex import regex_to_byte_dfa
+from trellis.constrain.vocab.rest_walk import RestSet
+from trellis.constrain.vocab.walk_cache import SHARED
+from trellis.constrain.vocab.walks import TokenMatrix
 
 
 def _walks(monkeypatch, pattern: str, q: int) -> dict:

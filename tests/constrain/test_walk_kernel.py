@@ -1,4 +1,4 @@
-"""The C walk kernel (``trellis/constrain/_walkc.c``) returns exactly what the numpy walks return,
+"""The C walk kernel (``trellis/constrain/vocab/_walkc.c``) returns exactly what the numpy walks return,
 element for element and in the same order: inside flags, crossings, and the leftover rest sets
 (their order matters: walks over leftovers are cached on disk by the key of the walk that made
 them, so processes with different kernels must agree on every index). Random vocabularies full of
@@ -10,15 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trellis.constrain import rest_walk
-from trellis.constrain.regex import regex_to_byte_dfa
-from trellis.constrain.rest_walk import RestSet, Walk, walk, walk_numpy
-from trellis.constrain.trie_walk import walk_vocabulary, walk_vocabulary_numpy
-from trellis.constrain.walks import TokenMatrix
+from trellis.constrain.vocab import rest_walk, walks
+from trellis.constrain.automata.regex import regex_to_byte_dfa
+from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk, walk_numpy
+from trellis.constrain.vocab.trie_walk import walk_vocabulary, walk_vocabulary_numpy
+from trellis.constrain.vocab.walks import TokenMatrix
 
 from .test_trie_walk import PATTERNS, _vocab
 
-pytestmark = pytest.mark.skipif(rest_walk.KERNEL != "c", reason="the C kernel is not built in this install")
+pytestmark = pytest.mark.skipif(walks.KERNEL != "c", reason="the C kernel is not built in this install")
 
 MORE = [r"\s+", r'"[^"]*"', r"(?i:select|from)", r"[^\x00]{2,5}", r"(?:\xc3\xa9|e)+\."]
 

@@ -13,8 +13,8 @@ import pytest
 
 from tests.constrain.test_earley import random_vocab
 from trellis.constrain import GrammarBudgetError, GrammarError, compile
-from trellis.constrain.earley import UNBOUNDED
-from trellis.constrain.scannerless import EarleyConstraint
+from trellis.constrain.earley.earley import UNBOUNDED
+from trellis.constrain.earley.scannerless import EarleyConstraint
 
 # Ambiguous by construction (the shape of a real Lua grammar that stalled masks for seconds):
 # words split into words at every byte, a nullable starred group, and empty arguments that let a
@@ -92,7 +92,7 @@ def test_an_advance_over_its_bound_is_a_typed_error():
 
 
 def test_default_bounds_and_overrides():
-    from trellis.constrain import work_bound
+    from trellis.constrain.earley import work_bound
 
     v = random_vocab(b"ab", random.Random(3), 20)
     c = compile("start: /a+/ \"b\"", v, cache=False)
@@ -115,7 +115,7 @@ def test_a_terminal_too_costly_to_build_is_refused_by_name(grammar, words):
 def test_the_start_mask_gets_the_bound_times_start_factor(monkeypatch):
     """The start state's mask is computed once per grammar (every rule predicted at once), like a
     compile: it may take ``START_FACTOR`` times the mask bound, later masks only the bound."""
-    from trellis.constrain import work_bound
+    from trellis.constrain.earley import work_bound
 
     v = random_vocab(b"abcdefghijklmnop .=(),+", random.Random(1), 200)
     c = EarleyConstraint(compile(AMBIGUOUS, v, cache=False).ir, v, share=False, mask_work=UNBOUNDED)

@@ -9,13 +9,13 @@ scannerless Earley engine (``EarleyConstraint``: any context-free grammar, table
 
 from trellis.constrain.base import (Constraint, State, Unconstrained, advance_many, fill_masks, forced_tokens,
                                     is_unconstrained, tree_masks)
-from trellis.constrain.cfg import CFGConstraint, GrammarTables, compile_lark
+from trellis.constrain.lalr.cfg import CFGConstraint, GrammarTables, compile_lark
 from trellis.constrain.compile import compile, load_grammar_text, prepare_vocabulary, shipped_grammars
-from trellis.constrain.gbnf import Gbnf
-from trellis.constrain.scannerless import EarleyConstraint
+from trellis.constrain.frontends.gbnf import Gbnf
+from trellis.constrain.earley.scannerless import EarleyConstraint
 from trellis.constrain.errors import ConstraintError, ConstraintUsageError, GrammarBudgetError, GrammarError, SchemaError
-from trellis.constrain.json_schema import IgnoredKeyword, JsonSchema
-from trellis.constrain.regex import ByteDFA, regex_to_byte_dfa
+from trellis.constrain.frontends.json_schema import IgnoredKeyword, JsonSchema
+from trellis.constrain.automata.regex import ByteDFA, regex_to_byte_dfa
 from trellis.constrain.regex_constraint import Regex, RegexConstraint
 
 __all__ = [

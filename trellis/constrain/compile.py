@@ -25,21 +25,21 @@ import os
 from pathlib import Path
 from typing import Union
 
-from trellis.constrain.cfg import CFGConstraint, GrammarTables, build_top_table, compile_lark
+from trellis.constrain.lalr.cfg import CFGConstraint, GrammarTables, build_top_table, compile_lark
 from trellis.constrain.disk_cache import (cache_key, cache_version, grammar_cache_dir, read_cache_file, wait_for_cache_writes,
                                           write_cache_later, write_cache_now)
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
-from trellis.constrain.json_schema import JsonSchema
-from trellis.constrain.grammar_ir import load_bnf, load_lark
+from trellis.constrain.frontends.json_schema import JsonSchema
+from trellis.constrain.grammar.grammar_ir import load_bnf, load_lark
 from trellis.constrain.regex_constraint import Regex, RegexConstraint
-from trellis.constrain.scannerless import EarleyConstraint
+from trellis.constrain.earley.scannerless import EarleyConstraint
 from trellis.errors import UsageError
 from trellis.tokens import Vocabulary
 
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammars"
 
-GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]  # or a trellis.constrain.gbnf.Gbnf
+GrammarSpec = Union[str, os.PathLike, Regex, JsonSchema]  # or a trellis.constrain.frontends.gbnf.Gbnf
 
 
 def shipped_grammars() -> list[str]:
@@ -84,12 +84,14 @@ def clear_caches() -> None:
     """Forget every in-process memo of compiled grammars and shared tables (the disk cache stays:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
-    from trellis.constrain import dfa_shapes, fsm_product, formats, pattern, ranges, regex_compile, regex_ir, rest_walk
-    from trellis.constrain.byte_dfa import LITERAL_MEMO
-    from trellis.constrain.grammar_ir import IMPORTS_MEMO
-    from trellis.constrain.lark_reader import PATTERN_MEMO
-    from trellis.constrain.regex import DFA_MEMO, PARTS_MEMO
-    from trellis.constrain.walk_cache import LISTED, SHARED
+    from trellis.constrain.vocab import dfa_shapes, rest_walk
+    from trellis.constrain.automata import fsm_product, regex_compile, regex_ir
+    from trellis.constrain.frontends import formats, pattern, ranges
+    from trellis.constrain.automata.byte_dfa import LITERAL_MEMO
+    from trellis.constrain.grammar.grammar_ir import IMPORTS_MEMO
+    from trellis.constrain.grammar.lark_reader import PATTERN_MEMO
+    from trellis.constrain.automata.regex import DFA_MEMO, PARTS_MEMO
+    from trellis.constrain.vocab.walk_cache import LISTED, SHARED
 
     wait_for_cache_writes()
     LISTED.clear()
@@ -142,7 +144,7 @@ def check_grammar(grammar: GrammarSpec, *, start: str = "start") -> None:
     checks its arguments this way before spending seconds loading a model."""
     if isinstance(grammar, Regex):
         return
-    from trellis.constrain.gbnf import Gbnf
+    from trellis.constrain.frontends.gbnf import Gbnf
 
     if isinstance(grammar, (JsonSchema, SchemaGrammar)):
         text = grammar.to_lark("earley") if isinstance(grammar, JsonSchema) else str(grammar)
@@ -165,11 +167,11 @@ def prepare_vocabulary(vocab: Vocabulary) -> None:
     its depth-first form, the lexicographic order, the token slices (``slices.py``). ~0.9 s on
     Gemma 3's 262,144 tokens, once per process; they depend on the vocabulary alone, like
     xgrammar's ``TokenizerInfo`` and llguidance's ``LLTokenizer``."""
-    from trellis.constrain.literal_walk import SortedVocab
-    from trellis.constrain.rest_walk import RestSet, rows
-    from trellis.constrain.slices import slices
-    from trellis.constrain.trie_walk import TokenTrie
-    from trellis.constrain.walks import TokenMatrix
+    from trellis.constrain.vocab.literal_walk import SortedVocab
+    from trellis.constrain.vocab.rest_walk import RestSet, rows
+    from trellis.constrain.vocab.slices import slices
+    from trellis.constrain.vocab.trie_walk import TokenTrie
+    from trellis.constrain.vocab.walks import TokenMatrix
 
     tm = TokenMatrix.of(vocab)
     TokenTrie.of(tm).preorder()
@@ -222,7 +224,7 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         raise UsageError(f"engine must be one of {ENGINES}, got {engine!r}")
     if isinstance(grammar, Regex):
         return grammar.compile(vocab)
-    from trellis.constrain.gbnf import Gbnf
+    from trellis.constrain.frontends.gbnf import Gbnf
 
     ignored: tuple = ()
     path: str | None = None

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from trellis.constrain.base import Constraint, ForcesTokens, HasByteClasses, HintsCompletion, State
-from trellis.constrain.walks import TokenMatrix
+from trellis.constrain.vocab.walks import TokenMatrix
 from trellis.errors import UsageError
 from trellis.mask import allocate_bitmask, bool_to_bitmask
 

@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from trellis.constrain.byte_dfa import ByteDFA
-from trellis.constrain.dfa_minimise import byte_classes
-from trellis.constrain.regex import regex_to_byte_dfa
-from trellis.constrain.walks import TokenMatrix, walk_live
+from trellis.constrain.automata.byte_dfa import ByteDFA
+from trellis.constrain.automata.dfa_minimise import byte_classes
+from trellis.constrain.automata.regex import regex_to_byte_dfa
+from trellis.constrain.vocab.walks import TokenMatrix, walk_live
 from trellis.tokens import Vocabulary
 
 @dataclass(frozen=True)

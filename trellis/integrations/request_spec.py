@@ -147,9 +147,9 @@ def _refuse_file_imports(text: str) -> None:
 def _grammar(spec: RequestSpec) -> Any:
     """The trellis grammar object of a grammar/gbnf/schema/regex spec (no vocabulary needed)."""
     from trellis.constrain.compile import GRAMMAR_DIR, shipped_grammars
-    from trellis.constrain.gbnf import Gbnf
-    from trellis.constrain.json_schema import JsonSchema
-    from trellis.constrain.regex import Regex
+    from trellis.constrain.frontends.gbnf import Gbnf
+    from trellis.constrain.frontends.json_schema import JsonSchema
+    from trellis.constrain.regex_constraint import Regex
 
     if spec.kind == "schema":
         return JsonSchema(json.loads(spec.text), whitespace=spec.whitespace or "compact")
@@ -189,8 +189,8 @@ def _tools(spec: RequestSpec) -> list[Any]:
 def check(spec: RequestSpec) -> None:
     """Raise what compiling ``spec`` would raise about the grammar itself (no vocabulary)."""
     from trellis.constrain.compile import check_grammar
-    from trellis.constrain.json_schema import JsonSchema
-    from trellis.constrain.regex import regex_to_byte_dfa
+    from trellis.constrain.frontends.json_schema import JsonSchema
+    from trellis.constrain.automata.regex import regex_to_byte_dfa
     from trellis.constrain.tools import call_schema
 
     if spec.kind == "tools":

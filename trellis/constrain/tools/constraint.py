@@ -119,7 +119,7 @@ def tool_constraint(tools: Sequence[Tool | Callable[..., Any]], vocab: Vocabular
     """
     from trellis.constrain.compile import SchemaGrammar
     from trellis.constrain.compile import compile as compile_grammar
-    from trellis.constrain.json_schema import JsonSchema
+    from trellis.constrain.frontends.json_schema import JsonSchema
     from trellis.constrain.regex_constraint import Regex
 
     if tool_choice == "none":

@@ -1,0 +1,62 @@
+"""One terminal-DFA state walked over the whole vocabulary, by the cheapest exact method.
+
+Four walks give the same tokens inside and the same crossings (token, offset): bisection over the
+sorted vocabulary for a literal (``literal_walk``), the complement of a token slice the state keeps
+whole (``slices``), the token trie (``trie_walk``), each starting token on its own (``rest_walk``).
+They differ in the ORDER of the leftovers they return (``Walk.cross``), and walks over leftovers
+are cached, in memory and on disk, by the leftover set's ``key`` with their results as indices in
+that order. So the key names the method too (``walk``'s ``how``): a leftover set is never looked
+up under a key that another method's order made. The choice is a function of the DFA state and
+the vocabulary, but a threshold changed at run time (an A/B in one process) must not make two
+orders meet under one key.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable
+
+import numpy as np
+
+from trellis.constrain.automata.byte_dfa import ByteDFA
+from trellis.constrain.automata.byte_dfa import literal_at
+from trellis.constrain.vocab.literal_walk import words_at, words_vocabulary_ids
+from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk as flat_walk
+from trellis.constrain.vocab.slices import slice_for, walk_sliced
+from trellis.constrain.vocab.trie_walk import walk_vocabulary
+from trellis.constrain.vocab.walk_cache import key_digest
+from trellis.constrain.vocab.walks import TokenMatrix
+
+# A walk from a state where at least this share of the vocabulary starts takes the token trie
+# (shared prefixes stepped once, dead subtrees skipped), below it the flat walk (each starting
+# token on its own). Gemma's vocabulary, corpus grammars: an identifier's interior (137k of 256k
+# tokens start, 54%) 1.3-1.8 ms flat vs 0.26-0.29 ms trie on llama.cpp/c.gbnf, 3.3 vs 2.4 ms on
+# composition_csv.lark; at ~55k (21%) the flat walk wins or ties (composition_csv's words: 0.7-0.9
+# vs 3.6-4.3 ms; json.gbnf: 0.59 vs 0.54). In-process A/B over 8 corpus grammars, 3 documents
+# each, fresh (a), this vs the old 60%: per-input median 0.877x, c.gbnf's documents up to 0.75x,
+# json.gbnf's 0.60x, nothing beyond 1.09x (noise). (1,024 starting tokens instead: composition_csv
+# 1.21-1.38x slower.)
+TRIE_MIN_SHARE = 3 / 8
+
+
+def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: Hashable) -> tuple[np.ndarray, Walk]:
+    """(packed bitset of the tokens that stay inside, the walk without its ``inside`` array) of
+    ``dfa`` from ``q`` over ``RestSet.vocabulary(tm)``; the leftovers' key is ``key`` (the walk's
+    cache key) with the method that ordered them."""
+    rs = RestSet.vocabulary(tm)
+    lit = literal_at(dfa, q)
+    words = (lit,) if lit is not None else words_at(dfa, q)
+    sl = None if words is not None else slice_for(tm, dfa.trans, q)
+    if words is not None:  # a keyword, key, punctuation or string enum: two bisects per prefix
+        ids, w = words_vocabulary_ids(words, rs, tm, follow)
+        packed, how = tm.pack_ids(rs.tid[ids]), "literal"
+    elif sl is not None:  # most tokens surely stay inside: walk the others
+        (packed, w), how = walk_sliced(sl, dfa.trans, dfa.final, q, tm, follow), "slice " + sl.pattern
+    else:
+        starting = int(np.diff(rs.lo)[dfa.trans[q] >= 0].sum())
+        how = "trie" if starting >= TRIE_MIN_SHARE * len(rs) else "flat"
+        w = (walk_vocabulary if how == "trie" else flat_walk)(dfa.trans, dfa.final, q, rs, tm, follow)
+        packed = tm.pack_ids(rs.tid[w.inside])
+    w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
+    if w.cross is not None:
+        w.cross.key = key_digest((key, how))
+    return packed, w
