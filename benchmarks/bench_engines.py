@@ -15,8 +15,10 @@ Per input, engines interleaved (order alternating), each on its default settings
 (``compile(spec, vocab, engine=...)``; ``lalr+pre`` adds ``precompute=True`` with a cold disk
 cache, grammars only: it walks the vocabulary from every lexer state, seconds per grammar):
 
-* fresh: compile + every mask along the first document (what a new request waits for);
-* steady: every mask along every document, walked a second time (caches warm), p50 / p99;
+* fresh: compile + every mask along the first document (what a new request waits for), each
+  engine from cold caches (``cold()``: nothing of the grammar or its terminals memoised or on disk);
+* steady: every mask along the other documents, after the first warmed the grammar (a server's
+  next requests on the same grammar: positions not seen before), p50 / p99;
 * memory (``--memory``): a new process per engine compiles and walks every input, holding the
   last 8 constraints as ``compile``'s own cache does; RSS growth above the prepared vocabulary.
 """
@@ -47,11 +49,21 @@ from bench_fresh import Timeout, Walker, deadline, first_line, grammar_inputs, q
 ENGINES = ("earley", "lalr", "lalr+pre")
 
 
+def cold() -> None:
+    """Forget what earlier inputs and the other engine built (process memos, shared walks, the disk
+    cache: a new empty folder), keeping the prepared vocabulary: each engine's fresh request is its
+    first sight of the grammar and of its terminals (the documents' walks warmed the Earley ones)."""
+    from trellis.constrain.compile import clear_caches
+
+    clear_caches()
+    os.environ["TRELLIS_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_engines_")
+
+
 def compile_with(engine: str, spec: Any, vocab: Any) -> Any:
     from trellis.constrain import compile
     from trellis.constrain.compile import COMPILED
 
-    COMPILED.clear()  # a new request: no constraint object carried over (shared walk caches stay)
+    COMPILED.clear()  # a new request: no constraint object carried over
     if engine == "lalr+pre":
         return compile(spec, vocab, engine="lalr", precompute=True, progress=False)
     return compile(spec, vocab, engine=engine)
@@ -94,7 +106,7 @@ def documents(inp: Any, vocab: Any, tokenizer: Any, n: int, seed: int, row: torc
 
 
 def inputs(args: argparse.Namespace) -> list[Any]:
-    grammars = [g for g in grammar_inputs(None) if g.is_lark]
+    grammars = [g for g in grammar_inputs(args.grammars) if g.is_lark]
     cases = schema_cases()
     random.Random(args.seed).shuffle(cases)
     return grammars + [schema_input(c) for c in cases[:args.schemas]]
@@ -127,15 +139,14 @@ def timing(args: argparse.Namespace) -> list[dict]:
         r = {"kind": inp.kind, "name": inp.name, "docs": len(docs), "engines": {}}
         for e in engines:
             try:
+                cold()
                 with deadline(300):
                     t0 = time.perf_counter()
                     c = compile_with(e, inp.trellis_spec, vocab)
                     compile_t = time.perf_counter() - t0
-                    first, cut = walk_timed(c, docs[0], row)
-                    for d in docs[1:]:
-                        walk_timed(c, d, row)
-                    steady, cuts = [], 0
-                    for d in docs:
+                    first, cuts = walk_timed(c, docs[0], row)
+                    steady = []
+                    for d in docs[1:]:  # the grammar warm, these documents' positions new
                         ts, k = walk_timed(c, d, row)
                         steady += ts
                         cuts += k
@@ -202,7 +213,7 @@ def table(rows: list[dict], mem: list[dict]) -> None:
                 print(f"| {kind} | {e} | 0/{len(got)} | | | | | | |")
                 continue
             fresh = [g["fresh"] * 1e3 for g in ok]
-            steady = [t * 1e3 for g in ok for t in g["steady"]]
+            steady = [t * 1e3 for g in ok for t in g["steady"]] or [float("nan")]
             print(f"| {kind} | {e} | {len(ok)}/{len(got)} | {statistics.median(fresh):.1f} ms | {q(fresh, 0.95):.1f} ms | "
                   f"{statistics.median(g['first_mask'] * 1e3 for g in ok):.2f} ms | {q(steady, 0.5):.3f} ms | "
                   f"{q(steady, 0.99):.2f} ms | {sum(g['not_walked'] for g in ok)} |")
@@ -221,6 +232,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--schemas", type=int, default=100)
     ap.add_argument("--docs", type=int, default=3)
+    ap.add_argument("--grammars", nargs="*", default=None, help="only grammars whose name contains one of these")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--memory", action="store_true", help="also measure memory (a new process per engine)")
@@ -238,6 +250,8 @@ def main() -> int:
         for e in ENGINES:
             cmd = [sys.executable, __file__, "--memory-of", e, "--schemas", str(args.schemas), "--docs", str(args.docs),
                    "--threads", str(args.threads), "--seed", str(args.seed)]
+            if args.grammars is not None:
+                cmd += ["--grammars", *args.grammars]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             mem.append(json.loads(out.strip().splitlines()[-1]))
     if args.out:

