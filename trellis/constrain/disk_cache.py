@@ -70,18 +70,31 @@ def read_cache_file(path: Path, *, wait: bool = True) -> object | None:
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
         return None
 
+class Pickled(bytes):
+    """An object pickled by its owner (written as these bytes, read back as the object): for
+    objects the owner keeps changing (memos filled on later use), which the background writer must
+    not pickle while they change."""
+
+
+def pickled(obj: object) -> Pickled:
+    return Pickled(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 def write_cache_now(path: Path, obj: object) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+            if isinstance(obj, Pickled):
+                f.write(obj)
+            else:
+                pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
         global _UNPRUNED
         _UNPRUNED += os.path.getsize(path)
         if _UNPRUNED >= PRUNE_EVERY_BYTES:  # a directory scan per small walk file was quadratic
             _UNPRUNED = 0
-            prune_cache_dir(path.parent.parent if path.parent.name == "walks" else path.parent)
+            prune_cache_dir(path.parent.parent if path.parent.name in ("walks", "vocab") else path.parent)
     except OSError:
         pass  # a read-only cache dir only costs speed
 
@@ -136,14 +149,14 @@ def wait_for_cache_writes() -> None:
     _WRITER.wait()
 
 def prune_cache_dir(d: Path) -> None:
-    """Delete the least recently used vocabulary tables (LALR ``t-*``, shared walks ``walks/w-*``)
-    beyond ``TRELLIS_GRAMMAR_CACHE_MB``.
+    """Delete the least recently used vocabulary tables (LALR ``t-*``, shared walks ``walks/w-*``,
+    per-vocabulary tables ``vocab/v-*``) beyond ``TRELLIS_GRAMMAR_CACHE_MB``.
 
     Tables are large (json.lark on a 262k vocabulary: ~34 MB) and every distinct grammar or
     JSON schema adds one, so the cache is bounded (default 2048 MB)."""
     limit = float(os.environ.get("TRELLIS_GRAMMAR_CACHE_MB", "2048")) * 2**20
     files = []
-    for p in [*d.glob("t-*.pkl"), *d.glob("walks/w-*.pkl")]:
+    for p in [*d.glob("t-*.pkl"), *d.glob("walks/w-*.pkl"), *d.glob("vocab/v-*.pkl")]:
         try:
             st = p.stat()
         except OSError:

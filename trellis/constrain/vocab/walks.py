@@ -76,6 +76,35 @@ class TokenMatrix:
         return tm
 
     @classmethod
+    def cached(cls, vocab: Vocabulary) -> "TokenMatrix | None":
+        """The token matrix of ``vocab`` if this process has one, else None (nothing is built)."""
+        return _TM_CACHE.get(vocab.fingerprint())
+
+    # What a token matrix holds besides the token bytes: its fields and the per-vocabulary tables
+    # cached on it (``_trie``, ``_sorted_vocab``, ``_vocab_rests``, ``_rows``, ``_slices``), the
+    # form ``vocab/tables.py`` keeps on disk.
+    FIELDS = ("size", "lengths", "valid", "order", "mat_t", "first_lo", "first_bits", "valid_bits", "rank", "eos")
+
+    def tables(self) -> dict:
+        """Everything this matrix holds but the token bytes (``restore`` takes it back)."""
+        return {k: v for k, v in self.__dict__.items() if k != "tokens"}
+
+    @classmethod
+    def restorable(cls, tables: dict) -> bool:
+        return all(k in tables for k in cls.FIELDS)
+
+    @classmethod
+    def restore(cls, vocab: Vocabulary, tables: dict) -> "TokenMatrix":
+        """The token matrix of ``vocab`` from ``tables()`` of one built for the same vocabulary (the
+        caller keys them by ``vocab.fingerprint()``), registered as ``of(vocab)``'s."""
+        tm = object.__new__(cls)
+        tm.__dict__.update(tables)
+        tm.tokens = vocab.tokens
+        tm._by_bytes = tables.get("_by_bytes")
+        _TM_CACHE[vocab.fingerprint()] = tm
+        return tm
+
+    @classmethod
     def _build(cls, vocab: Vocabulary) -> "TokenMatrix":
         toks = vocab.tokens
         v = len(toks)
