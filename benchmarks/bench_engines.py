@@ -5,7 +5,7 @@ on what users run (issue 56's "one engine unless two pay").
 
 Inputs: the shipped Lark grammars, the shared corpus' Lark grammars (lark/, outlines/; GBNF is
 Earley-only), and ``--schemas`` maskbench schemas (``closed_objects=False``, as bench_fresh.py).
-Gemma 3's 262,144-token vocabulary, prepared once (``prepare_vocabulary``) before anything is
+Gemma 3's 262,144-token vocabulary, prepared once (by ``trellis.load``) before anything is
 timed. Documents: a schema's valid instances (HF tokens that decode back to the bytes); a
 grammar's seeded random walks of the Earley constraint (bench_fresh.Walker), so both engines walk
 the same token ids. A document the LALR language does not contain (it can be smaller: greedy
@@ -112,16 +112,19 @@ def inputs(args: argparse.Namespace) -> list[Any]:
     return grammars + [schema_input(c) for c in cases[:args.schemas]]
 
 
-def timing(args: argparse.Namespace) -> list[dict]:
-    from trellis.constrain import prepare_vocabulary
+def setup() -> tuple[Any, Any, torch.Tensor]:
+    """The embedded Gemma's vocabulary (tables prepared) and tokenizer, a mask row, and a cold disk
+    cache for what follows."""
     from trellis.mask import allocate_bitmask
     from trellis.models import load
 
-    h = load()
-    vocab, tokenizer = h.vocab, h.tokenizer
-    os.environ["TRELLIS_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_engines_")  # cold disk cache
-    prepare_vocabulary(vocab)
-    row = allocate_bitmask(1, len(vocab))[0]
+    h = load()  # prepares the vocabulary tables (before the cache moves: they stay warm)
+    os.environ["TRELLIS_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_engines_")
+    return h.vocab, h.tokenizer, allocate_bitmask(1, len(h.vocab))[0]
+
+
+def timing(args: argparse.Namespace) -> list[dict]:
+    vocab, tokenizer, row = setup()
     rows = []
     for i, inp in enumerate(inputs(args)):
         try:
@@ -163,15 +166,7 @@ def timing(args: argparse.Namespace) -> list[dict]:
 
 def memory(args: argparse.Namespace, engine: str) -> dict:
     """RSS growth in a new process that serves every input with ``engine`` (module docstring)."""
-    from trellis.constrain import prepare_vocabulary
-    from trellis.mask import allocate_bitmask
-    from trellis.models import load
-
-    h = load()
-    vocab, tokenizer = h.vocab, h.tokenizer
-    os.environ["TRELLIS_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench_engines_")
-    prepare_vocabulary(vocab)
-    row = allocate_bitmask(1, len(vocab))[0]
+    vocab, tokenizer, row = setup()
     base = rss_mb()
     from trellis.constrain import compile
 
