@@ -37,8 +37,9 @@ def test_long_max_length_grammar_is_small_and_lalr() -> None:
 
 
 def test_long_bounds_that_stay_refused_by_name() -> None:
-    """A long bound with a pattern would need the pattern's automaton times the count, and a
-    long minLength is counted linearly: both are refused where they are written."""
+    """A bound with a pattern is counted in chunk rules over the pattern's states up to 16,384
+    characters (test_json_schema_pattern_lengths.py), and a long minLength is counted linearly:
+    past those both are refused where they are written."""
     for schema, pointer in [({"properties": {"s": {"type": "string", "pattern": "^a", "maxLength": 32767}}},
                              "/properties/s/maxLength"),
                             ({"type": "string", "minLength": 10000}, "/minLength")]:

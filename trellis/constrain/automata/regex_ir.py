@@ -422,8 +422,8 @@ def empty_fsm() -> Any:
     return regex_fsm("a") - regex_fsm("a")
 
 
-def fsm_ir(f: Any) -> tuple:
-    """IR of an interegular FSM's language by state elimination (MAX_REGEX-capped)."""
+def fsm_ir(f: Any, max_nodes: int = MAX_REGEX) -> tuple:
+    """IR of an interegular FSM's language by state elimination (``max_nodes``-capped)."""
     f = minimal(f)
     cls = alphabet_ranges(f.alphabet)
     # live = reachable and co-reachable
@@ -508,7 +508,7 @@ def fsm_ir(f: Any) -> tuple:
                 if q in out[p]:
                     new = alt(out[p][q], new)
                     nsz += sz(p, q)
-                if nsz > MAX_REGEX:
+                if nsz > max_nodes:
                     raise TooComplex("regex too large")
                 out[p][q] = new
                 sizes[(p, q)] = nsz
@@ -574,10 +574,10 @@ def _depth(x: tuple) -> int:
     return deepest
 
 
-def fsm_regex(f: Any, encode: Callable[[tuple], str]) -> str:
+def fsm_regex(f: Any, encode: Callable[[tuple], str], max_nodes: int = MAX_REGEX) -> str:
     """``encode(fsm_ir(f))``, refused (TooComplex) when the regex is too long or too deeply
     nested to compile."""
-    ir = _compress(fsm_ir(f))
+    ir = _compress(fsm_ir(f, max_nodes))
     if _depth(ir) > 80:
         raise TooComplex("regex nested too deeply")
     rx = encode(ir)

@@ -35,8 +35,10 @@ an invalid instance is never accepted)
   characters is rejected. Object keys of schemas with declared properties must be spelled as
   ``json.dumps`` does (one spelling: no ``\\/``). Lengths count code points; a bound above 16
   compiles as rules over 16-character lexemes (above 8192, counted in levels of 16, 256, 4096 ...
-  characters); a ``minLength`` above 8192, or a ``maxLength`` above 2048 with a pattern or format,
-  is refused.
+  characters). A bound with a ``pattern``/``format``/``not`` compiles as rules over the
+  pattern's states at 16-character boundaries (``pattern_chunks.py``; shorter chunks where a
+  chunk's regex would be large), up to 16,384 characters and 20,000 rules; past them, and a
+  ``minLength`` above 8192 alone, it is refused.
 * **Numbers.** Unconstrained numbers accept all JSON numbers. Integers, and numbers with
   bounds, ``multipleOf``, ``enum`` or ``const``, are written in plain decimal notation
   (``1.0`` is an integer, ``1e2`` is rejected). Bounds are exact (decimal arithmetic).

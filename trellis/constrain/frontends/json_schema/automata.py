@@ -163,7 +163,7 @@ class Automata(KeyClasses, ScalarRules):
             if len(have) == 1 or (have and len({v for v, _ in have}) == 1):
                 out.append((have[0][0], set().union(*[t for _, t in have])))
             elif have:
-                if any(v[0] == "SC" for v, _ in have):
+                if any(v[0] in ("SC", "SR") for v, _ in have):  # rules, not one regex to split
                     self.soften("maxLength", "alternatives with long length-bounded strings at the same place "
                                              "cannot be told apart; any string accepted there")
                     out.append((("S", JSON_CONTENT), set().union(*[t for _, t in have])))

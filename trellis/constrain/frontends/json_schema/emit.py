@@ -97,7 +97,7 @@ class LarkEmitter(Automata):
                 prod[(k, c)] = False
 
         def val_ok(v: Val) -> bool:
-            if v[0] in ("lit", "S", "N"):
+            if v[0] in ("lit", "S", "N", "SC", "SR"):  # scalars: made only when some string fits
                 return True
             return prod.get((v[0], v[1]), False)
 
@@ -132,6 +132,8 @@ class LarkEmitter(Automata):
             return self._term("re", v[1])
         if v[0] == "SC":
             return self._chunk_rules(*v[1])
+        if v[0] == "SR":  # rules made by ScalarRules._pattern_chunked
+            return v[1]
         return f"v{v[0].lower()}{v[1]}"
 
     def _text(self, root: int, prod: dict) -> str:

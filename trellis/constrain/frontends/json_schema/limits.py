@@ -9,6 +9,8 @@ MAX_ITEMS = 1024  # largest minItems/maxItems (one automaton state per count; La
 # construction is superlinear: 2048 items took 34 s)
 MAX_STRING = 8192  # longest string length bound (chunks of CHUNK characters; Lark's LALR
 # construction is superlinear: 40 000 took 110 s)
+MAX_PATTERN_STRING = 16_384  # longest length bound on a pattern (chunk rules over the pattern's
+# states, json_schema/pattern_chunks.py: 1,024 chunks; at 100,000 the LALR table build recursed too deep)
 MAX_AUTOMATON = 4096  # states of one object/array automaton
 MAX_RULES = 40_000
 MAX_DEP_BRANCHES = 64  # object alternatives that dependencies/dependentRequired/dependentSchemas may create

@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from trellis.constrain.frontends.json_schema.emit_base import EmitterBase, Val
-from trellis.constrain.frontends.json_schema.limits import CHUNK, MAX_AUTOMATON, MAX_STRING
+from trellis.constrain.frontends.json_schema.limits import CHUNK, MAX_AUTOMATON, MAX_PATTERN_STRING, MAX_STRING
+from trellis.constrain.frontends.json_schema.pattern_chunks import pattern_chunk_rules
 from trellis.constrain.frontends.json_schema.specs import StrSpec
 from trellis.constrain.automata.regex_ir import (JSON_CONTENT, JSON_NUMBER, JSON_UNIT, TooComplex, Unsupported, fsm_and,
                                         fsm_regex, fsm_sub, quantifier, regex_atom, regex_fsm, to_regex)
@@ -31,6 +32,8 @@ class ScalarRules(EmitterBase):
         chunked = [sp.chunked() for sp in specs] if kind == "S" else []
         if len(specs) == 1 and chunked and chunked[0] is not None:
             out = ("SC", chunked[0])
+        elif len(specs) == 1 and kind == "S" and (pc := self._pattern_chunked(specs[0])) is not False:
+            out = pc
         else:
             if any(x is not None for x in chunked):
                 self.soften("maxLength", "a long length-bounded string cannot be combined with other string "
@@ -60,6 +63,36 @@ class ScalarRules(EmitterBase):
                 out = (kind, rxs[0] if len(rxs) == 1 else "(?:" + "|".join(rxs) + ")")
         self._scalars[key] = out
         return out
+
+    def _pattern_chunked(self, sp: StrSpec) -> Val | None | bool:
+        """("SR", rule) for a pattern with a long length bound (``pattern_chunks``), None when no
+        string qualifies, False when ``sp`` is not such a spec. Too complex: the bound is
+        dropped (lenient) or refused (strict), as the product path does."""
+        try:
+            pc = sp.pattern_chunked()
+        except (Unsupported, TooComplex):
+            pc = None  # the automaton of the pattern alone fails: the regex path says why
+        if pc is None:
+            return False
+        f, lo, hi = pc
+        name = f"sp{len(self._chunks)}"
+        try:
+            if max(lo, hi or 0) > MAX_PATTERN_STRING:
+                raise Unsupported(f"string length bound above {MAX_PATTERN_STRING} with a pattern, format or negation")
+            rules = pattern_chunk_rules(f, lo, hi, lambda rx: self._term("re", rx), f"{name}_r")
+        except (Unsupported, TooComplex) as e:
+            self.soften("maxLength" if sp.max_len is not None else "minLength", f"{e}; the length bounds are dropped")
+            try:
+                r = replace(sp, min_len=0, max_len=None).regex()
+            except (Unsupported, TooComplex) as e2:
+                self.soften("pattern", f"{e2}; constraint dropped")
+                r = JSON_CONTENT
+            return None if r is None else ("S", r)
+        if rules is None:
+            return None
+        self._chunks.add(name)
+        self._extra_rules += [(name, f'{self._term("lit", chr(34))} {name}_r')] + rules
+        return "SR", name
 
     def _chunk_rules(self, lo: int, hi: int | None) -> str:
         """Rules for strings of lo..hi characters: CHUNK-character lexemes counted by the parser.

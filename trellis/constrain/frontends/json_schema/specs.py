@@ -4,7 +4,7 @@ and their ``union``. Numbers are ``trellis.constrain.frontends.ranges.NumSpec``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from trellis.constrain.frontends.formats import format_ir
@@ -94,6 +94,20 @@ class StrSpec:
         if self.min_len > CHUNK or (self.max_len is not None and self.max_len > CHUNK):
             return self.min_len, self.max_len
         return None
+
+    def pattern_chunked(self) -> tuple[Any, int, int | None] | None:
+        """(P, min, max) when this is a pattern (format, exclusion, negation) with a length bound
+        longer than CHUNK that the pattern does not imply: compiled as chunk rules over P's states
+        (``pattern_chunks``) rather than as the product of P and a counter. P is the automaton of
+        everything but the length."""
+        if self.values is not None or not (self.patterns or self.formats or self.exclude or self.minus):
+            return None
+        if max(self.min_len, self.max_len or 0) <= CHUNK or self.empty():
+            return None
+        irs = self._irs()
+        if not irs or irs[0] != rep(ANY, self.min_len, self.max_len):
+            return None  # the bound is implied by a pattern or format: no counter needed
+        return replace(self, min_len=0, max_len=None).fsm(), self.min_len, self.max_len
 
     def _check_lengths(self) -> None:
         """Unsupported when a length bound of this spec, or of one it subtracts, is too long for
