@@ -422,28 +422,29 @@ def empty_fsm() -> Any:
     return regex_fsm("a") - regex_fsm("a")
 
 
-def fsm_ir(f: Any, max_nodes: int = MAX_REGEX) -> tuple:
-    """IR of an interegular FSM's language by state elimination (``max_nodes``-capped)."""
-    f = minimal(f)
-    cls = alphabet_ranges(f.alphabet)
-    # live = reachable and co-reachable
-    fwd = {f.initial}
-    stack = [f.initial]
+def live_states(f: Any) -> set:
+    """States of an interegular FSM that are reachable and from which a final state is reachable."""
+    fwd, stack = {f.initial}, [f.initial]
     while stack:
-        s = stack.pop()
-        for t in f.map.get(s, {}).values():
+        for t in f.map.get(stack.pop(), {}).values():
             if t not in fwd:
                 fwd.add(t)
                 stack.append(t)
-    back = set(f.finals) & fwd
-    changed = True
+    back, changed = set(f.finals) & fwd, True
     while changed:
         changed = False
         for s in fwd - back:
             if any(t in back for t in f.map.get(s, {}).values()):
                 back.add(s)
                 changed = True
-    live = back
+    return back
+
+
+def fsm_ir(f: Any, max_nodes: int = MAX_REGEX) -> tuple:
+    """IR of an interegular FSM's language by state elimination (``max_nodes``-capped)."""
+    f = minimal(f)
+    cls = alphabet_ranges(f.alphabet)
+    live = live_states(f)
     if f.initial not in live:
         return NONE
     # interegular numbers transitions and states in string-hash order (PYTHONHASHSEED), so edges

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from interegular.fsm import FSM
 
 from trellis.constrain.automata.fsm_product import minimal
-from trellis.constrain.automata.regex_ir import ANY, TooComplex, enc_regex, fsm_and, fsm_regex, ir_fsm, rep
+from trellis.constrain.automata.regex_ir import ANY, TooComplex, enc_regex, fsm_and, fsm_regex, ir_fsm, live_states, rep
 
 # Rules one pattern-and-length string may expand into (each layer holds the pattern states a
 # boundary can be in): past it the spec is refused as too complex, as the product path refuses.
@@ -38,24 +38,6 @@ CHUNKS = (16, 8, 4, 2, 1)
 MAX_CHUNK_NODES, MAX_CHUNK_CHARS = 4_000, 8_000
 
 
-def _live(f: Any) -> set:
-    """States of ``f`` that are reachable and from which a final state is reachable."""
-    fwd, stack = {f.initial}, [f.initial]
-    while stack:
-        for t in f.map.get(stack.pop(), {}).values():
-            if t not in fwd:
-                fwd.add(t)
-                stack.append(t)
-    back, changed = set(f.finals) & fwd, True
-    while changed:
-        changed = False
-        for s in fwd - back:
-            if any(t in back for t in f.map.get(s, {}).values()):
-                back.add(s)
-                changed = True
-    return back
-
-
 def pattern_chunk_rules(f: Any, lo: int, hi: int | None, term: Callable[[str], str],
                         name: str) -> list[tuple[str, str]] | None:
     """Rules (lhs, rhs) deriving, from ``name``, the JSON string bodies (closing quote included)
@@ -64,7 +46,7 @@ def pattern_chunk_rules(f: Any, lo: int, hi: int | None, term: Callable[[str], s
     no string qualifies. Raises TooComplex when no chunk size gives small terminals within
     MAX_PATTERN_RULES."""
     f = minimal(f)
-    live = _live(f)
+    live = live_states(f)
     if f.initial not in live:
         return None
     why = ""
