@@ -82,9 +82,10 @@ def load_cases(limit: int | None, only: str | None, sources: str) -> list[dict]:
             by_source[source_of(fn)].append({"source": source_of(fn), "name": os.path.basename(fn),
                                              "schema": d["schema"], "tests": d.get("tests", [])})
     if only:
-        by_source = {k: v for k, v in by_source.items() if k.startswith(only) or any(
-            c["name"].startswith(only) for c in v)}
-        by_source = {k: [c for c in v if k.startswith(only) or c["name"].startswith(only)] for k, v in by_source.items()}
+        pre = tuple(only.split(","))  # several prefixes, comma-separated
+        by_source = {k: v for k, v in by_source.items() if k.startswith(pre) or any(
+            c["name"].startswith(pre) for c in v)}
+        by_source = {k: [c for c in v if k.startswith(pre) or c["name"].startswith(pre)] for k, v in by_source.items()}
     cases, lists = [], [v for _, v in sorted(by_source.items())]
     for i in range(max(map(len, lists), default=0)):
         cases += [v[i] for v in lists if i < len(v)]
@@ -296,7 +297,7 @@ def print_report(rows: list[dict], engines: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=None, help="at most N schemas (a mix of all sources)")
-    ap.add_argument("--only", default=None, help="sources (or file names) starting with PREFIX")
+    ap.add_argument("--only", default=None, help="sources (or file names) starting with PREFIX (several: comma-separated)")
     ap.add_argument("--sources", choices=("all", "suite", "maskbench"), default="all")
     ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of " + ",".join(ENGINES))
     ap.add_argument("--whitespace", choices=("compact", "flexible"), default="compact")
