@@ -11,6 +11,7 @@ import re
 import socket
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,17 @@ def test_syntax_error_never_starts_a_process():
     rep = run_tests("def f(:\n  pass\n", ["assert f() is None", "assert True"])
     assert rep.status == "syntax_error" and rep.passed == 0 and rep.total == 2
     assert "SyntaxError" in rep.reason and rep.enforced == ()
+
+
+def test_a_syntax_warning_is_neither_printed_to_the_caller_nor_an_error(capfd):
+    """``x is 1`` is a SyntaxWarning, not an error: the parent's parse check printed it to the
+    caller's stderr on every run, and under ``-W error`` reported the program as a syntax error."""
+    code = "def same(x):\n    return x is 1\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rep = run_tests(code, ["assert same(1)", "assert not same(2)"])
+    assert rep.status == "ok" and rep.passed == 2, rep
+    assert "SyntaxWarning" not in capfd.readouterr().err
 
 
 def test_case_timeout_fails_only_the_slow_case():
