@@ -235,3 +235,12 @@ def test_counted_strings_beside_other_alternatives_at_one_array_position(items: 
     c = make(schema)
     assert accepts(c, b'["xab"]') and accepts(c, b"[1,2]")
     assert not accepts(c, b'["x",1]') and not accepts(c, b'["x' + b"y" * 100 + b'"]')
+
+
+def test_a_large_automaton_with_a_bound_compiles_in_short_chunks() -> None:
+    """The email format's automaton (172 states) with maxLength 40: the 8- and 16-character
+    chunks would need thousands of regexes (counted from the layout, before any is built), so
+    one-character chunks are used; before, this was refused after a product too large."""
+    c = make({"type": "string", "format": "email", "maxLength": 40})
+    assert accepts(c, b'"ada@example.com"') and accepts(c, _doc("a" * 28 + "@example.com"))
+    assert not accepts(c, _doc("a" * 29 + "@example.com")) and not accepts(c, b'"ada.example.com"')

@@ -36,6 +36,11 @@ MAX_PATTERN_RULES = 20_000
 # that text grows fast with k (535k characters at 16), so a shorter chunk is tried instead.
 CHUNKS = (16, 8, 4, 2, 1)
 MAX_CHUNK_NODES, MAX_CHUNK_CHARS = 4_000, 8_000
+# All chunk regexes of one chunk size together: past it a shorter chunk is tried. Without it an
+# email format with maxLength 40 (172 states) spent 22 s on thousands of 8-character regexes
+# before compiling (0.3 s at chunk size 1).
+MAX_CHUNK_TEXT = 100_000
+MAX_CHUNK_PIECES = 1_500  # distinct chunk and tail regexes of one chunk size (each is a product)
 
 
 def pattern_chunk_rules(f: Any, lo: int, hi: int | None, term: Callable[[str], str],
@@ -105,17 +110,25 @@ def _layers(f: Any, live: set, lo: int, hi: int | None, k: int) -> tuple[Any, li
             reach[p] = sorted(layer, key=repr)
         return reach[p]
 
+    text = [0]
+
+    def remember(key: tuple, g: Any, suffix: str = "") -> str | None:
+        rx = None if g.empty() else _chunk_regex(g, suffix)
+        text[0] += len(rx or "")
+        if text[0] > MAX_CHUNK_TEXT:
+            raise _TooLong(f"chunk regexes of more than {MAX_CHUNK_TEXT} characters")
+        regex_memo[key] = rx
+        return rx
+
     def chunk(p: Any, q: Any) -> str | None:
-        if (p, q) not in regex_memo:
-            g = fsm_and(restricted(p, [q]), kwin)
-            regex_memo[(p, q)] = None if g.empty() else _chunk_regex(g)
-        return regex_memo[(p, q)]
+        if (p, q) in regex_memo:
+            return regex_memo[(p, q)]
+        return remember((p, q), fsm_and(restricted(p, [q]), kwin))
 
     def tail(p: Any, a: int, b: int) -> str | None:
-        if (p, a, b) not in regex_memo:
-            g = fsm_and(restricted(p, finals), ir_fsm(rep(ANY, a, b)))
-            regex_memo[(p, a, b)] = None if g.empty() else _chunk_regex(g, '"')
-        return regex_memo[(p, a, b)]
+        if (p, a, b) in regex_memo:
+            return regex_memo[(p, a, b)]
+        return remember((p, a, b), fsm_and(restricted(p, finals), ir_fsm(rep(ANY, a, b))), '"')
 
     # Layers: c whole chunks read. Bounded: c <= top, a chunk allowed while (c + 1) * k <= hi.
     # Unbounded: layer `top` stands for every c >= top (its tail range no longer depends on c).
@@ -147,7 +160,10 @@ def _layers(f: Any, live: set, lo: int, hi: int | None, k: int) -> tuple[Any, li
         n_rules += len(mine)
         if n_rules > MAX_PATTERN_RULES:
             raise TooComplex(f"more than {MAX_PATTERN_RULES} rules")
-    # the regexes of the pieces used; a piece with no string drops its alternative
+    # the regexes of the pieces used (each a product and a state elimination: counted first);
+    # a piece with no string drops its alternative
+    if len({alt[0] for mine in alts.values() for alt in mine}) > MAX_CHUNK_PIECES:
+        raise _TooLong(f"more than {MAX_CHUNK_PIECES} chunk regexes")
     for node, mine in alts.items():
         alts[node] = [(rx,) + alt[1:] for alt in mine
                       if (rx := (tail(*alt[0]) if len(alt) == 1 else chunk(*alt[0]))) is not None]
