@@ -75,7 +75,8 @@ def pattern_chunk_rules(f: Any, lo: int, hi: int | None, term: Callable[[str], s
 
 
 class _TooLong(TooComplex):
-    """A chunk's regex is over MAX_CHUNK_NODES / MAX_CHUNK_CHARS."""
+    """The chunk regexes of one chunk size are too large (MAX_CHUNK_NODES / MAX_CHUNK_CHARS each,
+    MAX_CHUNK_TEXT together) or too many (MAX_CHUNK_PIECES): a shorter chunk is tried."""
 
 
 def _chunk_regex(g: Any, suffix: str = "") -> str:

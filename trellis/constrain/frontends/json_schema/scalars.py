@@ -20,7 +20,8 @@ class ScalarRules(EmitterBase):
 
     # -- phase 3: values
     def scalar(self, c: int, kind: str) -> Val | None:
-        """Class ``c``'s strings ("S": one content regex, or "SC": chunk rules) or numbers ("N")."""
+        """Class ``c``'s strings ("S": one content regex, "SC": chunk rules, "SR": pattern chunk
+        rules) or numbers ("N")."""
         key = (c, kind)
         if key in self._scalars:
             return self._scalars[key]
@@ -45,13 +46,7 @@ class ScalarRules(EmitterBase):
                     r = sp.regex()
                 except (Unsupported, TooComplex) as e:
                     if kind == "S" and (sp.min_len or sp.max_len is not None):
-                        self.soften("maxLength", f"{e}; the length bounds are dropped")
-                        sp = replace(sp, min_len=0, max_len=None)
-                        try:
-                            r = sp.regex()
-                        except (Unsupported, TooComplex) as e2:
-                            self.soften("pattern", f"{e2}; constraint dropped")
-                            r = JSON_CONTENT
+                        r = self._without_lengths(sp, "maxLength", e)
                     else:
                         self.soften("pattern" if kind == "S" else "multipleOf", f"{e}; constraint dropped")
                         r = JSON_CONTENT if kind == "S" else JSON_NUMBER
@@ -81,18 +76,23 @@ class ScalarRules(EmitterBase):
                 raise Unsupported(f"string length bound above {MAX_PATTERN_STRING} with a pattern, format or negation")
             rules = pattern_chunk_rules(f, lo, hi, lambda rx: self._term("re", rx), f"{name}_r")
         except (Unsupported, TooComplex) as e:
-            self.soften("maxLength" if sp.max_len is not None else "minLength", f"{e}; the length bounds are dropped")
-            try:
-                r = replace(sp, min_len=0, max_len=None).regex()
-            except (Unsupported, TooComplex) as e2:
-                self.soften("pattern", f"{e2}; constraint dropped")
-                r = JSON_CONTENT
+            r = self._without_lengths(sp, "maxLength" if sp.max_len is not None else "minLength", e)
             return None if r is None else ("S", r)
         if rules is None:
             return None
         self._chunks.add(name)
         self._extra_rules += [(name, f'{self._term("lit", chr(34))} {name}_r')] + rules
         return "SR", name
+
+    def _without_lengths(self, sp: StrSpec, keyword: str, why: Exception) -> str | None:
+        """``sp``'s content regex with its length bounds dropped (lenient; strict: SchemaError at
+        ``keyword``), and its pattern too where that regex fails as well."""
+        self.soften(keyword, f"{why}; the length bounds are dropped")
+        try:
+            return replace(sp, min_len=0, max_len=None).regex()
+        except (Unsupported, TooComplex) as e:
+            self.soften("pattern", f"{e}; constraint dropped")
+            return JSON_CONTENT
 
     def _chunk_rules(self, lo: int, hi: int | None) -> str:
         """Rules for strings of lo..hi characters: CHUNK-character lexemes counted by the parser.
