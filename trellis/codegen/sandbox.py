@@ -21,10 +21,10 @@ What is enforced (each layer is reported in ``TestReport.enforced``; ``trellis i
   supervisor's first event; then everything is SIGKILLed); the result stream checked event by
   event (shape, count, 64 KB per event, 16 MB in all: a violation voids the whole run); rlimits on
   CPU seconds, address space (``memory_mb`` per process), file size, open files, core dumps and
-  processes; run-wide limits enforced by the supervisor over the program's whole process tree
-  (it is a child subreaper, so ``setsid`` daemons stay in it): memory (proportional set size)
-  ``memory_mb``, processes ``max_processes``, and, without a mount namespace, the work dir's
-  size ``disk_mb`` and entry count, checked every 0.1 s; every process of the run killed before
+  processes; run-wide limits checked by the supervisor over the program's whole process tree
+  (it is a child subreaper, so ``setsid`` daemons stay in it): memory ``memory_mb`` (where no
+  memory cgroup holds it, below), processes ``max_processes``, and, without a mount namespace, the
+  work dir's size ``disk_mb`` and entry count, checked every 0.1 s; every process of the run killed before
   ``run_tests`` returns; stdout discarded, stderr kept (capped); a socket shim.
 - Linux with ``unshare`` (util-linux) usable (root, or an unprivileged user namespace): new
   network (nothing reachable), PID (the run cannot see or signal the host; its init takes every
@@ -42,9 +42,25 @@ What is enforced (each layer is reported in ``TestReport.enforced``; ``trellis i
   PID namespace no ``setsid``/``setpgid``. The memory count is proportional set size plus page
   tables; transparent huge pages are off for the run; at most 1,024 pending signals (timers).
 - cgroup v2, where this process may create children in its own cgroup: every process of the run
-  is born in a cgroup of the run's own, killed at once (``cgroup.kill``) and removed before
-  ``run_tests`` returns; where the memory and pids controllers are enabled there, ``memory.max``
-  and ``pids.max`` hold the run's limits in the kernel.
+  is born in a cgroup of the run's own, killed at once (``cgroup.kill``) and removed (in the
+  background when its processes are still tearing down: ``run_tests`` returns within timeout +
+  1 s, start-up not counted); where the memory and pids controllers are enabled there,
+  ``memory.max`` and ``pids.max`` hold the run's limits in the kernel.
+- cgroup v1, where the host mounts the memory, pids or cpu controller as v1 (a hybrid layout; this
+  machine's) and this process may create children there: the worker is born in cgroups of the
+  run's own, so the program's whole process tree is held by ``memory.limit_in_bytes`` (swap
+  included where the kernel counts it; OOM killer off, so a run at its limit waits until the
+  supervisor kills it whole and reports "memory"), ``pids.max`` (``max_processes``) and one cpu
+  group (new sessions buy no CPU share: autogroups apply only in the root group). Reported as
+  ``cgroup1-memory``, ``cgroup1-pids``, ``cgroup1-cpu``. The memory count is the kernel's: page
+  tables, kernel structures of mappings and the run's tmpfs files are in it.
+- where no memory cgroup holds the program: a share each, bounded by construction. The program
+  may run ``memory_mb // 128`` processes at most (``FALLBACK_SHARE_MB``, up to
+  ``max_processes``), each with ``memory_mb`` divided among them as its address space (512 MB:
+  4 x 128 MB; reported as ``rlimit-share 4x128MB``), so together they cannot map more than
+  ``memory_mb``. Setsid is refused then (one session, one autogroup). The supervisor's sampling
+  stays as a second line: resident sizes first (O(1) counters), proportional sizes only above the
+  limit and for at most 10 ms a pass, whatever is not read in time counting at its resident size.
 - the judge binds the program's names for the tests, except names of builtins (unless the entry
   point) and of standard modules (unless that very module, imported by the judge itself).
 - run as root: the worker runs as a uid of its own (fresh per run: RLIMIT_NPROC counts exactly
@@ -71,15 +87,16 @@ hashed or truth-tested, and protocol names (``__*__``) are never asked of it. Wh
 fails that passed when one process ran both (third red-team pass): equality of the program's
 dataclasses/enums/instances, arrays compared element-wise, arguments aliased to each other, lambdas
 passed to the program, values over 8 MB in one reply, a data global the tests change. Without
-namespaces (``unshare`` missing), the limits are the supervisor's accounting, sampled every
-20-100 ms, so a fast allocation can overshoot briefly; as
+namespaces (``unshare`` missing), the disk limit is the supervisor's accounting, sampled every
+0.1 s, so fast writes can overshoot briefly; as
 a non-root user without Landlock the program can write wherever the user can, and read its
 ancestors' memory where Yama's ptrace_scope is 0 (seccomp stops ptrace and ``process_vm_readv``,
 not ``/proc/<pid>/mem``). Always: the program can learn which host files exist (``stat``,
 ``readlink`` cannot be filtered by path), not read them; pipes can hold the kernel's per-user pipe
 allowance (64 MB by default) outside the memory count; the work dir's tmpfs is RAM, so a run can
 hold ``memory_mb`` + ``disk_mb``. Tests ran here as root with Landlock (ABI 7), a writable cgroup v2
-hierarchy without memory/pids controllers, and util-linux unshare; the non-root fallback without
+hierarchy without controllers beside v1 memory/pids/cpu hierarchies (``tests/codegen/
+test_sandbox_limits.py`` runs each limit with them and without any cgroup), and util-linux unshare; the non-root fallback without
 Landlock could not be exercised on these machines (the interpreter lives under /root).
 Not for Windows; RLIMIT_AS is not enforced on macOS.
 """
@@ -97,8 +114,8 @@ from dataclasses import replace
 from typing import Sequence
 
 from trellis.codegen.sandbox_child import STUB, collect, kill, runner_code, runner_source
-from trellis.codegen.sandbox_host import (cgroup_create, cgroup_remove, landlock_abi, namespaces, remove_tree,
-                                          run_uid, site_dirs, sweep, world_reachable)
+from trellis.codegen.sandbox_host import (RunCgroups, cgroup_create, cgroup_remove, finish_later, landlock_abi,
+                                          namespaces, remove_tree, run_uid, site_dirs, sweep, world_reachable)
 from trellis.codegen.sandbox_report import CaseResult, SandboxError, Status, TestReport, build_report, failed_report
 from trellis.codegen.suite import TestSuite, parse_tests
 
@@ -108,6 +125,7 @@ _LANDLOCK = True  # tests switch it off to check the layers that remain without 
 _SECCOMP = True  # likewise for the seccomp layer
 _CGROUP = True  # and for the per-run cgroup
 _INODES = 4096  # files and directories of one run together (its tmpfs)
+FALLBACK_SHARE_MB = 128  # the smallest address space a process gets where no memory cgroup holds the run
 
 
 def layers() -> str:
@@ -176,6 +194,36 @@ def run_tests(code: str, tests: str | Sequence[str] | TestSuite, *, entry_point:
                               f"{type(e).__name__}: {e}"[:1000], time.monotonic() - t0, tuple(layers))
 
 
+def _clean_up(dying: subprocess.Popen | None, cg: RunCgroups, workdir: str, sweep_uid: int | None) -> None:
+    """Remove the run's cgroups, work dir and (without Landlock) what its uid left elsewhere. While
+    ``dying`` has not exited yet, all of it waits in the background (``finish_later``), in order:
+    its processes may still write to the work dir."""
+    def step() -> bool:
+        if dying is not None and dying.poll() is None:
+            return False
+        cgroup_remove(cg)
+        remove_tree(workdir)
+        if sweep_uid is not None:
+            sweep(sweep_uid)
+        return True
+
+    if not step():
+        finish_later(step)
+
+
+def _memory_share(memory_mb: int, max_processes: int) -> tuple[int, int]:
+    """(processes, MB each) where no memory cgroup holds the program: its process count and each
+    process's address-space limit, so that the total is bounded by construction, processes x share
+    <= memory_mb, with a share of at least ``FALLBACK_SHARE_MB`` (an interpreter and an honest
+    program's data): 512 MB gives 4 processes of 128 MB. (Where a memory cgroup holds it, the
+    kernel bounds the total: ``max_processes`` processes of up to ``memory_mb`` each.) Sampled
+    accounting alone let 16 processes hold 2.5 GB against 320 MB (issue 55)."""
+    if not memory_mb:
+        return max_processes, memory_mb
+    n = max(1, min(max_processes, memory_mb // FALLBACK_SHARE_MB))
+    return n, memory_mb // n
+
+
 def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers: tuple[str, ...], landlock: bool,
          uid: int | None, timeout: float, case_timeout: float | None, memory_mb: int, cpu_seconds: int | None,
          file_mb: int, disk_mb: int, max_processes: int, python: str | None) -> TestReport:
@@ -183,23 +231,31 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
     # known here); this one starts without it and is given the directories.
     same = python is None or os.path.realpath(python) == os.path.realpath(sys.executable)
     workdir = tempfile.mkdtemp(prefix="trellis-sandbox-")
-    cgroup, cg_layers = cgroup_create(memory_mb, max_processes) if _CGROUP else (None, ())
+    cg = cgroup_create(memory_mb, max_processes) if _CGROUP else RunCgroups()
+    share = _memory_share(memory_mb, max_processes)
     read_fd, write_fd = os.pipe()
     errfile = tempfile.TemporaryFile()
     job = {
         "fd": write_fd, "workdir": workdir, "program": code, "landlock": landlock, "run_uid": uid,
         "seccomp": _SECCOMP, "netns": "netns" in layers, "pidns": "pidns" in layers, "ipcns": "ipcns" in layers,
-        "mountns": "mountns" in layers, "cgroup": cgroup, "cgroup_layers": list(cg_layers),
+        "mountns": "mountns" in layers, "cgroup": cg.run,
+        "cgroup_layers": [x for x in cg.layers if not x.startswith("cgroup1-")],
+        "worker_cgroups": cg.worker, "cpu_group": "cpu" in cg.worker or "cgroup-cpu" in cg.layers,
         "site": site_dirs() if same else [],
         "limits": {"cpu_seconds": int(cpu_seconds if cpu_seconds is not None else max(1, -(-timeout // 1)) + 1),
                    "memory_bytes": int(memory_mb) << 20, "file_bytes": int(file_mb) << 20,
                    "disk_bytes": int(disk_mb) << 20, "inodes": _INODES, "open_files": 256,
-                   "processes": int(max_processes), "fresh_uid": uid is not None},
+                   "processes": int(max_processes), "fresh_uid": uid is not None,
+                   # where no memory cgroup holds the program (the worker knows once it joined or
+                   # failed to): its processes (RLIMIT_NPROC) and each one's address space
+                   # (RLIMIT_AS), so that their product stays within memory_mb (``_memory_share``)
+                   "share_processes": share[0], "share_bytes": share[1] << 20},
     }
     tests = {"preamble": suite.preamble, "entry_point": suite.entry_point, "case_timeout": case_timeout,
              "cases": [{"setup": c.setup, "source": c.source} for c in suite.cases]}
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     proc = None
+    stopped: bool | None = None  # kill()'s word: False while the child is still exiting
     try:
         if uid is not None:
             os.chown(workdir, uid, uid)
@@ -224,20 +280,16 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
         except OSError:
             pass  # it died before reading: reported below from its exit status
         events, ended = collect(proc, read_fd, timeout, len(suite.cases))
-        kill(proc, pidns="pidns" in layers)
+        stopped = kill(proc, pidns="pidns" in layers)
         errfile.seek(0, os.SEEK_END)
         size = errfile.tell()
         errfile.seek(max(0, size - 600))
         stderr_tail = errfile.read().decode("utf-8", "replace").strip()
     finally:
-        if proc is not None and proc.returncode is None:
-            kill(proc, pidns="pidns" in layers)
+        if proc is not None and proc.returncode is None and stopped is None:
+            stopped = kill(proc, pidns="pidns" in layers)
         os.close(read_fd)
         errfile.close()
-        if cgroup is not None:
-            cgroup_remove(cgroup)
-        remove_tree(workdir)
-        if uid is not None and not landlock:
-            sweep(uid)
+        _clean_up(proc if stopped is False else None, cg, workdir, uid if uid is not None and not landlock else None)
     return build_report(suite, events, ended, proc.returncode, stderr_tail, time.monotonic() - t0,
                    timeout, layers, job["limits"])

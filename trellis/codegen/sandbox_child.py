@@ -17,9 +17,10 @@ from pathlib import Path
 
 from trellis.codegen.runner import PARTS
 
-__all__ = ["STARTUP_SECONDS", "STUB", "collect", "kill", "runner_code", "runner_source"]
+__all__ = ["KILL_SECONDS", "STARTUP_SECONDS", "STUB", "collect", "kill", "runner_code", "runner_source"]
 
 STARTUP_SECONDS = 15.0  # interpreter start-up is not charged to ``timeout`` (0.3 s here, under load)
+KILL_SECONDS = 0.6  # stopping a run, at most: run_tests returns within timeout + 1 s (issue 55)
 _MAX_EVENT = 64 << 10  # one result event, bytes (a case's error text is cut at 1,000 characters)
 _MAX_STREAM = 16 << 20  # all result events of a run, bytes
 
@@ -140,31 +141,35 @@ def _valid_event(ev: object, n_cases: int) -> bool:
     return kind == "done"
 
 
-def kill(proc: subprocess.Popen, pidns: bool) -> None:
+def kill(proc: subprocess.Popen, pidns: bool, budget: float = KILL_SECONDS) -> bool:
     """Stop the run and everything it started: EOF on the runner's stdin makes its supervisor kill
     the program's process tree and exit, which (as PID-namespace init) takes the namespace down
     before ``unshare`` exits; then SIGKILL the process group for whatever is left (without a
-    namespace, repeatedly for up to a second: SIGKILL is asynchronous and a fork bomb's members die
-    in turn)."""
+    namespace, repeatedly: SIGKILL is asynchronous and a fork bomb's members die in turn).
+
+    Returns within ``budget`` seconds: True when the child has exited, False when it is still
+    going (dying processes that hold much memory take a while to tear down), so that ``run_tests``
+    returns on time; the caller then finishes in the background (``sandbox_host.finish_later``)."""
+    until = time.monotonic() + budget
     try:
         proc.stdin.close()  # type: ignore[union-attr]
     except OSError:
         pass
     try:
-        proc.wait(timeout=2)
+        proc.wait(timeout=max(0.0, until - time.monotonic()) / 2)
+        return True
     except subprocess.TimeoutExpired:
         pass
-    deadline = time.monotonic() + (0.0 if pidns else 1.0)
     while True:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             break
-        if time.monotonic() >= deadline:
+        if pidns or proc.poll() is not None or time.monotonic() >= until:
             break
         time.sleep(0.01)
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - a process that survives SIGKILL
-        proc.kill()
-        proc.wait()
+        proc.wait(timeout=max(0.0, until - time.monotonic()))
+        return True
+    except subprocess.TimeoutExpired:
+        return False

@@ -22,7 +22,7 @@ def _count_processes(uid):
     return n
 
 
-def _limits(lim, enforced, uid=None, memory_bytes=None):
+def _limits(lim, enforced, uid=None, memory_bytes=None, processes=None):
     pairs = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, lim["cpu_seconds"]),
              (resource.RLIMIT_FSIZE, lim["file_bytes"]), (resource.RLIMIT_NOFILE, lim["open_files"])]
     if hasattr(resource, "RLIMIT_SIGPENDING"):  # each POSIX timer holds kernel memory (96k timers: 47 MB)
@@ -33,7 +33,7 @@ def _limits(lim, enforced, uid=None, memory_bytes=None):
     if uid is not None and hasattr(resource, "RLIMIT_NPROC"):
         # A per-run uid (run as root) owns no process yet: the limit is exactly the run's count.
         base = 0 if lim.get("fresh_uid") else (_count_processes(uid) if os.path.isdir("/proc") else 0)
-        pairs.append((resource.RLIMIT_NPROC, base + lim["processes"]))
+        pairs.append((resource.RLIMIT_NPROC, base + (lim["processes"] if processes is None else processes)))
     for what, value in pairs:
         soft, hard = resource.getrlimit(what)
         new_hard = value if hard == resource.RLIM_INFINITY else min(hard, value)

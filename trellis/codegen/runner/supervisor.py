@@ -56,31 +56,71 @@ def _tree(roots):
     return seen
 
 
-def _memory_bytes(pid):
-    """Proportional set size (shared pages split among their users, so forked copies of one
-    interpreter are not counted N times) plus page tables (60,000 mappings of one page cost 2 GB
-    of them, found by a red-team pass); resident size where smaps_rollup is missing."""
-    pte = 0
+def _resident(pid):
+    """(resident bytes, page-table bytes) of ``pid`` from /proc/<pid>/status: counters the kernel
+    keeps, read in O(1) however many mappings the process has (0, 0 where unreadable)."""
+    rss = pte = 0
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmPTE:"):
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) << 10
+                elif line.startswith("VmPTE:"):
                     pte = int(line.split()[1]) << 10
-                    break
     except (OSError, ValueError, IndexError):
         pass
+    return rss, pte
+
+
+def _pss(pid):
+    """Proportional set size (shared pages split among their users, so forked copies of one
+    interpreter are not counted N times) from smaps_rollup; None where unreadable. Its cost grows
+    with the process's mappings (~50 ms for 30,000)."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
                 if line.startswith("Pss:"):
-                    return (int(line.split()[1]) << 10) + pte
+                    return int(line.split()[1]) << 10
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+_PSS_BUDGET = 0.01  # seconds of smaps reading per accounting pass
+
+
+def _over_memory(pids, limit):
+    """Whether ``pids`` together hold more than ``limit`` bytes of memory plus page tables (60,000
+    mappings of one page cost 2 GB of page tables, found by a red-team pass). Resident size, an
+    upper bound of the proportional one, comes first and settles most passes; only above the limit
+    is PSS read, largest process first, for at most ``_PSS_BUDGET`` seconds a pass. A process not
+    read in time counts at its resident size, so mappings that make smaps slow to read only get
+    the run killed sooner (16 processes of 30,000 mappings each once held 2.5 GB against 320 MB
+    while each pass read ~0.8 s of smaps)."""
+    sizes = {p: _resident(p) for p in pids}
+    total = sum(r + t for r, t in sizes.values())
+    if total <= limit:
+        return False
+    until = _clock() + _PSS_BUDGET
+    for p in sorted(sizes, key=lambda q: -sizes[q][0]):
+        if _clock() > until:
+            break
+        pss = _pss(p)
+        if pss is not None and pss < sizes[p][0]:
+            total -= sizes[p][0] - pss
+            if total <= limit:
+                return False
+    return total > limit
+
+
+def _under_oom(memcg):
+    """Whether the run's v1 memory cgroup sits at its limit (its OOM killer is off: the process that
+    hit it waits in its allocation until this supervisor kills the run)."""
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+        with open(os.path.join(memcg, "memory.oom_control")) as f:
+            return any(line.split() == ["under_oom", "1"] for line in f)
+    except OSError:
+        return False
 
 
 def _disk_usage(root, max_entries, pids=()):
@@ -177,6 +217,56 @@ def _kill_all(pids):
             os.close(fd)
 
 
+def _kill_cgroup(path, check):
+    """SIGKILL every process in the v1 cgroup ``path`` through pidfds; with ``check`` (/proc is this
+    namespace's) only those /proc still shows in it, as a freed pid could name another process."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return
+    for p in pids:
+        try:
+            fd = os.pidfd_open(p)
+        except (OSError, AttributeError):
+            continue
+        try:
+            if check:
+                with open(f"/proc/{p}/cgroup") as f:
+                    if "/" + os.path.basename(path) not in f.read():
+                        continue
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _enter(cgroups):
+    """Join the run's cgroup v1 directories ({controller: path}, ``sandbox_host.RunCgroups``) so that
+    the worker forked next is born in them, its whole process tree held by the kernel's limits
+    from its first instruction. Returns {controller: path} of those joined."""
+    joined = {}
+    for controller, path in sorted(cgroups.items()):
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+            joined[controller] = path
+        except OSError:
+            pass
+    return joined
+
+
+def _leave(joined):
+    """Back to the parent cgroups (where this process came from) after forking the worker."""
+    for path in joined.values():
+        try:
+            with open(os.path.join(os.path.dirname(path), "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
+
+
 def main():
     """Supervise one run (module docstring)."""
     job = _read_frame(0)
@@ -200,6 +290,13 @@ def main():
         os.chdir(job["workdir"])  # the old cwd is the directory under the mount
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
+    born_in = _enter(job.get("worker_cgroups", {}))
+    layers.extend(f"cgroup1-{c}" for c in born_in)
+    lim = job["limits"]
+    if lim["memory_bytes"] and not any(x in layers for x in ("cgroup1-memory", "cgroup-memory")):
+        # no kernel memory limit on the program: the worker takes a share (worker.py, _lock_down_worker)
+        layers.append(f"rlimit-share {lim['share_processes']}x{lim['share_bytes'] >> 20}MB")
+    job["joined"] = layers[:]  # what holds the worker, which reads it once forked
     worker = os.fork()
     if worker == 0:
         try:
@@ -213,6 +310,7 @@ def main():
 
             traceback.print_exc()
         os._exit(70)
+    _leave(born_in)  # the judge and this process stay out of the program's cgroups
     os.close(req_r)
     os.close(rep_w)
     tests = _read_frame(0)  # only now: the worker was forked without the tests in memory
@@ -240,6 +338,7 @@ def main():
         layers.append("run-limits")
     _emit(out, {"ev": "main", "layers": layers})
     lim = job["limits"]
+    memcg = job.get("worker_cgroups", {}).get("memory")
     worker_alive = judge_alive = True
     judge_status = None
     over = None
@@ -273,6 +372,9 @@ def main():
         else:
             judge_status = None
         _reap()
+        if over is None and memcg and _under_oom(memcg):
+            over = "memory"  # the kernel stopped it at the limit: all of it goes, whatever /proc shows
+            _kill_cgroup(memcg, tree_ok)
         if not tree_ok:
             continue
         tree = _tree([c for c in _children(os.getpid()) if c != judge])
@@ -280,8 +382,7 @@ def main():
             _kill_all(tree)  # the program is over: its leftovers go (and release the reply pipe)
             continue
         # The judge counts too: what it holds is mostly what the program sent it.
-        if over is None and lim["memory_bytes"] and \
-                sum(_memory_bytes(p) for p in tree) + _memory_bytes(judge) > lim["memory_bytes"] + _JUDGE_BASE:
+        if over is None and lim["memory_bytes"] and _over_memory(tree | {judge}, lim["memory_bytes"] + _JUDGE_BASE):
             over = "memory"
         elif over is None and len(tree) > lim["processes"] + 1:
             over = "processes"

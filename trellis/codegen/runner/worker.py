@@ -38,7 +38,13 @@ def _kind(exc):
 
 
 def _lock_down_worker(job, enforced):
-    _limits(job["limits"], enforced, uid=job["run_uid"] if job["run_uid"] is not None else os.getuid())
+    lim = job["limits"]
+    uid = job["run_uid"] if job["run_uid"] is not None else os.getuid()
+    # Born in the run's memory cgroup (the supervisor joined it to fork this process) or not:
+    if any(x in job.get("joined", ()) for x in ("cgroup1-memory", "cgroup-memory")) or not lim["memory_bytes"]:
+        _limits(lim, enforced, uid=uid)
+    else:  # no kernel memory limit: processes x address space <= memory_mb, by construction
+        _limits(lim, enforced, uid=uid, memory_bytes=lim["share_bytes"], processes=lim["share_processes"])
     if job["landlock"] and sys.platform.startswith("linux"):
         try:
             _landlock(job["workdir"], enforced)
@@ -51,7 +57,8 @@ def _lock_down_worker(job, enforced):
         install_seccomp = globals()["install_seccomp"]  # defined by seccomp.py, prepended to this text
         layer = install_seccomp(sockets="inet" if job["netns"] else "none", ipc=True,
                                 keyring=True, trace=True, namespaces=True, fallocate=True,
-                                sessions=not job["pidns"], hidden_memory=True, host_files=True)
+                                sessions=not (job["pidns"] and job.get("cpu_group")),
+                                hidden_memory=True, host_files=True)
         if layer:
             enforced.append(layer)
     if job["run_uid"] is not None:
