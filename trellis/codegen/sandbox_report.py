@@ -74,6 +74,14 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+def _address_space(limits: dict, enforced: tuple[str, ...]) -> int:
+    """Each process's address-space limit: the run's memory, or its share where no memory cgroup
+    held the program (``rlimit-share``)."""
+    if any(x.startswith("rlimit-share") for x in enforced):
+        return int(limits.get("share_bytes", limits["memory_bytes"]))
+    return int(limits["memory_bytes"])
+
+
 def build_report(suite: TestSuite, events: list[dict], ended: str | None, returncode: int | None, stderr_tail: str,
             seconds: float, timeout: float, layers: tuple[str, ...], limits: dict) -> TestReport:
     def first(kind: str) -> dict | None:
@@ -94,7 +102,7 @@ def build_report(suite: TestSuite, events: list[dict], ended: str | None, return
         status: Status = "memory" if kind == "memory" else "error"
         reason = f"the program failed while loading: {load['error'][:1000]}"
         if kind == "memory":
-            reason += f" (address-space limit {limits['memory_bytes'] >> 20} MB)"
+            reason += f" (address-space limit {_address_space(limits, enforced) >> 20} MB)"
         return failed_report(suite, status, reason, seconds, enforced)
     over = (exit_ or {}).get("over")
     missing = n - len(got)
@@ -104,8 +112,10 @@ def build_report(suite: TestSuite, events: list[dict], ended: str | None, return
     elif ended is not None:  # the result stream broke its rules: none of it counts
         return failed_report(suite, "crashed", f"the run was stopped: {ended}", seconds, enforced)
     elif over == "memory":
+        held = "the kernel's memory cgroup" if {"cgroup1-memory", "cgroup-memory"} & set(enforced) \
+            else "the supervisor's accounting"
         status, reason = "memory", (f"the program's processes together used more than the run's memory limit of "
-                                    f"{limits['memory_bytes'] >> 20} MB; all were killed")
+                                    f"{limits['memory_bytes'] >> 20} MB ({held}); all were killed")
     elif over == "disk":
         status, reason = "crashed", (f"the program's files together exceeded the run's disk limit of "
                                      f"{limits['disk_bytes'] >> 20} MB or {limits['inodes']} files; all its "
@@ -144,7 +154,7 @@ def build_report(suite: TestSuite, events: list[dict], ended: str | None, return
         kinds = {e.get("kind") for e in got.values()}
         status = "memory" if "memory" in kinds else "timeout" if "timeout" in kinds else "ok"
         reason = {"ok": f"ran {n} test cases",
-                  "memory": f"a test case hit the address-space limit ({limits['memory_bytes'] >> 20} MB)",
+                  "memory": f"a test case hit the address-space limit ({_address_space(limits, enforced) >> 20} MB)",
                   "timeout": "a test case hit case_timeout"}[status]
     not_run = {"timeout": "not run: time limit", "crashed": "not run: the process died",
                "memory": "not run: memory limit"}.get(status, "not run")
