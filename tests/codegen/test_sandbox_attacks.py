@@ -801,10 +801,11 @@ def test_a_greeting_nested_too_deep_is_a_clear_failure(mode):
 
 @pytest.mark.parametrize("value", ['{"Q": [1, 0]}', '{"C": [{"I": "0x' + "f" * 400 + '"}, 0]}',
                                    '{"NT": ["P", ["class"], [1]]}', '{"Dm": "NaN' + "9" * 100 + '"}'])
-def test_values_the_judge_cannot_build_break_the_run_cleanly(value, mode):
+def test_values_the_judge_cannot_build_fail_cleanly(value, mode):
     """The worker is the program's process, so it can send any reply (here: rewriting the runner's
-    encoder from the program). Values the judge cannot build end the run as a protocol break,
-    never a crash of the judge (third red-team pass: an OverflowError did)."""
+    encoder from the program). Values the judge cannot build fail the case that asked for them
+    (issue 55: one case, one verdict; before, they ended the run as a protocol break), never pass,
+    never crash the judge (third red-team pass: an OverflowError did)."""
     code = ("import json, sys\ng = sys._getframe(1).f_globals\n"
             f"g['_enc'] = lambda v, h, d=0: json.loads({value!r})\n"
             "def f(x):\n    return x\n")

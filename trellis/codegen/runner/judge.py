@@ -67,11 +67,22 @@ class _Rpc:
                 break
             if type(rep) is not dict or rep.get("id") != rid:
                 raise _ProtocolError("a reply that does not answer the request")
+        except _TooBig:
+            raise
+        except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError) as exc:
+            self.lost = f"the program's process broke the protocol ({type(exc).__name__}: {exc})"[:500]
+            raise _WorkerLost(self.lost) from None
+        # The reply answers this request: a value in it that cannot be rebuilt here fails this
+        # call (and so its case), never the run.
+        try:
             if "raise" in rep:
                 name, msg, kind = rep.get("raise"), rep.get("msg"), rep.get("kind")
                 if type(name) is not str or type(msg) is not str:
                     raise _ProtocolError("malformed exception")
-                args = _dec(rep["args"], self) if "args" in rep else None
+                try:
+                    args = _dec(rep["args"], self) if "args" in rep else None
+                except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError):
+                    args = None  # the exception arrives with its message alone
                 value, raised = None, (name, msg[:1000], kind, args if type(args) is tuple else None)
             else:
                 value, raised = _dec(rep.get("v"), self), None
@@ -79,11 +90,9 @@ class _Rpc:
                     # A list/dict/set argument the program changed in place: mirror it, by value.
                     if type(i) is int and 0 <= i < len(mutable) and type(mutable[i]) in (list, dict, set, bytearray):
                         _mirror(mutable[i], _dec(new, self))
-        except _TooBig:
-            raise
         except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError) as exc:
-            self.lost = f"the program's process broke the protocol ({type(exc).__name__}: {exc})"[:500]
-            raise _WorkerLost(self.lost) from None
+            raise UnreceivableValue(f"the program answered with a value the tests cannot receive ({exc})"[:1000]) \
+                from None
         if raised is None:
             return value
         name, msg, kind, args = raised

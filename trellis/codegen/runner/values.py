@@ -176,6 +176,13 @@ class _ProtocolError(Exception):
     """The worker's reply broke the protocol (malformed, too large, out of order)."""
 
 
+class UnreceivableValue(BaseException):
+    """A reply that answers its request but holds a value the judge cannot rebuild (a dict keyed by
+    the program's objects, a set of them, a malformed part): that case fails with the reason, the
+    worker and the run go on (issue 55: one such value used to end the run). A BaseException, so
+    the tests' own ``except Exception`` cannot swallow it and pass."""
+
+
 class _WorkerLost(Exception):
     """The worker died or stopped answering: no later case can run."""
 
@@ -223,7 +230,7 @@ def _dec(x, rpc, depth=0):
         return float(body)
     if tag == "B" and type(body) is str:
         return base64.b64decode(body.encode("ascii"), validate=True)
-    if tag == "Dm" and type(body) is str and len(body) < 1 << 16:
+    if tag == "Dm" and type(body) is str and len(body) < 1 << 22:  # as an int's hex digits
         import decimal
 
         return decimal.Decimal(body)
@@ -254,9 +261,14 @@ def _dec(x, rpc, depth=0):
             if len(_NAMEDTUPLES) > 256:
                 raise _ProtocolError("too many namedtuple types")
             try:
-                cls = _NAMEDTUPLES[(name, tuple(fields))] = collections.namedtuple(name, fields)
+                # rename=True rebuilds the program's own renamed fields (``_1`` for a bad name at 1);
+                # names it would rename otherwise are not what the program had
+                cls = collections.namedtuple(name, fields, rename=True)
             except ValueError as e:
                 raise _ProtocolError(f"malformed namedtuple: {e}") from None
+            if cls._fields != tuple(fields):
+                raise _ProtocolError(f"malformed namedtuple: fields {fields}")
+            _NAMEDTUPLES[(name, tuple(fields))] = cls
         return cls(*(_dec(x, rpc, depth + 1) for x in values))
     if tag in ("Ct", "OD", "dict_keys", "dict_values", "dict_items", "dd"):
         import collections

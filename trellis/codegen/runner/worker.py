@@ -20,7 +20,10 @@ def _builtin_ancestor(exc):
 
 def _describe(exc, source=""):
     name = type(exc).__name__
-    msg = str(exc)
+    try:
+        msg = str(exc)
+    except _BaseException as e:  # noqa: B902 - the program's __str__ raised: its class name is the text
+        msg = f"<its __str__ raised {type(e).__name__}>"
     if isinstance(exc, AssertionError) and not msg:
         msg = source.strip().splitlines()[0] if source.strip() else ""
     elif isinstance(exc, SystemExit):
