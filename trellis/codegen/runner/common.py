@@ -23,7 +23,7 @@ _write, _dumps, _loads, _clock = os.write, json.dumps, json.loads, time.monotoni
 _exec, _compile, _BaseException = exec, compile, BaseException
 
 _MAX_LINE = 8 << 20  # one reply from the worker (a returned value), bytes
-_MAX_DEPTH = 100  # nesting of a returned value
+_MAX_DEPTH = 500  # nesting of a returned value (the runner raises its recursion limit to match)
 _MAX_ITEMS = 1 << 20  # elements materialised from one iterator handle
 _GLOBAL_ITEMS = 10000  # a program's data global larger than this reaches the tests as a handle
 _FACTORIES = (int, float, str, list, dict, set, tuple)  # defaultdict factories the judge rebuilds

@@ -271,6 +271,8 @@ def main():
     """Supervise one run (module docstring)."""
     job = _read_frame(0)
     out = job["fd"]
+    # values nest up to _MAX_DEPTH (each level is two frames of _enc/_dec), in both children
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * _MAX_DEPTH + 1000))
     # Started with -S (site's .pth processing cost ~25 ms a run): the interpreter's package
     # directories are added as they are, so the program can import what is installed there.
     sys.path.extend(p for p in job.get("site", ()) if p not in sys.path)

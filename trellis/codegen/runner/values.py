@@ -65,6 +65,13 @@ def _enc(v, handles, depth=0):
         factory = getattr(v, "default_factory", None)
         if kind == "collections.defaultdict" and factory in _FACTORIES:
             return {"dd": [factory.__name__, pairs]}
+        if kind == "collections.defaultdict" and callable(factory):
+            # ``defaultdict(lambda: 0)``: the default the factory makes, as data (a copy per key)
+            try:
+                default = _enc(factory(), None, depth + 1)
+            except _BaseException:  # noqa: B902 - not data, or the factory raised: a plain dict
+                return {"D": pairs}
+            return {"dd0": [default, pairs]}
         return {"D": pairs}
     if isinstance(v, memoryview):
         return {"mv": base64.b64encode(v.tobytes()).decode("ascii")}
@@ -82,6 +89,10 @@ def _enc(v, handles, depth=0):
         return {"dq": [_enc(x, handles, depth + 1) for x in list(v)]}
     if name == "builtins.range":
         return {"R": [_enc(v.start, None), _enc(v.stop, None), _enc(v.step, None)]}
+    if type(v).__module__ == "datetime":
+        dt = _enc_dt(v)
+        if dt is not None:
+            return dt
     if type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"):
         return bool(v)
     if isinstance(v, numbers.Integral):
@@ -91,6 +102,50 @@ def _enc(v, handles, depth=0):
     if handles is None:
         raise _NotData(type(v).__name__)
     return {"H": handles.add(v), "t": type(v).__name__[:100]}
+
+
+_DT_KINDS = ("date", "datetime", "time", "timedelta")
+
+
+def _enc_dt(v):
+    """A ``datetime`` value (date, datetime, time, timedelta; naive or at a fixed UTC offset) ->
+    its wire form ``{"dt": [kind, fields]}``; None for anything else (a tzinfo of the program's)."""
+    import datetime
+
+    kind = type(v).__name__
+    if type(v) is not getattr(datetime, kind, None) or kind not in _DT_KINDS:
+        return None
+    if kind == "timedelta":
+        return {"dt": [kind, [v.days, v.seconds, v.microseconds]]}
+    if kind == "date":
+        return {"dt": [kind, [v.year, v.month, v.day]]}
+    off = v.utcoffset() if kind == "datetime" else (v.tzinfo.utcoffset(None) if v.tzinfo else None)
+    if v.tzinfo is not None and type(v.tzinfo) is not datetime.timezone:
+        return None
+    tz = None if off is None else off // datetime.timedelta(microseconds=1)
+    if kind == "time":
+        return {"dt": [kind, [v.hour, v.minute, v.second, v.microsecond, tz, v.fold]]}
+    return {"dt": [kind, [v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, tz, v.fold]]}
+
+
+def _dec_dt(body):
+    """``{"dt": ...}`` -> this process's own ``datetime`` value (``ValueError`` if malformed)."""
+    import datetime
+
+    if type(body) is not list or len(body) != 2 or body[0] not in _DT_KINDS or type(body[1]) is not list:
+        raise ValueError("malformed date/time")
+    kind, f = body
+    if not all(x is None or type(x) is int for x in f):
+        raise ValueError("malformed date/time")
+    if kind == "timedelta" and len(f) == 3:
+        return datetime.timedelta(days=f[0], seconds=f[1], microseconds=f[2])
+    if kind == "date" and len(f) == 3:
+        return datetime.date(*f)
+    if kind in ("time", "datetime") and len(f) == (6 if kind == "time" else 9):
+        tz = None if f[-2] is None else datetime.timezone(datetime.timedelta(microseconds=f[-2]))
+        cls = datetime.time if kind == "time" else datetime.datetime
+        return cls(*f[:-2], tzinfo=tz, fold=f[-1])
+    raise ValueError("malformed date/time")
 
 
 def _small(v, budget=_GLOBAL_ITEMS):
@@ -247,6 +302,16 @@ def _dec(x, rpc, depth=0):
         import collections
 
         return collections.deque(_dec(b, rpc, depth + 1) for b in body)
+    if tag == "dt":
+        return _dec_dt(body)
+    if tag == "dd0" and type(body) is list and len(body) == 2:
+        import collections
+        import copy
+
+        default = _dec(body[0], rpc, depth + 1)
+        if isinstance(default, _Remote):
+            raise _ProtocolError("a defaultdict's default must be data")
+        return collections.defaultdict(lambda: copy.deepcopy(default), _dec({"D": body[1]}, rpc, depth))
     if tag == "mv" and type(body) is str:
         return memoryview(base64.b64decode(body.encode("ascii"), validate=True))
     if tag == "NT" and type(body) is list and len(body) == 3:
@@ -342,8 +407,65 @@ def _enc_arg(v, depth=0):
         return {"D": [[_enc_arg(k, depth + 1), _enc_arg(x, depth + 1)] for k, x in v.items()]}
     if t is type(len) and getattr(builtins, getattr(v, "__name__", ""), None) is v:
         return {"bi": v.__name__}  # a builtin function (key=len, map(abs, ...)): by name
+    ref = _stdlib_ref(v)
+    if ref is not None:  # int, str.upper, math.sqrt, datetime.date: the worker's own copy, by name
+        return {"ref": ref}
+    name = t.__module__ + "." + t.__qualname__
+    if name == "builtins.range":
+        return {"R": [v.start, v.stop, v.step]}
+    if name == "builtins.slice":
+        return {"sl": [_enc_arg(v.start, depth + 1), _enc_arg(v.stop, depth + 1), _enc_arg(v.step, depth + 1)]}
+    if name == "fractions.Fraction":
+        return {"Q": [_enc_arg(v.numerator), _enc_arg(v.denominator)]}
+    if name == "decimal.Decimal":
+        return {"Dm": str(v)}
+    if name == "collections.deque":
+        return {"dq": [_enc_arg(x, depth + 1) for x in v]}
+    if name in ("collections.Counter", "collections.OrderedDict"):
+        return {"Ct" if "Counter" in name else "OD": [[_enc_arg(k, depth + 1), _enc_arg(x, depth + 1)]
+                                                      for k, x in v.items()]}
+    if isinstance(v, tuple) and type(getattr(t, "_fields", None)) is tuple:  # the tests' namedtuple
+        return {"NT": [t.__name__, list(t._fields), [_enc_arg(x, depth + 1) for x in v]]}
+    if t.__module__ == "datetime" and _enc_dt(v) is not None:
+        return _enc_dt(v)
+    if name in _ITERATORS:
+        # a generator or iterator of the tests: its items, as an iterator in the worker (the
+        # program can only iterate it; an infinite one stops at _MAX_ITEMS)
+        items = []
+        for x in v:
+            items.append(_enc_arg(x, depth + 1))
+            if len(items) > _MAX_ITEMS:
+                raise MemoryError(f"more than {_MAX_ITEMS} items from one iterator argument")
+        return {"it": items}
     raise TypeError(f"the tests passed a {t.__name__} to the program: only data values, builtin functions "
                     "and the program's own objects can cross into the sandbox")
+
+
+_ITERATORS = frozenset(("builtins.generator", "builtins.map", "builtins.filter", "builtins.zip",
+                        "builtins.enumerate", "builtins.reversed", "builtins.list_iterator",
+                        "builtins.tuple_iterator", "builtins.range_iterator", "builtins.dict_keyiterator",
+                        "builtins.set_iterator", "builtins.str_ascii_iterator", "builtins.str_iterator"))
+
+
+def _stdlib_ref(v):
+    """``[module, qualname]`` naming ``v`` when it is a builtin or a standard module's class,
+    function or method that the worker can import under that name; else None."""
+    mod = getattr(v, "__module__", None)
+    owner = getattr(v, "__objclass__", None)  # str.upper: a method descriptor of str
+    if owner is not None:
+        mod = owner.__module__
+    qual = getattr(v, "__qualname__", None)
+    if type(mod) is not str or type(qual) is not str or (mod != "builtins" and mod not in _TEST_MODULES):
+        return None
+    try:
+        import importlib
+
+        obj = importlib.import_module(mod)
+        for part in qual.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    return [mod, qual] if obj is v else None
 
 
 def _dec_arg(x, handles, depth=0):
@@ -365,5 +487,44 @@ def _dec_arg(x, handles, depth=0):
         return complex(*body)
     if tag == "D":
         return {_dec_arg(k, handles, depth + 1): _dec_arg(v, handles, depth + 1) for k, v in body}
+    if tag == "ref":
+        import importlib
+
+        obj = importlib.import_module(body[0])
+        for part in body[1].split("."):
+            obj = getattr(obj, part)
+        return obj
+    if tag == "R":
+        return range(*body)
+    if tag == "sl":
+        return slice(*(_dec_arg(b, handles, depth + 1) for b in body))
+    if tag == "Q":
+        import fractions
+
+        return fractions.Fraction(*(_dec_arg(b, handles, depth + 1) for b in body))
+    if tag == "Dm":
+        import decimal
+
+        return decimal.Decimal(body)
+    if tag in ("dq", "it"):
+        import collections
+
+        items = [_dec_arg(b, handles, depth + 1) for b in body]
+        return collections.deque(items) if tag == "dq" else iter(items)
+    if tag in ("Ct", "OD"):
+        import collections
+
+        pairs = [(_dec_arg(k, handles, depth + 1), _dec_arg(v, handles, depth + 1)) for k, v in body]
+        return collections.Counter(dict(pairs)) if tag == "Ct" else collections.OrderedDict(pairs)
+    if tag == "NT":
+        import collections
+
+        name, fields, values = body
+        cls = _NAMEDTUPLES.get((name, tuple(fields)))
+        if cls is None:
+            cls = _NAMEDTUPLES[(name, tuple(fields))] = collections.namedtuple(name, fields, rename=True)
+        return cls(*(_dec_arg(b, handles, depth + 1) for b in values))
+    if tag == "dt":
+        return _dec_dt(body)
     items = [_dec_arg(b, handles, depth + 1) for b in body]
     return {"L": list, "T": tuple, "S": set, "F": frozenset}[tag](items)
