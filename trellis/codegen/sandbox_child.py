@@ -130,7 +130,7 @@ def _valid_event(ev: object, n_cases: int) -> bool:
     if kind == "case":
         i = ev.get("i")
         return (_is(i, int) and 0 <= i < n_cases and _is(ev.get("ok"), bool) and _is(ev.get("error"), *opt_str)
-                and _is(ev.get("kind"), *opt_str) and _is(ev.get("t"), *_NUM))
+                and _is(ev.get("kind"), *opt_str) and _is(ev.get("t"), *_NUM) and _is(ev.get("program", False), bool))
     if kind == "lost":
         return _is(ev.get("at"), int) and _is(ev.get("why"), str)
     if kind == "judge":

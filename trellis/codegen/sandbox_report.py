@@ -22,13 +22,17 @@ class SandboxError(RuntimeError):
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One test case: its ``source``, whether it passed and, if not, why (``error``)."""
+    """One test case: its ``source``, whether it passed and, if not, why (``error``).
+    ``program_decided``: the case used the program's own ``==``, ``<``, ``in`` or truth on one of
+    its objects (honest programs pass such cases; a test-guided search may choose to distrust
+    them, as the program could answer anything)."""
 
     index: int
     source: str
     passed: bool
     error: str | None = None
     seconds: float = 0.0
+    program_decided: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,7 @@ def build_report(suite: TestSuite, events: list[dict], ended: str | None, return
         else:
             err, t = e.get("error"), e.get("t")
             cases.append(CaseResult(i, c.source, e.get("ok") is True, err[:1000] if isinstance(err, str) else None,
-                                    float(t) if isinstance(t, (int, float)) else 0.0))
+                                    float(t) if isinstance(t, (int, float)) else 0.0, e.get("program") is True))
     passed = sum(c.passed for c in cases)
     first_bad = next((c for c in cases if not c.passed), None)
     first_failure = (None if first_bad is None

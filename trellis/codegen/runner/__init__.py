@@ -10,4 +10,4 @@ They are stdlib-only texts, never imported by trellis (alone, most would fail on
 ``tests/codegen/test_runner_bundle.py`` checks the bundle.
 """
 
-PARTS = ("common.py", "lockdown.py", "values.py", "worker.py", "judge.py", "supervisor.py")
+PARTS = ("common.py", "lockdown.py", "values.py", "remote.py", "worker.py", "judge.py", "supervisor.py")

@@ -11,6 +11,8 @@ class _Rpc:
     def __init__(self, wfd, rfd):
         self.wfd, self.rfd = wfd, rfd
         self.buf = b""
+        self.program_decided = False  # this case used the program's ==, <, in or truth (``_Remote``)
+        self.streams = {}  # iterator handle -> [items taken and not yet used, exhausted?, next chunk size]
         self.lost = None  # why the worker can no longer be asked
         self.deadline = None  # the current case's end (case_timeout), monotonic
         self.skipping = False  # inside a reply over _MAX_LINE, dropping it up to its newline
@@ -45,6 +47,39 @@ class _Rpc:
         except (ValueError, RecursionError, MemoryError):
             self.lost = "the program's process sent a malformed message"
             raise _WorkerLost(self.lost) from None
+
+    def take(self, ref, n):
+        """Up to ``n`` items of the worker's iterator ``ref``: (items, whether it is exhausted)."""
+        self.last_end = False
+        items = self.request({"op": "take", "ref": ref, "n": n})
+        if type(items) is not list:
+            raise UnreceivableValue("the program's iterator answered with something that is not its items")
+        return items, self.last_end
+
+    def next_item(self, ref):
+        """``next()`` of the worker's iterator ``ref``, through its buffer (items taken ahead by
+        ``stream`` are handed out first, so a generator is never seen to skip)."""
+        st = self.streams.setdefault(ref, [[], False, 1])
+        if not st[0] and not st[1]:
+            st[0], st[1] = self.take(ref, 1)
+        if st[0]:
+            return st[0].pop(0)
+        raise StopIteration
+
+    def stream(self, ref):
+        """The items of the worker's iterator ``ref`` as the tests take them, fetched in chunks of
+        1, 2, 4 ... 1,024 (an infinite generator under islice or zip gives what is asked, a long
+        list costs few round trips)."""
+        st = self.streams.setdefault(ref, [[], False, 1])
+        while True:
+            if not st[0]:
+                if st[1]:
+                    return
+                st[0], st[1] = self.take(ref, st[2])
+                st[2] = min(st[2] * 2, 1024)
+                if not st[0]:
+                    return
+            yield st[0].pop(0)
 
     def request(self, req, mutable=()):
         if self.lost:
@@ -86,6 +121,7 @@ class _Rpc:
                 value, raised = None, (name, msg[:1000], kind, args if type(args) is tuple else None)
             else:
                 value, raised = _dec(rep.get("v"), self), None
+                self.last_end = rep.get("end") is True
                 for i, new in rep.get("mut") or ():
                     # A list/dict/set argument the program changed in place: mirror it, by value.
                     if type(i) is int and 0 <= i < len(mutable) and type(mutable[i]) in (list, dict, set, bytearray):
@@ -262,6 +298,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         ns = dict(g)
         t = _clock()
         error = kind = None
+        rpc.program_decided = False
         try:
             try:
                 if case_timeout:
@@ -280,7 +317,8 @@ def _judge(job, tests, rpc_w, rpc_r, out):
             error, kind = _describe(exc, case["source"]), _kind(exc)
         if rpc.lost and kind != "lost":
             error, kind = f"not run to the end: {rpc.lost}", "lost"
-        _emit(out, {"ev": "case", "i": i, "ok": error is None, "error": error, "kind": kind, "t": _clock() - t})
+        _emit(out, {"ev": "case", "i": i, "ok": error is None, "error": error, "kind": kind, "t": _clock() - t,
+                    "program": rpc.program_decided})
     if rpc.lost:  # the program died (or broke the protocol) during the last case: a crash, not a done run
         _emit(out, {"ev": "lost", "at": len(tests["cases"]), "why": rpc.lost})
         os._exit(_JUDGE_LOST)
