@@ -78,15 +78,25 @@ the sandbox (fork order, pipes) that a wrapper around one command does not give.
 What remains possible: a program can still answer with the right value when it can compute or
 guess it from what it sees (each call's arguments), and a test that checks the program with the
 program's own function (HumanEval/32's ``poly``) can be faked. Data includes the standard library's
-namedtuples, Counter/defaultdict/OrderedDict/deque, dict views, Fraction, Decimal, range and
-memoryview, and numpy scalars (rebuilt by the judge's own classes); an exception arrives as its
-nearest builtin class with its arguments. Anything else (the program's own class instances,
-generators, numpy arrays) reaches the tests as a handle that can be called, iterated, read
-(``str``, attributes, ``len``, ``isinstance`` against the program's classes), but not compared,
-hashed or truth-tested, and protocol names (``__*__``) are never asked of it. What therefore
-fails that passed when one process ran both (third red-team pass): equality of the program's
-dataclasses/enums/instances, arrays compared element-wise, arguments aliased to each other, lambdas
-passed to the program, values over 8 MB in one reply, a data global the tests change. Without
+namedtuples, Counter/defaultdict (any factory's default)/OrderedDict/deque, dict views, Fraction,
+Decimal, range, memoryview, dates and times, and numpy scalars (rebuilt by the judge's own
+classes); an exception arrives as its nearest builtin class with its arguments. The tests may send
+data, these values, builtin and standard-library callables and types by name (``int``,
+``str.upper``, ``math.sqrt``), and their own iterators as item lists. Anything else (the program's
+own class instances, generators, numpy arrays) reaches the tests as a handle (``runner/remote.py``)
+that the worker operates on: calls, attributes read and set, items, ``len``, streamed iteration,
+``repr``/``str``, arithmetic, ``with``, ``isinstance`` against the program's classes. Two of the
+program's objects are compared, and containment asked, by the program: such a case carries
+``program_decided``. A handle is never compared with the tests' own values, hashed or
+truth-tested, and other protocol names (``__*__``) are never asked of it. A reply the judge cannot
+rebuild (the program's objects as dict keys) fails its case with the reason; the run goes on. What
+therefore fails that passed when one process ran both: equality of the program's
+dataclasses/enums/instances with the tests' values, arrays compared element-wise, arguments
+aliased to each other, lambdas passed to the program and a mocked ``input()`` (no calls from the
+worker back into the tests), the program's exception classes caught by class, print output checked
+by the tests, files in a temp dir both write, the tests' ``random.seed`` reaching the program
+(``tests/codegen/test_sandbox_idioms.py`` lists these as strict xfails), values over 8 MB in one
+reply, a data global the tests change. Without
 namespaces (``unshare`` missing), the disk limit is the supervisor's accounting, sampled every
 0.1 s, so fast writes can overshoot briefly; as
 a non-root user without Landlock the program can write wherever the user can, and read its
