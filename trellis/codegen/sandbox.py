@@ -93,10 +93,12 @@ rebuild (the program's objects as dict keys) fails its case with the reason; the
 therefore fails that passed when one process ran both: equality of the program's
 dataclasses/enums/instances with the tests' values, arrays compared element-wise, arguments
 aliased to each other, lambdas passed to the program and a mocked ``input()`` (no calls from the
-worker back into the tests), the program's exception classes caught by class, print output checked
-by the tests, files in a temp dir both write, the tests' ``random.seed`` reaching the program
-(``tests/codegen/test_sandbox_idioms.py`` lists these as strict xfails), values over 8 MB in one
-reply, a data global the tests change. Without
+worker back into the tests), files in a temp dir both write (``tests/codegen/test_sandbox_idioms.py``
+lists these as strict xfails), values over 8 MB in one reply, a data global the tests change. What
+the program prints while it answers reaches the tests' ``sys.stdout`` (``redirect_stdout``); the
+program's exception classes arrive as the judge's stand-ins (subclasses of their builtin ancestor,
+bound to the program's names for them) with the program's text and data fields, so ``except
+ProgramError as e: e.field`` works; the tests' ``random.seed`` seeds the program's ``random`` too. Without
 namespaces (``unshare`` missing), the disk limit is the supervisor's accounting, sampled every
 0.1 s, so fast writes can overshoot briefly; as
 a non-root user without Landlock the program can write wherever the user can, and read its

@@ -12,6 +12,7 @@ class _Rpc:
         self.wfd, self.rfd = wfd, rfd
         self.buf = b""
         self.program_decided = False  # this case used the program's ==, <, in or truth (``_Remote``)
+        self.exc_classes = {}  # the program's exception classes (qualified name) -> the judge's stand-ins
         self.streams = {}  # iterator handle -> [items taken and not yet used, exhausted?, next chunk size]
         self.lost = None  # why the worker can no longer be asked
         self.deadline = None  # the current case's end (case_timeout), monotonic
@@ -102,6 +103,8 @@ class _Rpc:
                 break
             if type(rep) is not dict or rep.get("id") != rid:
                 raise _ProtocolError("a reply that does not answer the request")
+            if type(rep.get("out")) is str:  # what the program printed meanwhile: the tests' stdout
+                sys.stdout.write(rep["out"][:1 << 20])
         except _TooBig:
             raise
         except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError) as exc:
@@ -140,13 +143,45 @@ class _Rpc:
         cls = _EXC.get(name)
         if cls is None:
             raise _ProgramError(msg)
+        chain = rep.get("cls")
+        if type(chain) is list and chain and all(type(q) is str and q for q in chain[:20]):
+            # the program's own class: the judge's stand-in for it (a subclass of ``cls``), so the
+            # tests catch it by class and read its fields and its text
+            cls = self.stand_in(chain[:20], name)
         exc = None
         if args is not None:
             try:
                 exc = cls(*args)
             except Exception:  # noqa: BLE001 - a class that wants other arguments: the message only
                 exc = None
-        raise exc if exc is not None else cls(text)
+        exc = exc if exc is not None else cls(text)
+        if cls not in _EXC.values():
+            if type(rep.get("text")) is str:
+                exc._program_text = rep["text"]
+            fields = rep.get("fields")
+            for k, v in (fields.items() if type(fields) is dict else ()):
+                if type(k) is str and k.isidentifier() and not k.startswith("__"):
+                    try:
+                        setattr(exc, k, _dec(v, self))
+                    except (_ProtocolError, ValueError, TypeError, RecursionError, ArithmeticError):
+                        pass
+        raise exc
+
+    def stand_in(self, chain, ancestor):
+        """The judge's class for the program's exception class ``chain[0]`` (qualified names, most
+        specific first): a subclass of the stand-in of ``chain[1]``, ..., down to the builtin
+        ``ancestor``. Made once per name; the program's names for its classes are bound to them."""
+        base = _EXC.get(ancestor, Exception)
+        cls = base
+        for qual in reversed(chain):
+            known = self.exc_classes.get(qual)
+            if known is None:
+                if len(self.exc_classes) >= 256:
+                    break
+                known = self.exc_classes[qual] = type(qual.rsplit(".", 1)[-1], (cls,), {
+                    "__module__": "__program__", "__qualname__": qual, "__str__": _stand_in_str})
+            cls = known
+        return cls
 
     def drain(self):
         """Wait for the replies of requests abandoned at a case timeout (the worker answers them
@@ -173,6 +208,31 @@ class _Rpc:
         kw = [[k, _enc_arg(v)] for k, v in kwargs.items()]
         return self.request({"op": "call", "ref": object.__getattribute__(remote, "_ref"), "args": enc, "kw": kw},
                             mutable=(*args, *kwargs.values()))
+
+
+def _forward_seed(rpc):
+    """``random.seed(s)`` in the tests seeds the program's ``random`` too (a test that seeds, calls
+    the program and replays the draws, as when one process ran both). Seeds that are not data
+    stay in the judge."""
+    import random
+
+    own = random.seed
+
+    def seed(a=None, version=2):
+        own(a, version)
+        if a is None or type(a) in (int, str, bytes, bytearray, float):
+            rpc.request({"op": "seed", "ref": 0, "a": _enc_arg(a)})
+
+    random.seed = seed
+
+
+def _stand_in_str(self):
+    """A stand-in's text: the program's own ``str()`` of the exception, when it sent one."""
+    text = self.__dict__.get("_program_text")
+    if type(text) is str:
+        return text
+    base = next(c for c in type(self).__mro__ if c.__module__ == "builtins")
+    return base.__str__(self)
 
 
 def _mirror(old, new, depth=0):
@@ -264,6 +324,8 @@ def _judge(job, tests, rpc_w, rpc_r, out):
                     g[name] = importlib.import_module(mod)
             elif "v" in d:
                 g[name] = _dec(d["v"], rpc)
+            elif type(d.get("exc")) is list and len(d["exc"]) == 2 and all(type(x) is str for x in d["exc"]):
+                g[name] = rpc.stand_in([d["exc"][0]], d["exc"][1])  # caught by class, read by field
             elif type(d.get("H")) is int:
                 g[name] = _Remote(rpc, d["H"], str(d.get("t", ""))[:100])
         except (ImportError, _ProtocolError, ValueError, TypeError, RecursionError, ArithmeticError):
@@ -283,6 +345,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         _emit(out, {"ev": "load", "error": load_error, "kind": "error"})
         os._exit(0)
     _emit(out, {"ev": "load", "error": None})
+    _forward_seed(rpc)
     case_timeout = tests["case_timeout"]
 
     def on_alarm(signum, frame):

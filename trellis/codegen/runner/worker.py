@@ -12,10 +12,20 @@ class _CaseTimeout(BaseException):
 def _builtin_ancestor(exc):
     """The name of the nearest built-in class of ``exc`` (a ValueError subclass of the program's
     is a ValueError to the tests' ``except``)."""
-    for cls in type(exc).__mro__:
-        if getattr(builtins, cls.__name__, None) is cls:
-            return cls.__name__
+    return _builtin_ancestor_of(type(exc))
+
+
+def _builtin_ancestor_of(cls):
+    for c in cls.__mro__:
+        if getattr(builtins, c.__name__, None) is c:
+            return c.__name__
     return "Exception"
+
+
+def _program_classes(cls):
+    """The qualified names of ``cls`` and its bases that are the program's own (not builtins), most
+    specific first, up to 20."""
+    return [c.__qualname__[:100] for c in cls.__mro__ if getattr(builtins, c.__name__, None) is not c][:20]
 
 
 def _describe(exc, source=""):
@@ -38,6 +48,32 @@ def _kind(exc):
     if isinstance(exc, _CaseTimeout):
         return "timeout"
     return "error"
+
+
+class _Printed:
+    """``sys.stdout`` while the worker answers a request: what the program prints goes back with the
+    reply (up to ``_MAX_PRINTED`` characters), and the judge writes it to its own ``sys.stdout``,
+    where the tests may capture it (``contextlib.redirect_stdout``)."""
+
+    def __init__(self):
+        self.parts, self.size = [], 0
+
+    def write(self, text):
+        text = str(text)
+        room = _MAX_PRINTED - self.size
+        if room > 0:
+            self.parts.append(text[:room])
+            self.size += min(len(text), room)
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
+_MAX_PRINTED = 1 << 20
 
 
 def _lock_down_worker(job, enforced):
@@ -105,6 +141,8 @@ def _worker(job, rfd, wfd):
         except _BaseException:  # noqa: B902 - not data, or the program's own code raised
             pass
         names[name] = {"H": handles.add(v), "t": type(v).__name__[:100]}
+        if isinstance(v, type) and issubclass(v, _BaseException) and _program_classes(v):
+            names[name]["exc"] = [v.__qualname__[:100], _builtin_ancestor_of(v)]  # the judge's stand-in
     reply({"load": None, "names": names, "enforced": enforced})
     while True:
         line = rf.readline()
@@ -113,12 +151,19 @@ def _worker(job, rfd, wfd):
         req = _loads(line)
         out = {"id": req["id"]}
         budget = req.get("budget")
+        printed = _Printed()
+        saved_stdout, sys.stdout = sys.stdout, printed  # what the program prints answers with the reply
         try:
             if budget:
                 signal.setitimer(signal.ITIMER_REAL, budget)
             try:
-                op, obj = req["op"], handles.objs[req["ref"]]
-                if op == "call":
+                op = req["op"]
+                obj = handles.objs[req["ref"]] if op != "seed" else None
+                if op == "seed":  # the tests seeded their random module: so is the program's
+                    import random
+
+                    value = random.seed(_dec_arg(req["a"], handles))
+                elif op == "call":
                     args = [_dec_arg(a, handles) for a in req["args"]]
                     kwargs = {k: _dec_arg(a, handles) for k, a in req["kw"]}
                     value = obj(*args, **kwargs)
@@ -142,6 +187,7 @@ def _worker(job, rfd, wfd):
                 elif op == "iter":
                     value = iter(obj)  # a handle: the judge takes its items in chunks ("take")
                     out["v"] = {"H": handles.add(value), "t": type(value).__name__[:100]}
+                    sys.stdout = saved_stdout
                     reply(out)
                     continue
                 elif op == "take":
@@ -190,6 +236,7 @@ def _worker(job, rfd, wfd):
             finally:
                 if budget:
                     signal.setitimer(signal.ITIMER_REAL, 0)
+                sys.stdout = saved_stdout
         except _BaseException as exc:  # noqa: B902
             name = type(exc).__name__ if isinstance(exc, _CaseTimeout) else _builtin_ancestor(exc)
             out = {"id": req["id"], "raise": name, "msg": _describe(exc), "kind": _kind(exc)}
@@ -198,6 +245,22 @@ def _worker(job, rfd, wfd):
                     out["args"] = _enc(exc.args, None)
             except _BaseException:  # noqa: B902 - args that are not data stay behind
                 pass
+            mine = _program_classes(type(exc))
+            if mine:  # the program's exception classes, most specific first: the tests catch them by class
+                out["cls"] = mine
+                try:
+                    out["text"] = str(str(exc))[:1000]
+                except _BaseException:  # noqa: B902 - its __str__ raised: the message stays the class name
+                    pass
+                fields = {}
+                for k, v in list(getattr(exc, "__dict__", {}).items())[:50]:
+                    try:
+                        fields[str(k)[:100]] = _enc(v, handles)
+                    except _BaseException:  # noqa: B902 - a field that cannot be sent stays behind
+                        pass
+                out["fields"] = fields
+        if printed.parts:
+            out["out"] = "".join(printed.parts)
         try:
             reply(out)
         except BrokenPipeError:
