@@ -14,10 +14,8 @@ from tests.codegen.idioms import IDIOMS
 from trellis.codegen import run_tests
 
 # Not yet (issue 55): functions of the tests called by the program (a lambda argument, a mocked
-# input()) need calls from the worker back into the judge; a temp dir both sides may write needs the
-# judge (no write access under Landlock, uid 0 without capabilities) and the worker (another uid)
-# to share one.
-NOT_YET = {"arg-lambda", "mocked-input", "temp-file-read", "temp-file-write"}
+# input()) need calls from the worker back into the judge.
+NOT_YET = {"arg-lambda", "mocked-input"}
 # Cases that rest on the program's own comparisons or containment (reported per case).
 PROGRAM_DECIDED = {"objects-sorted", "object-contains"}
 

@@ -93,8 +93,9 @@ rebuild (the program's objects as dict keys) fails its case with the reason; the
 therefore fails that passed when one process ran both: equality of the program's
 dataclasses/enums/instances with the tests' values, arrays compared element-wise, arguments
 aliased to each other, lambdas passed to the program and a mocked ``input()`` (no calls from the
-worker back into the tests), files in a temp dir both write (``tests/codegen/test_sandbox_idioms.py``
-lists these as strict xfails), values over 8 MB in one reply, a data global the tests change. What
+worker back into the tests; ``tests/codegen/test_sandbox_idioms.py`` lists both as strict xfails),
+values over 8 MB in one reply, a data global the tests change. The tests' ``tempfile`` works in a
+directory of the work dir both sides may write (``shared``, counted in the run's disk limit). What
 the program prints while it answers reaches the tests' ``sys.stdout`` (``redirect_stdout``); the
 program's exception classes arrive as the judge's stand-ins (subclasses of their builtin ancestor,
 bound to the program's names for them) with the program's text and data fields, so ``except

@@ -271,11 +271,40 @@ def _lock_down_judge(job, enforced):
     _limits(lim, enforced, memory_bytes=max(lim["memory_bytes"], 1 << 30) + (256 << 20) if lim["memory_bytes"] else 0)
     if job["landlock"] and sys.platform.startswith("linux"):
         try:
-            _landlock(None, enforced)
+            _landlock(job.get("shared"), enforced)  # writes only beneath the run's shared temp dir
         except (OSError, AttributeError):
             pass
     if os.geteuid() == 0:
         _set_caps(libc, 0)
+    if job.get("shared"):
+        _share_temp_dir(job["shared"])
+
+
+def _share_temp_dir(shared):
+    """The tests' ``tempfile`` makes its files and directories in the run's shared dir, readable
+    and writable by the program's uid too (the judge is uid 0 without capabilities, the worker a
+    uid of its own): a test that writes a file for the program, or reads one it wrote, works."""
+    import tempfile
+
+    os.umask(0)
+    tempfile.tempdir = shared
+    make_dir = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        path = make_dir(*args, **kwargs)
+        os.chmod(path, 0o777)
+        return path
+
+    tempfile.mkdtemp = mkdtemp
+    inner = getattr(tempfile, "_mkstemp_inner", None)
+    if inner is not None:  # mkstemp and NamedTemporaryFile make their files 0600
+
+        def mkstemp_inner(*args, **kwargs):
+            fd, name = inner(*args, **kwargs)
+            os.chmod(name, 0o666)
+            return fd, name
+
+        tempfile._mkstemp_inner = mkstemp_inner
 
 
 def _judge(job, tests, rpc_w, rpc_r, out):

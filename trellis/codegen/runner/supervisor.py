@@ -290,6 +290,14 @@ def main():
     if job["mountns"] and _mount_tmpfs(job):
         layers.append("tmpfs")
         os.chdir(job["workdir"])  # the old cwd is the directory under the mount
+    try:  # the temp dir the tests and the program share (judge.py, _share_temp_dir)
+        shared = os.path.join(job["workdir"], "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        os.chmod(job["workdir"], 0o711)  # the judge (uid 0, no capability) passes through to it
+        job["shared"] = shared
+    except OSError:
+        pass
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     born_in = _enter(job.get("worker_cgroups", {}))
