@@ -276,8 +276,6 @@ def _lock_down_judge(job, enforced):
             pass
     if os.geteuid() == 0:
         _set_caps(libc, 0)
-    if job.get("shared"):
-        _share_temp_dir(job["shared"])
 
 
 def _share_temp_dir(shared):
@@ -374,7 +372,11 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         _emit(out, {"ev": "load", "error": load_error, "kind": "error"})
         os._exit(0)
     _emit(out, {"ev": "load", "error": None})
-    _forward_seed(rpc)
+    # Only for tests that name them: importing random or tempfile costs every run several ms.
+    if "random" in sources:
+        _forward_seed(rpc)
+    if job.get("shared") and "temp" in sources:
+        _share_temp_dir(job["shared"])
     case_timeout = tests["case_timeout"]
 
     def on_alarm(signum, frame):
