@@ -22,8 +22,9 @@ What is enforced (each layer is reported in ``TestReport.enforced``; ``trellis i
   event (shape, count, 64 KB per event, 16 MB in all: a violation voids the whole run); rlimits on
   CPU seconds, address space (``memory_mb`` per process), file size, open files, core dumps and
   processes; run-wide limits checked by the supervisor over the program's whole process tree
-  (it is a child subreaper, so ``setsid`` daemons stay in it): memory ``memory_mb`` (where no
-  memory cgroup holds it, below), processes ``max_processes``, and, without a mount namespace, the
+  (it is a child subreaper, so ``setsid`` daemons stay in it): memory ``memory_mb`` (sampled; the
+  kernel's memory cgroup, below, holds it first where there is one), processes ``max_processes``,
+  and, without a mount namespace, the
   work dir's size ``disk_mb`` and entry count, checked every 0.1 s; every process of the run killed before
   ``run_tests`` returns; stdout discarded, stderr kept (capped); a socket shim.
 - Linux with ``unshare`` (util-linux) usable (root, or an unprivileged user namespace): new
@@ -59,7 +60,7 @@ What is enforced (each layer is reported in ``TestReport.enforced``; ``trellis i
   ``max_processes``), each with ``memory_mb`` divided among them as its address space (512 MB:
   4 x 128 MB; reported as ``rlimit-share 4x128MB``), so together they cannot map more than
   ``memory_mb``. Setsid is refused then (one session, one autogroup). The supervisor's sampling
-  stays as a second line: resident sizes first (O(1) counters), proportional sizes only above the
+  runs in every run, beside a memory cgroup too: resident sizes first (O(1) counters), proportional sizes only above the
   limit and for at most 10 ms a pass, whatever is not read in time counting at its resident size.
 - the judge binds the program's names for the tests, except names of builtins (unless the entry
   point) and of standard modules (unless that very module, imported by the judge itself).
@@ -253,14 +254,14 @@ def _run(suite: TestSuite, code: str, t0: float, prefix: tuple[str, ...], layers
         "seccomp": _SECCOMP, "netns": "netns" in layers, "pidns": "pidns" in layers, "ipcns": "ipcns" in layers,
         "mountns": "mountns" in layers, "cgroup": cg.run,
         "cgroup_layers": [x for x in cg.layers if not x.startswith("cgroup1-")],
-        "worker_cgroups": cg.worker, "cpu_group": "cpu" in cg.worker or "cgroup-cpu" in cg.layers,
+        "worker_cgroups": cg.worker,
         "site": site_dirs() if same else [],
         "limits": {"cpu_seconds": int(cpu_seconds if cpu_seconds is not None else max(1, -(-timeout // 1)) + 1),
                    "memory_bytes": int(memory_mb) << 20, "file_bytes": int(file_mb) << 20,
                    "disk_bytes": int(disk_mb) << 20, "inodes": _INODES, "open_files": 256,
                    "processes": int(max_processes), "fresh_uid": uid is not None,
-                   # where no memory cgroup holds the program (the worker knows once it joined or
-                   # failed to): its processes (RLIMIT_NPROC) and each one's address space
+                   # where no memory cgroup holds the program (the supervisor knows once it joined
+                   # or failed to): its processes (RLIMIT_NPROC) and each one's address space
                    # (RLIMIT_AS), so that their product stays within memory_mb (``_memory_share``)
                    "share_processes": share[0], "share_bytes": share[1] << 20},
     }

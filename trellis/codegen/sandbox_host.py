@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from trellis.codegen.sandbox_report import MEMORY_CGROUPS
+
 __all__ = ["RunCgroups", "cgroup_base", "cgroup_create", "cgroup_remove", "cgroup_v1_bases", "finish_later", "landlock_abi",
            "namespaces", "pending_cleanup", "remove_tree", "run_uid", "site_dirs", "sweep", "world_reachable"]
 
@@ -150,7 +152,7 @@ class RunCgroups:
     @property
     def memory_held(self) -> bool:
         """Whether the kernel holds the program's memory (v1 or v2 memory controller)."""
-        return any(x in self.layers for x in ("cgroup-memory", "cgroup1-memory"))
+        return any(x in self.layers for x in MEMORY_CGROUPS)
 
 
 def _v1_child(base: str, controller: str, memory_mb: int, max_processes: int) -> str | None:

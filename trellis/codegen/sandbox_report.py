@@ -23,9 +23,10 @@ class SandboxError(RuntimeError):
 @dataclass(frozen=True)
 class CaseResult:
     """One test case: its ``source``, whether it passed and, if not, why (``error``).
-    ``program_decided``: the case used the program's own ``==``, ``<``, ``in`` or truth on one of
-    its objects (honest programs pass such cases; a test-guided search may choose to distrust
-    them, as the program could answer anything)."""
+    ``program_decided``: the case compared two of the program's objects (``==``, ``<``) or asked
+    one whether it holds a value (``in``), and the program answered (honest programs pass such
+    cases; a test-guided search may choose to distrust them, as the program could answer
+    anything)."""
 
     index: int
     source: str
@@ -78,6 +79,10 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+# Layers under which the kernel's memory cgroup (v1 or v2) held the program's memory
+MEMORY_CGROUPS = ("cgroup1-memory", "cgroup-memory")
+
+
 def _address_space(limits: dict, enforced: tuple[str, ...]) -> int:
     """Each process's address-space limit: the run's memory, or its share where no memory cgroup
     held the program (``rlimit-share``)."""
@@ -116,7 +121,7 @@ def build_report(suite: TestSuite, events: list[dict], ended: str | None, return
     elif ended is not None:  # the result stream broke its rules: none of it counts
         return failed_report(suite, "crashed", f"the run was stopped: {ended}", seconds, enforced)
     elif over == "memory":
-        held = "the kernel's memory cgroup" if {"cgroup1-memory", "cgroup-memory"} & set(enforced) \
+        held = "the kernel's memory cgroup" if set(MEMORY_CGROUPS) & set(enforced) \
             else "the supervisor's accounting"
         status, reason = "memory", (f"the program's processes together used more than the run's memory limit of "
                                     f"{limits['memory_bytes'] >> 20} MB ({held}); all were killed")

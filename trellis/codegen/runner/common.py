@@ -30,6 +30,16 @@ _FACTORIES = (int, float, str, list, dict, set, tuple)  # defaultdict factories 
 _NAMEDTUPLES = {}  # (name, fields) -> the judge's own namedtuple class
 _JUDGE_LOST = 3  # the judge's exit status when the worker died or broke the protocol
 _JUDGE_BASE = 64 << 20  # the judge's own interpreter and test code, not charged to the program
+_MEMORY_CGROUPS = ("cgroup1-memory", "cgroup-memory")  # layers under which the kernel holds the program's memory
+
+
+def _builtin_name(cls):
+    """The name of the nearest builtin class of ``cls`` (a ValueError subclass of the program's is a
+    ValueError to the tests' ``except``); "Exception" if none."""
+    for c in getattr(cls, "__mro__", ()):
+        if getattr(builtins, c.__name__, None) is c:
+            return c.__name__
+    return "Exception"
 
 
 # ------------------------------------------------------------------------------------------- framing

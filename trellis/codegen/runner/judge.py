@@ -11,7 +11,7 @@ class _Rpc:
     def __init__(self, wfd, rfd):
         self.wfd, self.rfd = wfd, rfd
         self.buf = b""
-        self.program_decided = False  # this case used the program's ==, <, in or truth (``_Remote``)
+        self.program_decided = False  # this case used the program's own ==, < or in (``_Remote``)
         self.exc_classes = {}  # the program's exception classes (qualified name) -> the judge's stand-ins
         self.streams = {}  # iterator handle -> [items taken and not yet used, exhausted?, next chunk size]
         self.lost = None  # why the worker can no longer be asked

@@ -160,14 +160,6 @@ for _name in ("neg", "pos", "abs", "invert"):
     setattr(_Remote, f"__{_name}__", _unop(_name))
 
 
-def _builtin_name(cls):
-    """The name of the nearest builtin class of an exception class."""
-    for c in getattr(cls, "__mro__", ()):
-        if getattr(builtins, c.__name__, None) is c:
-            return c.__name__
-    return "Exception"
-
-
 # Builtin iterator types a handle may claim as its ``__class__`` (the worker vouches: ``"b"``).
 _CLAIMABLE = {"generator": type(x for x in ()), "map": map, "filter": filter, "zip": zip, "enumerate": enumerate,
               "reversed": reversed, "list_iterator": type(iter([])), "range_iterator": type(iter(range(0))),

@@ -303,7 +303,7 @@ def main():
     born_in = _enter(job.get("worker_cgroups", {}))
     layers.extend(f"cgroup1-{c}" for c in born_in)
     lim = job["limits"]
-    if lim["memory_bytes"] and not any(x in layers for x in ("cgroup1-memory", "cgroup-memory")):
+    if lim["memory_bytes"] and not any(x in layers for x in _MEMORY_CGROUPS):
         # no kernel memory limit on the program: the worker takes a share (worker.py, _lock_down_worker)
         layers.append(f"rlimit-share {lim['share_processes']}x{lim['share_bytes'] >> 20}MB")
     job["joined"] = layers[:]  # what holds the worker, which reads it once forked
@@ -347,8 +347,7 @@ def main():
     if tree_ok:
         layers.append("run-limits")
     _emit(out, {"ev": "main", "layers": layers})
-    lim = job["limits"]
-    memcg = job.get("worker_cgroups", {}).get("memory")
+    memcg = born_in.get("memory")
     worker_alive = judge_alive = True
     judge_status = None
     over = None

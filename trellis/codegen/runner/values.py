@@ -386,8 +386,9 @@ def _enc_arg(v, depth=0):
                                                       for k, x in v.items()]}
     if isinstance(v, tuple) and type(getattr(t, "_fields", None)) is tuple:  # the tests' namedtuple
         return {"NT": [t.__name__, list(t._fields), [_enc_arg(x, depth + 1) for x in v]]}
-    if t.__module__ == "datetime" and _enc_dt(v) is not None:
-        return _enc_dt(v)
+    dt = _enc_dt(v) if t.__module__ == "datetime" else None
+    if dt is not None:
+        return dt
     if name in _ITERATORS:
         # a generator or iterator of the tests: its items, as an iterator in the worker (the
         # program can only iterate it; an infinite one stops at _MAX_ITEMS)

@@ -9,19 +9,6 @@ class _CaseTimeout(BaseException):
     """Raised by SIGALRM when one case overruns ``case_timeout`` (BaseException: harder to swallow)."""
 
 
-def _builtin_ancestor(exc):
-    """The name of the nearest built-in class of ``exc`` (a ValueError subclass of the program's
-    is a ValueError to the tests' ``except``)."""
-    return _builtin_ancestor_of(type(exc))
-
-
-def _builtin_ancestor_of(cls):
-    for c in cls.__mro__:
-        if getattr(builtins, c.__name__, None) is c:
-            return c.__name__
-    return "Exception"
-
-
 def _program_classes(cls):
     """The qualified names of ``cls`` and its bases that are the program's own (not builtins), most
     specific first, up to 20."""
@@ -80,7 +67,7 @@ def _lock_down_worker(job, enforced):
     lim = job["limits"]
     uid = job["run_uid"] if job["run_uid"] is not None else os.getuid()
     # Born in the run's memory cgroup (the supervisor joined it to fork this process) or not:
-    if any(x in job.get("joined", ()) for x in ("cgroup1-memory", "cgroup-memory")) or not lim["memory_bytes"]:
+    if any(x in job.get("joined", ()) for x in _MEMORY_CGROUPS) or not lim["memory_bytes"]:
         _limits(lim, enforced, uid=uid)
     else:  # no kernel memory limit: processes x address space <= memory_mb, by construction
         _limits(lim, enforced, uid=uid, memory_bytes=lim["share_bytes"], processes=lim["share_processes"])
@@ -96,7 +83,7 @@ def _lock_down_worker(job, enforced):
         install_seccomp = globals()["install_seccomp"]  # defined by seccomp.py, prepended to this text
         layer = install_seccomp(sockets="inet" if job["netns"] else "none", ipc=True,
                                 keyring=True, trace=True, namespaces=True, fallocate=True,
-                                sessions=not (job["pidns"] and job.get("cpu_group")),
+                                sessions=not (job["pidns"] and "cgroup1-cpu" in job.get("joined", ())),
                                 hidden_memory=True, host_files=True)
         if layer:
             enforced.append(layer)
@@ -142,7 +129,7 @@ def _worker(job, rfd, wfd):
             pass
         names[name] = {"H": handles.add(v), "t": type(v).__name__[:100]}
         if isinstance(v, type) and issubclass(v, _BaseException) and _program_classes(v):
-            names[name]["exc"] = [v.__qualname__[:100], _builtin_ancestor_of(v)]  # the judge's stand-in
+            names[name]["exc"] = [v.__qualname__[:100], _builtin_name(v)]  # the judge's stand-in
     reply({"load": None, "names": names, "enforced": enforced})
     while True:
         line = rf.readline()
@@ -185,11 +172,7 @@ def _worker(job, rfd, wfd):
                 elif op == "attr":
                     value = getattr(obj, req["name"])
                 elif op == "iter":
-                    value = iter(obj)  # a handle: the judge takes its items in chunks ("take")
-                    out["v"] = {"H": handles.add(value), "t": type(value).__name__[:100]}
-                    sys.stdout = saved_stdout
-                    reply(out)
-                    continue
+                    value = iter(obj)  # sent as a handle: the judge takes its items in chunks ("take")
                 elif op == "take":
                     # up to n items; "end": the iterator is exhausted (StopIteration is not an error)
                     value, n = [], min(int(req["n"]), _MAX_ITEMS)
@@ -238,7 +221,7 @@ def _worker(job, rfd, wfd):
                     signal.setitimer(signal.ITIMER_REAL, 0)
                 sys.stdout = saved_stdout
         except _BaseException as exc:  # noqa: B902
-            name = type(exc).__name__ if isinstance(exc, _CaseTimeout) else _builtin_ancestor(exc)
+            name = type(exc).__name__ if isinstance(exc, _CaseTimeout) else _builtin_name(type(exc))
             out = {"id": req["id"], "raise": name, "msg": _describe(exc), "kind": _kind(exc)}
             try:
                 if _small(exc.args, 1000):
@@ -249,7 +232,7 @@ def _worker(job, rfd, wfd):
             if mine:  # the program's exception classes, most specific first: the tests catch them by class
                 out["cls"] = mine
                 try:
-                    out["text"] = str(str(exc))[:1000]
+                    out["text"] = str(exc)[:1000]
                 except _BaseException:  # noqa: B902 - its __str__ raised: the message stays the class name
                     pass
                 fields = {}
