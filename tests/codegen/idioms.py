@@ -148,6 +148,32 @@ IDIOMS: dict[str, tuple[str, str, list[str]]] = {
     "mocked-input": ("def f():\n    return int(input()) + 1\n", "def f():\n    return 1\n",
                      ["import builtins\nfrom unittest import mock\nwith mock.patch.object(builtins, 'input', "
                       "lambda *a: '41'):\n    assert f() == 42"]),
+    "mocked-stdin": ("import sys\ndef f():\n    a = int(sys.stdin.readline())\n    return a + sum(int(x) for x in sys.stdin)\n",
+                     "import sys\ndef f():\n    return int(sys.stdin.readline())\n",
+                     ["import io, sys\nfrom unittest import mock\nwith mock.patch('sys.stdin', io.StringIO('3\\n4\\n5\\n')):\n"
+                      "    assert f() == 12"]),
+    "input-prompt-order": ("def f():\n    print('hello')\n    name = input('name? ')\n    print('hi', name)\n",
+                           "def f():\n    name = input('name? ')\n    print('hello')\n    print('hi', name)\n",
+                           ["import builtins, contextlib, io\nfrom unittest import mock\nbuf = io.StringIO()\n"
+                            "with mock.patch('sys.stdin', io.StringIO('ada\\n')), contextlib.redirect_stdout(buf):\n"
+                            "    f()\nassert buf.getvalue() == 'hello\\nname? hi ada\\n', buf.getvalue()"]),
+    # ---------------------------------------------------------------- the tests' functions, called by the program
+    "key-lambda": ("def f(xs, key):\n    return sorted(xs, key=key)\n", "def f(xs, key):\n    return sorted(xs)\n",
+                   ["assert f([3, 1, 2], key=lambda x: -x) == [3, 2, 1]"]),
+    "callback-bound-method": ("def f(emit, n):\n    for i in range(n):\n        emit(i * i)\n",
+                              "def f(emit, n):\n    for i in range(1, n):\n        emit(i * i)\n",
+                              ["out = []\nf(out.append, 3)\nassert out == [0, 1, 4]"]),
+    "callback-mock-called": ("def f(fetch):\n    return fetch(2) * 2\n", "def f(fetch):\n    return fetch(3) * 2\n",
+                             ["from unittest import mock\nm = mock.Mock(return_value=5)\nassert f(m) == 10\n"
+                              "m.assert_called_once_with(2)"]),
+    "callback-on-program-object": ("class Node:\n    def __init__(self, v):\n        self.v = v\n"
+                                   "def f(fn):\n    return [fn(Node(i)) for i in range(3)]\n",
+                                   "class Node:\n    def __init__(self, v):\n        self.v = v + 1\n"
+                                   "def f(fn):\n    return [fn(Node(i)) for i in range(3)]\n",
+                                   ["assert f(lambda node: node.v * 10) == [0, 10, 20]"]),
+    "callback-raises": ("def f(fn):\n    try:\n        return fn()\n    except KeyError:\n        return 'missing'\n",
+                        "def f(fn):\n    return fn()\n",
+                        ["def boom():\n    raise KeyError('k')\nassert f(boom) == 'missing'"]),
     "random-seed-in-tests": ("import random\ndef f():\n    return random.random()\n",
                              "def f():\n    return 0.5\n",
                              ["import random\nrandom.seed(1)\na = f()\nrandom.seed(1)\nassert a == random.random()"]),

@@ -13,9 +13,8 @@ import pytest
 from tests.codegen.idioms import IDIOMS
 from trellis.codegen import run_tests
 
-# Not yet (issue 55): functions of the tests called by the program (a lambda argument, a mocked
-# input()) need calls from the worker back into the judge.
-NOT_YET = {"arg-lambda", "mocked-input"}
+# Idioms not supported yet (strict xfails): none since the worker calls the tests' functions back.
+NOT_YET: set[str] = set()
 # Cases that rest on the program's own comparisons or containment (reported per case).
 PROGRAM_DECIDED = {"objects-sorted", "object-contains"}
 

@@ -83,7 +83,13 @@ namedtuples, Counter/defaultdict (any factory's default)/OrderedDict/deque, dict
 Decimal, range, memoryview, dates and times, and numpy scalars (rebuilt by the judge's own
 classes); an exception arrives as its nearest builtin class with its arguments. The tests may send
 data, these values, builtin and standard-library callables and types by name (``int``,
-``str.upper``, ``math.sqrt``), and their own iterators as item lists. Anything else (the program's
+``str.upper``, ``math.sqrt``), their own iterators as item lists, and their own functions (a
+lambda, a bound method such as ``out.append``, a mock): a function of the tests' stays in the
+judge, and when the program calls it the worker sends the call back and waits, serving the judge's
+requests meanwhile (the function may use the program's objects; calls nest both ways). The
+program's ``input()`` and ``sys.stdin`` are the tests' the same way, so ``mock.patch`` of either
+works and, unpatched, they read EOF. A call the judge abandons (the case's timeout) unwinds the
+program's request; its late answer is dropped. Anything else (the program's
 own class instances, generators, numpy arrays) reaches the tests as a handle (``runner/remote.py``)
 that the worker operates on: calls, attributes read and set, items, ``len``, streamed iteration,
 ``repr``/``str``, arithmetic, ``with``, ``isinstance`` against the program's classes. Two of the
@@ -93,9 +99,8 @@ truth-tested, and other protocol names (``__*__``) are never asked of it. A repl
 rebuild (the program's objects as dict keys) fails its case with the reason; the run goes on. What
 therefore fails that passed when one process ran both: equality of the program's
 dataclasses/enums/instances with the tests' values, arrays compared element-wise, arguments
-aliased to each other, lambdas passed to the program and a mocked ``input()`` (no calls from the
-worker back into the tests; ``tests/codegen/test_sandbox_idioms.py`` lists both as strict xfails),
-values over 8 MB in one reply, a data global the tests change. The tests' ``tempfile`` works in a
+aliased to each other, instances of the tests' own classes as arguments, values over 8 MB in one
+reply, a data global the tests change. The tests' ``tempfile`` works in a
 directory of the work dir both sides may write (``shared``, counted in the run's disk limit). What
 the program prints while it answers reaches the tests' ``sys.stdout`` (``redirect_stdout``); the
 program's exception classes arrive as the judge's stand-ins (subclasses of their builtin ancestor,

@@ -43,11 +43,66 @@ class _Rpc:
         return line
 
     def first(self):
+        """The worker's greeting (the program loaded), after the calls of ``input()`` that loading
+        made (answered as the tests' stdin answers before any test ran: EOF)."""
         try:
-            return _loads(self._line())
-        except (ValueError, RecursionError, MemoryError):
+            while True:
+                msg = _loads(self._line())
+                if type(msg) is dict and "cb" in msg:
+                    self.answer(msg)
+                    continue
+                return msg
+        except (_ProtocolError, ValueError, TypeError, RecursionError, MemoryError):
             self.lost = "the program's process sent a malformed message"
             raise _WorkerLost(self.lost) from None
+
+    def answer(self, msg):
+        """The program called a function of the tests' (``_JudgeFn`` in the worker): run it here,
+        where it belongs, and send its result (data or a handle) or the exception it raised. A
+        BaseException (the case's timeout, a value the tests cannot receive) is not sent: it ends
+        the case, and the caller abandons the request the program was answering."""
+        fid, args, kw = msg.get("cb"), msg.get("args"), msg.get("kw")
+        if type(args) is not list or type(kw) is not list:
+            raise _ProtocolError("malformed call of the tests' function")
+        if fid == "input":
+            fn = _tests_input
+        elif fid == "stdin" and args and args[0] in _STDIN_READS:
+            fn = sys.stdin
+            for part in args[0].split("."):  # the tests' sys.stdin as it is now (mock.patch)
+                fn = getattr(fn, part)
+            args = args[1:]
+        elif type(fid) is int and fid in _CALLBACKS:
+            fn = _CALLBACKS[fid]
+        else:
+            raise _ProtocolError("a call of a function the tests never passed")
+        if type(msg.get("out")) is str:  # what the program printed before the call
+            sys.stdout.write(msg["out"][:1 << 20])
+        try:
+            args = [_dec(a, self) for a in args]
+            kwargs = {k: _dec(v, self) for k, v in kw if type(k) is str}
+        except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError) as exc:
+            raise UnreceivableValue(f"the program called the tests' function with a value the tests cannot "
+                                    f"receive ({exc})"[:1000]) from None
+        try:
+            rep = {"ret": self.enc(fn(*args, **kwargs))}
+        except _WorkerLost:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the tests' function raised: the program sees it raise
+            try:
+                text = str(exc)[:1000]
+            except Exception:  # noqa: BLE001
+                text = type(exc).__name__
+            rep = {"exc": _builtin_name(type(exc)), "msg": text}
+        rep["n"] = msg.get("n")
+        _emit(self.wfd, rep)
+
+    def abort(self, msg):
+        """Tell the worker that the tests' function it called (``msg``) will not answer: the
+        program's request unwinds (``_Aborted``) and answers a request nobody waits for."""
+        try:
+            _emit(self.wfd, {"abort": True, "n": msg.get("n")})
+        except OSError:
+            pass
 
     def take(self, ref, n):
         """Up to ``n`` items of the worker's iterator ``ref``: (items, whether it is exhausted)."""
@@ -97,6 +152,17 @@ class _Rpc:
                 except _CaseTimeout:
                     self.abandoned.add(rid)  # its reply, when it comes, answers nothing
                     raise
+                if type(rep) is dict and "cb" in rep and "id" not in rep:
+                    # the program called a function of the tests' while answering
+                    try:
+                        self.answer(rep)
+                    except (_WorkerLost, _ProtocolError):
+                        raise
+                    except _BaseException:  # noqa: B902 - the case ends in it (its timeout, ...)
+                        self.abandoned.add(rid)
+                        self.abort(rep)  # the program waits on the tests' function: unblock it
+                        raise
+                    continue
                 if type(rep) is dict and rep.get("id") in self.abandoned:
                     self.abandoned.discard(rep["id"])
                     continue
@@ -197,6 +263,8 @@ class _Rpc:
                 return
             if type(rep) is dict and rep.get("id") in self.abandoned:
                 self.abandoned.discard(rep["id"])
+            elif type(rep) is dict and "cb" in rep and "id" not in rep:
+                self.abort(rep)  # the case that passed the function has ended: no test code runs now
             else:
                 self.lost = "the program's process broke the protocol (a reply nobody asked for)"
 
@@ -208,6 +276,15 @@ class _Rpc:
         kw = [[k, _enc_arg(v)] for k, v in kwargs.items()]
         return self.request({"op": "call", "ref": object.__getattribute__(remote, "_ref"), "args": enc, "kw": kw},
                             mutable=(*args, *kwargs.values()))
+
+
+_STDIN_READS = frozenset(p + n for p in ("", "buffer.") for n in ("read", "readline", "readlines"))
+
+
+def _tests_input(*args):
+    """The program's ``input()``: the tests' own, looked up at each call (``mock.patch`` replaces
+    it; unpatched, it reads the judge's stdin, which is at EOF, as the program's was)."""
+    return builtins.input(*args)
 
 
 def _forward_seed(rpc):

@@ -310,8 +310,9 @@ def main():
     worker = os.fork()
     if worker == 0:
         try:
-            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the program's input() sees EOF; the tests,
-            # still unread in the stdin pipe, are out of its reach
+            # the tests, still unread in the stdin pipe, are out of its reach (the program's
+            # input() and sys.stdin are the tests': worker.py, _JudgeStdin)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             for fd in (out, req_w, rep_r):
                 os.close(fd)
             _worker(job, req_r, rep_w)

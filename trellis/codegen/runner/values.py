@@ -398,8 +398,27 @@ def _enc_arg(v, depth=0):
             if len(items) > _MAX_ITEMS:
                 raise MemoryError(f"more than {_MAX_ITEMS} items from one iterator argument")
         return {"it": items}
-    raise TypeError(f"the tests passed a {t.__name__} to the program: only data values, builtin functions "
+    if callable(v) and not isinstance(v, type):
+        # a function of the tests' (a lambda, a bound method, a mock): it stays here and runs here
+        # when the program calls it (``_Rpc.answer``); the worker holds a ``_JudgeFn``
+        return {"fn": [_callback_id(v), str(getattr(v, "__name__", "function"))[:100]]}
+    raise TypeError(f"the tests passed a {t.__name__} to the program: only data values, functions "
                     "and the program's own objects can cross into the sandbox")
+
+
+_CALLBACKS = {}  # judge side: id on the wire -> a function of the tests' the program may call
+_CALLBACK_IDS = {}  # id(function) -> its id on the wire (the function is kept alive in _CALLBACKS)
+
+
+def _callback_id(fn):
+    fid = _CALLBACK_IDS.get(id(fn))
+    if fid is not None and _CALLBACKS.get(fid) is fn:
+        return fid
+    if len(_CALLBACKS) >= 1 << 16:
+        raise TypeError("the tests passed more than 65,536 functions to the program")
+    fid = len(_CALLBACKS) + 1
+    _CALLBACKS[fid], _CALLBACK_IDS[id(fn)] = fn, fid
+    return fid
 
 
 _ITERATORS = frozenset(("builtins.generator", "builtins.map", "builtins.filter", "builtins.zip",
@@ -438,6 +457,8 @@ def _dec_arg(x, handles, depth=0):
         return handles.objs[body]
     if tag == "bi":
         return getattr(builtins, body)
+    if tag == "fn":
+        return _JudgeFn(*body)
     if tag == "I":
         return int(body, 16)
     if tag == "f":

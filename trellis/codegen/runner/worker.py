@@ -92,25 +92,285 @@ def _lock_down_worker(job, enforced):
     _no_network(enforced)
 
 
+class _Aborted(BaseException):
+    """Raised in the program when the judge gave up on the tests' function it called (the case ended
+    there: a timeout, a value the tests cannot receive): the program's request unwinds and answers
+    a request the judge no longer waits for."""
+
+
+class _JudgeFn:
+    """Worker side: a function of the tests' that the program calls (a lambda argument, a mock, the
+    tests' ``input`` and ``sys.stdin``). The call runs in the judge, as the function is the tests':
+    its arguments go as data or handles, its result comes back the same way, and the judge's
+    requests meanwhile (the function using the program's objects) are served here."""
+
+    def __init__(self, fid, name):
+        self._fid, self.__name__, self.__qualname__ = fid, name, name
+
+    def __call__(self, *args, **kwargs):
+        return _CHANNEL[0].call_judge(self._fid, args, kwargs)
+
+    def __repr__(self):
+        return f"<function {self.__name__} of the tests>"
+
+
+class _JudgeStdin:
+    """The program's ``sys.stdin``: read from the judge's (``io.StringIO`` under the tests'
+    ``mock.patch``; empty otherwise: EOF, as the program's own stdin was). ``buffer`` reads the
+    judge's ``sys.stdin.buffer`` (bytes)."""
+
+    encoding, errors, newlines, closed = "utf-8", "strict", None, False
+
+    def __init__(self, prefix=""):
+        self._prefix = prefix
+        if not prefix:
+            self.buffer = _JudgeStdin("buffer.")
+
+    def _ask(self, name, *args):
+        return _CHANNEL[0].call_judge("stdin", (self._prefix + name, *args), {})
+
+    def read(self, size=-1):
+        return self._ask("read", size)
+
+    def readline(self, size=-1):
+        return self._ask("readline", size)
+
+    def readlines(self, hint=-1):
+        return self._ask("readlines", hint)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        line = self.readline()
+        if not line:  # "" or b""
+            raise StopIteration
+        return line
+
+    def isatty(self):
+        return False
+
+    def readable(self):
+        return True
+
+    def fileno(self):
+        import io
+
+        raise io.UnsupportedOperation("the sandbox's stdin is the tests', not a file")
+
+
+_CHANNEL = []  # the worker's one ``_Channel`` (``_JudgeFn`` calls through it)
+_JUDGE_EXC = {n: c for n, c in vars(builtins).items() if isinstance(c, type) and issubclass(c, Exception)
+              and not issubclass(c, StopIteration)}
+
+
+class _Channel:
+    """The worker's end of the judge's pipes: requests in (``rf``), replies and calls of the tests'
+    functions out (``wfd``)."""
+
+    def __init__(self, rf, wfd, handles):
+        self.rf, self.wfd, self.handles = rf, wfd, handles
+        self.depth = 0  # requests being served: > 1 inside a call of the tests' function
+        self.calls = 0  # calls of the tests' functions made: each answer names its call
+
+    def loop(self):
+        while True:
+            line = self.rf.readline()
+            if not line:
+                os._exit(0)
+            req = _loads(line)
+            if "op" in req:  # (anything else: a late answer to a call the program gave up on)
+                self.answer(req)
+
+    def answer(self, req):
+        out = self.serve(req)
+        try:
+            _emit(self.wfd, out)
+        except BrokenPipeError:
+            os._exit(0)  # the judge is gone: nothing of ours to report
+        except (ValueError, TypeError, RecursionError) as exc:  # an unencodable reply: say so
+            _emit(self.wfd, {"id": req["id"], "raise": "ValueError",
+                             "msg": f"unencodable return value: {exc}"[:1000], "kind": "error"})
+
+    def call_judge(self, fid, args, kwargs):
+        """Call the tests' function ``fid`` in the judge and wait for its answer, serving the judge's
+        requests that come first (strictly nested: the innermost call is the one answered)."""
+        handles = self.handles
+        self.calls += 1
+        n = self.calls
+        msg = {"cb": fid, "n": n, "args": [_enc(a, handles) for a in args],
+               "kw": [[str(k), _enc(v, handles)] for k, v in kwargs.items()]}
+        if isinstance(sys.stdout, _Printed) and sys.stdout.parts:
+            # printed before the call goes first, so the tests' capture keeps the program's order
+            msg["out"] = "".join(sys.stdout.parts)
+            sys.stdout.parts, sys.stdout.size = [], 0
+        _emit(self.wfd, msg)
+        while True:
+            line = self.rf.readline()
+            if not line:
+                os._exit(0)
+            m = _loads(line)
+            if "op" in m:
+                self.answer(m)
+            elif m.get("n") != n:
+                continue  # the answer to a call the program gave up on (its timeout fired meanwhile)
+            elif m.get("abort"):
+                raise _Aborted("the tests' function did not finish in the judge")
+            elif "exc" in m:
+                cls = _JUDGE_EXC.get(m["exc"], RuntimeError)
+                raise cls(m.get("msg", ""))
+            else:
+                return _dec_arg(m.get("ret"), handles)
+
+    def serve(self, req):
+        """One request of the judge -> its reply (a value, or the exception the program raised)."""
+        handles = self.handles
+        out = {"id": req["id"]}
+        budget = req.get("budget") if self.depth == 0 else None  # nested: the outer request's clock runs
+        printed = _Printed()
+        saved_stdout, sys.stdout = sys.stdout, printed  # what the program prints answers with the reply
+        self.depth += 1
+        try:
+            if budget:
+                signal.setitimer(signal.ITIMER_REAL, budget)
+            try:
+                value = self.do(req, out)
+                out["v"] = _enc(value, handles)
+            finally:
+                if budget:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                sys.stdout = saved_stdout
+                self.depth -= 1
+        except _BaseException as exc:  # noqa: B902
+            out = self.raised(req, exc)
+        if printed.parts:
+            out["out"] = "".join(printed.parts)
+        return out
+
+    def do(self, req, out):
+        handles = self.handles
+        op = req["op"]
+        obj = handles.objs[req["ref"]] if op != "seed" else None
+        if op == "seed":  # the tests seeded their random module: so is the program's
+            import random
+
+            return random.seed(_dec_arg(req["a"], handles))
+        if op == "call":
+            args = [_dec_arg(a, handles) for a in req["args"]]
+            kwargs = {k: _dec_arg(a, handles) for k, a in req["kw"]}
+            value = obj(*args, **kwargs)
+            # Arguments changed in place go back (by value), and only those.
+            mut = []
+            wires = [*req["args"], *(w for _, w in req["kw"])]
+            for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], wires)):
+                if type(a) in (list, dict, set, bytearray):
+                    now = _enc(a, handles)
+                    if now != wire:
+                        mut.append([i, now])
+            out["mut"] = mut
+            return value
+        if op == "next":
+            return next(obj)
+        if op == "str":
+            return str(obj)
+        if op == "isinstance":
+            return isinstance(_dec_arg(req["obj"], handles), obj)
+        if op == "attr":
+            return getattr(obj, req["name"])
+        if op == "iter":
+            return iter(obj)  # sent as a handle: the judge takes its items in chunks ("take")
+        if op == "take":
+            # up to n items; "end": the iterator is exhausted (StopIteration is not an error)
+            value, n = [], min(int(req["n"]), _MAX_ITEMS)
+            try:
+                while len(value) < n:
+                    value.append(next(obj))
+            except StopIteration:
+                out["end"] = True
+            return value
+        if op == "repr":
+            return repr(obj)
+        if op == "setattr":
+            return setattr(obj, req["name"], _dec_arg(req["v"], handles))
+        if op == "delattr":
+            return delattr(obj, req["name"])
+        if op == "setitem":
+            obj[_dec_arg(req["key"], handles)] = _dec_arg(req["v"], handles)
+            return None
+        if op == "delitem":
+            del obj[_dec_arg(req["key"], handles)]
+            return None
+        if op == "cmp":
+            return getattr(operator, req["name"])(obj, _dec_arg(req["other"], handles))
+        if op == "contains":
+            return bool(_dec_arg(req["other"], handles) in obj)
+        if op == "binop":
+            fn, other = getattr(operator, req["name"] + ("_" if req["name"] in ("and", "or") else "")), \
+                _dec_arg(req["other"], handles)
+            return fn(other, obj) if req.get("reflected") else fn(obj, other)
+        if op == "unop":
+            return getattr(operator, req["name"])(obj)
+        if op == "enter":
+            return obj.__enter__()
+        if op == "exit":
+            exc = getattr(builtins, req["exc"], Exception) if req.get("exc") else None
+            obj.__exit__(exc, exc() if exc else None, None)
+            return None
+        if op == "len":
+            return len(obj)
+        if op == "item":
+            return obj[_dec_arg(req["key"], handles)]
+        raise ValueError(f"unknown request {op!r}")
+
+    def raised(self, req, exc):
+        """The reply for a request whose program code raised ``exc``: its builtin class by name, its
+        data arguments, and for the program's own classes their names, text and fields."""
+        handles = self.handles
+        name = type(exc).__name__ if isinstance(exc, _CaseTimeout) else _builtin_name(type(exc))
+        out = {"id": req["id"], "raise": name, "msg": _describe(exc), "kind": _kind(exc)}
+        try:
+            if _small(exc.args, 1000):
+                out["args"] = _enc(exc.args, None)
+        except _BaseException:  # noqa: B902 - args that are not data stay behind
+            pass
+        mine = _program_classes(type(exc))
+        if mine:  # the program's exception classes, most specific first: the tests catch them by class
+            out["cls"] = mine
+            try:
+                out["text"] = str(exc)[:1000]
+            except _BaseException:  # noqa: B902 - its __str__ raised: the message stays the class name
+                pass
+            fields = {}
+            for k, v in list(getattr(exc, "__dict__", {}).items())[:50]:
+                try:
+                    fields[str(k)[:100]] = _enc(v, handles)
+                except _BaseException:  # noqa: B902 - a field that cannot be sent stays behind
+                    pass
+            out["fields"] = fields
+        return out
+
+
 def _worker(job, rfd, wfd):
-    """Lock down, run the program, then serve the judge: one request line in, one reply line out."""
+    """Lock down, run the program, then serve the judge: one request line in, one reply line out
+    (and, inside a request, calls of the tests' functions out and their answers in)."""
     enforced = []
     _lock_down_worker(job, enforced)
     rf = os.fdopen(rfd, "rb", buffering=1 << 16)
     handles = _Handles()
-
-    def reply(obj):
-        _emit(wfd, obj)
+    channel = _Channel(rf, wfd, handles)
+    _CHANNEL.append(channel)
 
     def on_alarm(signum, frame):
         raise _CaseTimeout("the test case ran longer than its case_timeout")
 
     signal.signal(signal.SIGALRM, on_alarm)
+    # input() and sys.stdin are the tests' (a test mocks them in the judge, where its code runs)
+    builtins.input, sys.stdin = _JudgeFn("input", "input"), _JudgeStdin()
     g = {"__name__": "__sandbox__", "__builtins__": builtins}
     try:
         _exec(_compile(job["program"], "<program>", "exec"), g)
     except _BaseException as exc:  # noqa: B902 - SystemExit, KeyboardInterrupt: the program's doing
-        reply({"load": _describe(exc), "kind": _kind(exc), "enforced": enforced})
+        _emit(wfd, {"load": _describe(exc), "kind": _kind(exc), "enforced": enforced})
         os._exit(0)
     names = {}
     for name, v in list(g.items()):
@@ -130,124 +390,5 @@ def _worker(job, rfd, wfd):
         names[name] = {"H": handles.add(v), "t": type(v).__name__[:100]}
         if isinstance(v, type) and issubclass(v, _BaseException) and _program_classes(v):
             names[name]["exc"] = [v.__qualname__[:100], _builtin_name(v)]  # the judge's stand-in
-    reply({"load": None, "names": names, "enforced": enforced})
-    while True:
-        line = rf.readline()
-        if not line:
-            os._exit(0)
-        req = _loads(line)
-        out = {"id": req["id"]}
-        budget = req.get("budget")
-        printed = _Printed()
-        saved_stdout, sys.stdout = sys.stdout, printed  # what the program prints answers with the reply
-        try:
-            if budget:
-                signal.setitimer(signal.ITIMER_REAL, budget)
-            try:
-                op = req["op"]
-                obj = handles.objs[req["ref"]] if op != "seed" else None
-                if op == "seed":  # the tests seeded their random module: so is the program's
-                    import random
-
-                    value = random.seed(_dec_arg(req["a"], handles))
-                elif op == "call":
-                    args = [_dec_arg(a, handles) for a in req["args"]]
-                    kwargs = {k: _dec_arg(a, handles) for k, a in req["kw"]}
-                    value = obj(*args, **kwargs)
-                    # Arguments changed in place go back (by value), and only those.
-                    mut = []
-                    wires = [*req["args"], *(w for _, w in req["kw"])]
-                    for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], wires)):
-                        if type(a) in (list, dict, set, bytearray):
-                            now = _enc(a, handles)
-                            if now != wire:
-                                mut.append([i, now])
-                    out["mut"] = mut
-                elif op == "next":
-                    value = next(obj)
-                elif op == "str":
-                    value = str(obj)
-                elif op == "isinstance":
-                    value = isinstance(_dec_arg(req["obj"], handles), obj)
-                elif op == "attr":
-                    value = getattr(obj, req["name"])
-                elif op == "iter":
-                    value = iter(obj)  # sent as a handle: the judge takes its items in chunks ("take")
-                elif op == "take":
-                    # up to n items; "end": the iterator is exhausted (StopIteration is not an error)
-                    value, n = [], min(int(req["n"]), _MAX_ITEMS)
-                    try:
-                        while len(value) < n:
-                            value.append(next(obj))
-                    except StopIteration:
-                        out["end"] = True
-                elif op == "repr":
-                    value = repr(obj)
-                elif op == "setattr":
-                    value = setattr(obj, req["name"], _dec_arg(req["v"], handles))
-                elif op == "delattr":
-                    value = delattr(obj, req["name"])
-                elif op == "setitem":
-                    obj[_dec_arg(req["key"], handles)] = _dec_arg(req["v"], handles)
-                    value = None
-                elif op == "delitem":
-                    del obj[_dec_arg(req["key"], handles)]
-                    value = None
-                elif op == "cmp":
-                    value = getattr(operator, req["name"])(obj, _dec_arg(req["other"], handles))
-                elif op == "contains":
-                    value = bool(_dec_arg(req["other"], handles) in obj)
-                elif op == "binop":
-                    fn, other = getattr(operator, req["name"] + ("_" if req["name"] in ("and", "or") else "")), \
-                        _dec_arg(req["other"], handles)
-                    value = fn(other, obj) if req.get("reflected") else fn(obj, other)
-                elif op == "unop":
-                    value = getattr(operator, req["name"])(obj)
-                elif op == "enter":
-                    value = obj.__enter__()
-                elif op == "exit":
-                    exc = getattr(builtins, req["exc"], Exception) if req.get("exc") else None
-                    obj.__exit__(exc, exc() if exc else None, None)
-                    value = None
-                elif op == "len":
-                    value = len(obj)
-                elif op == "item":
-                    value = obj[_dec_arg(req["key"], handles)]
-                else:
-                    raise ValueError(f"unknown request {op!r}")
-                out["v"] = _enc(value, handles)
-            finally:
-                if budget:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                sys.stdout = saved_stdout
-        except _BaseException as exc:  # noqa: B902
-            name = type(exc).__name__ if isinstance(exc, _CaseTimeout) else _builtin_name(type(exc))
-            out = {"id": req["id"], "raise": name, "msg": _describe(exc), "kind": _kind(exc)}
-            try:
-                if _small(exc.args, 1000):
-                    out["args"] = _enc(exc.args, None)
-            except _BaseException:  # noqa: B902 - args that are not data stay behind
-                pass
-            mine = _program_classes(type(exc))
-            if mine:  # the program's exception classes, most specific first: the tests catch them by class
-                out["cls"] = mine
-                try:
-                    out["text"] = str(exc)[:1000]
-                except _BaseException:  # noqa: B902 - its __str__ raised: the message stays the class name
-                    pass
-                fields = {}
-                for k, v in list(getattr(exc, "__dict__", {}).items())[:50]:
-                    try:
-                        fields[str(k)[:100]] = _enc(v, handles)
-                    except _BaseException:  # noqa: B902 - a field that cannot be sent stays behind
-                        pass
-                out["fields"] = fields
-        if printed.parts:
-            out["out"] = "".join(printed.parts)
-        try:
-            reply(out)
-        except BrokenPipeError:
-            os._exit(0)  # the judge is gone: nothing of ours to report
-        except (ValueError, TypeError, RecursionError) as exc:  # an unencodable reply: say so
-            reply({"id": req["id"], "raise": "ValueError", "msg": f"unencodable return value: {exc}"[:1000],
-                   "kind": "error"})
+    _emit(wfd, {"load": None, "names": names, "enforced": enforced})
+    channel.loop()
