@@ -113,6 +113,8 @@ def test_a_syntax_warning_is_neither_printed_to_the_caller_nor_an_error(capfd):
         rep = run_tests(code, ["assert same(1)", "assert not same(2)"])
     assert rep.status == "ok" and rep.passed == 2, rep
     assert "SyntaxWarning" not in capfd.readouterr().err
+    assert len(rep.warnings) == 1 and rep.warnings[0].startswith("line 2: SyntaxWarning: "), rep.warnings
+    assert run_tests("def same(x):\n    return x == 1\n", ["assert same(1)"]).warnings == ()
 
 
 def test_case_timeout_fails_only_the_slow_case():

@@ -181,17 +181,27 @@ def run_tests(code: str, tests: str | Sequence[str] | TestSuite, *, entry_point:
     if os.name != "posix":
         raise SandboxError("the code sandbox needs a POSIX system (resource limits, process groups)")
     t0 = time.monotonic()
-    try:
-        # Only whether it parses: its SyntaxWarnings (``x is 1``) are the program's, not the
-        # caller's to see on every run, and under ``-W error`` they would turn an honest program
-        # into a syntax error (issue 55).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+    # Only whether it parses: its SyntaxWarnings (``x is 1``) are the program's, reported with the
+    # result, not the caller's to see on its stderr every run; and under ``-W error`` they would
+    # turn an honest program into a syntax error (issue 55).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
             compile(code, "<program>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
-        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
-        msg = e.msg if isinstance(e, SyntaxError) else str(e)
-        return failed_report(suite, "syntax_error", f"{type(e).__name__}: {msg}{where}", time.monotonic() - t0)
+        except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
+            where = f" (line {e.lineno})" if isinstance(e, SyntaxError) and e.lineno else ""
+            msg = e.msg if isinstance(e, SyntaxError) else str(e)
+            return failed_report(suite, "syntax_error", f"{type(e).__name__}: {msg}{where}", time.monotonic() - t0)
+    said = tuple(f"line {w.lineno}: {w.category.__name__}: {w.message}"[:500] for w in caught[:20])
+    report = _checked_run(suite, code, t0, timeout, case_timeout, memory_mb, cpu_seconds, file_mb, disk_mb,
+                          max_processes, python)
+    return replace(report, warnings=said) if said else report
+
+
+def _checked_run(suite: TestSuite, code: str, t0: float, timeout: float, case_timeout: float | None,
+                 memory_mb: int, cpu_seconds: int | None, file_mb: int, disk_mb: int, max_processes: int,
+                 python: str | None) -> TestReport:
+    """``run_tests`` once the program parses: the host's layers checked, then one run."""
     prefix, layers = namespaces()
     landlock = _LANDLOCK and landlock_abi() > 0
     uid = run_uid() if sys.platform.startswith("linux") else None

@@ -42,7 +42,9 @@ class TestReport:
     "syntax_error" (never started), "error" (the program raised while loading: no case passes),
     "timeout" (wall clock, CPU time or ``case_timeout``), "memory" (the address-space limit),
     "crashed" (killed by a signal, or exited before reporting every case). ``reason`` says what
-    happened in words; ``cases`` holds the per-case results in test order."""
+    happened in words; ``cases`` holds the per-case results in test order. ``warnings``: what
+    compiling the program warned (``line 2: SyntaxWarning: "is" with 'int' literal...``), here
+    rather than on the caller's stderr."""
 
     __test__ = False  # not a pytest class
 
@@ -55,6 +57,7 @@ class TestReport:
     reason: str
     cases: tuple[CaseResult, ...] = ()
     enforced: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def fraction(self) -> float:

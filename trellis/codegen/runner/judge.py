@@ -106,11 +106,10 @@ class _Rpc:
 
     def take(self, ref, n):
         """Up to ``n`` items of the worker's iterator ``ref``: (items, whether it is exhausted)."""
-        self.last_end = False
-        items = self.request({"op": "take", "ref": ref, "n": n})
+        items, end = self.request({"op": "take", "ref": ref, "n": n}, with_end=True)
         if type(items) is not list:
             raise UnreceivableValue("the program's iterator answered with something that is not its items")
-        return items, self.last_end
+        return items, end
 
     def next_item(self, ref):
         """``next()`` of the worker's iterator ``ref``, through its buffer (items taken ahead by
@@ -137,7 +136,10 @@ class _Rpc:
                     return
             yield st[0].pop(0)
 
-    def request(self, req, mutable=()):
+    def request(self, req, mutable=(), with_end=False):
+        """Send ``req`` and return the program's answer (raise what it raised); ``mutable``: the
+        tests' arguments the program may have changed in place; ``with_end``: return (answer,
+        whether the iterator it was taken from is exhausted)."""
         if self.lost:
             raise _WorkerLost(self.lost)
         rid = int.from_bytes(os.urandom(8), "little") >> 2  # (``secrets`` costs 10+ ms to import)
@@ -190,7 +192,6 @@ class _Rpc:
                 value, raised = None, (name, msg[:1000], kind, args if type(args) is tuple else None)
             else:
                 value, raised = _dec(rep.get("v"), self), None
-                self.last_end = rep.get("end") is True
                 for i, new in rep.get("mut") or ():
                     # A list/dict/set argument the program changed in place: mirror it, by value.
                     if type(i) is int and 0 <= i < len(mutable) and type(mutable[i]) in (list, dict, set, bytearray):
@@ -199,7 +200,7 @@ class _Rpc:
             raise UnreceivableValue(f"the program answered with a value the tests cannot receive ({exc})"[:1000]) \
                 from None
         if raised is None:
-            return value
+            return (value, rep.get("end") is True) if with_end else value
         name, msg, kind, args = raised
         text = msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg
         if kind == "timeout":
