@@ -16,6 +16,7 @@ from torch import Tensor
 from trellis.constrain.base import Constraint, Refines, State, Unconstrained, fill_masks, refine_scores, tree_masks
 from trellis.errors import UsageError
 from trellis.lm import LanguageModel
+from trellis.lm_proxy import Normalises
 from trellis.mask import apply_bitmask_, bitmask_to_bool, set_bit_ids
 from trellis.sampling import log_softmax, repetition_penalty, warp
 from trellis.tokens import TokenTree, Vocabulary
@@ -151,14 +152,20 @@ class Decoder:
         if isinstance(self.constraint, Refines):
             raise UsageError(f"{type(self.constraint).__name__} steers the scores (Refines): a proposal's weights "
                              "would not estimate the model's probability of the language")
-        logits = self.lm.logits([h.tokens for h in hyps])  # [B, V]
-        scores = logits.float()
-        if self.repetition_penalty != 1.0:
-            scores = repetition_penalty(scores, [h.tokens for h in hyps], self.repetition_penalty)
-        if self.suppress or self.bad_words:
-            scores = self._ban(scores, hyps)
-        scores = warp(scores, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
-        total = torch.logsumexp(scores, -1)  # [B]: log of p~'s normaliser
+        plain = (self.temperature == 1.0 and self.repetition_penalty == 1.0 and not (self.suppress or self.bad_words)
+                 and not self.top_k and self.top_p >= 1.0 and self.min_p <= 0.0)
+        if plain and isinstance(self.lm, Normalises):  # p~ is the model: its normaliser comes with the row
+            scores, total = self.lm.logits_and_normalisers([h.tokens for h in hyps])
+            scores = scores.float()
+        else:
+            scores = self.lm.logits([h.tokens for h in hyps]).float()  # [B, V]
+            if self.repetition_penalty != 1.0:
+                scores = repetition_penalty(scores, [h.tokens for h in hyps], self.repetition_penalty)
+            if self.suppress or self.bad_words:
+                scores = self._ban(scores, hyps)
+            scores = warp(scores, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                          min_p=self.min_p)
+            total = torch.logsumexp(scores, -1)  # [B]: log of p~'s normaliser
         b, v = scores.shape
         if not self.constrained and not eos_only:
             return Proposal(scores - total[:, None], torch.zeros_like(total), (None,) * b)

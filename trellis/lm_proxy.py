@@ -56,6 +56,17 @@ class ReindexesRows(Protocol):
         ...
 
 
+@runtime_checkable
+class Normalises(Protocol):
+    """A model that serves, with each logits row, the row's log-sum-exp (its softmax normaliser),
+    computed once per row it remembers (``LogitsMemo``): a proposal at temperature 1 reads it
+    instead of a pass over the whole vocabulary per row and step."""
+
+    def logits_and_normalisers(self, prefixes: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
+        """([B, V] float32 logits, [B] their log-sum-exp), as ``logits`` and ``torch.logsumexp``."""
+        ...
+
+
 def lm_stats(lm: object) -> LMStats | None:
     """The counters of ``lm`` (through any wrappers), or ``None`` when it keeps none."""
     return lm.stats if isinstance(lm, Metered) else None

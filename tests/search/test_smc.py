@@ -196,6 +196,31 @@ def test_repeated_runs_reuse_the_logits_of_prefixes_already_seen() -> None:
         == [p.hypothesis.tokens for p in off.particles]
 
 
+def test_the_memos_normalisers_give_the_proposal_the_plain_model_gives() -> None:
+    """At temperature 1 the proposal reads each row's log-sum-exp from the memo (``Normalises``),
+    computed once per remembered row: the same log q and log mass as the model without a memo,
+    whether the row was just forwarded, served again, or evicted (a memo too small for its batch)."""
+    from trellis.search.logits_memo import LogitsMemo
+
+    lm = HFLanguageModel(model())
+    plain = decoder(PlainLM(lm))
+    root = plain.start(PROMPT)
+    hyps = [root, plain.extend(root, 3), plain.extend(plain.extend(root, 3), 6), plain.extend(root, 4)]
+    want = plain.proposal(hyps)
+    for max_bytes in (64 << 20, 1):
+        memo = LogitsMemo(lm, max_bytes)
+        dec = decoder(memo)
+        for _ in range(2):  # forwarded, then from the memo
+            got = dec.proposal(hyps)
+            assert torch.allclose(got.log_mass, want.log_mass, atol=1e-5)
+            assert torch.equal(torch.isfinite(got.log_q), torch.isfinite(want.log_q))
+            fin = torch.isfinite(want.log_q)
+            assert torch.allclose(got.log_q[fin], want.log_q[fin], atol=1e-5)
+        assert set(memo.lse) <= set(memo.rows) and len(memo.lse) == (4 if max_bytes > 1 else 1)
+        for k, v in memo.lse.items():
+            assert math.isclose(v, float(torch.logsumexp(memo.rows[k], -1)), rel_tol=1e-6)
+
+
 def test_endings_are_said_per_particle_and_a_budget_too_small_is_weight_zero() -> None:
     dec = decoder()
     gen = torch.Generator().manual_seed(1)

@@ -21,6 +21,7 @@ from trellis.tokens import TokenTree
 
 
 _SHARED: "weakref.WeakKeyDictionary[object, OrderedDict[tuple[int, ...], Tensor]]" = weakref.WeakKeyDictionary()
+_SHARED_LSE: "weakref.WeakKeyDictionary[object, dict[tuple[int, ...], float]]" = weakref.WeakKeyDictionary()
 
 
 class LogitsMemo(LMProxy):
@@ -29,10 +30,13 @@ class LogitsMemo(LMProxy):
     prefixes a one-token-at-a-time decode would have left here."""
 
     def __init__(self, lm: LanguageModel, max_bytes: int,
-                 rows: "OrderedDict[tuple[int, ...], Tensor] | None" = None) -> None:
+                 rows: "OrderedDict[tuple[int, ...], Tensor] | None" = None,
+                 lse: "dict[tuple[int, ...], float] | None" = None) -> None:
         super().__init__(lm)
         self.max_bytes = max_bytes
         self.rows: OrderedDict[tuple[int, ...], Tensor] = rows if rows is not None else OrderedDict()
+        # each remembered row's log-sum-exp, computed when first asked for (Normalises)
+        self.lse: dict[tuple[int, ...], float] = lse if lse is not None else {}
         self._tree: tuple[tuple[int, ...], TokenTree, Tensor] | None = None  # last tree_logits, until commit
         self._forwarded: list[int | None] = []  # per prefix of the last request: its row in the model's batch
 
@@ -46,35 +50,52 @@ class LogitsMemo(LMProxy):
         rows = _SHARED.get(base)
         if rows is None:
             rows = _SHARED[base] = OrderedDict()
-        return cls(lm, max_bytes, rows)
+            _SHARED_LSE[base] = {}
+        return cls(lm, max_bytes, rows, _SHARED_LSE[base])
 
     def _remember(self, key: tuple[int, ...], row: Tensor) -> None:
         self.rows[key] = row.clone()
         self.rows.move_to_end(key)
         limit = max(1, self.max_bytes // max(1, row.shape[-1] * row.element_size()))
+        self.lse.pop(key, None)  # a new row for this prefix: its normaliser is computed again
         while len(self.rows) > limit:
-            self.rows.popitem(last=False)
+            old, _ = self.rows.popitem(last=False)
+            self.lse.pop(old, None)
 
     def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
         self._tree = None
         keys = [tuple(int(t) for t in p) for p in prefixes]
-        missing = list(dict.fromkeys(k for k in keys if k not in self.rows))
-        got: dict[tuple[int, ...], Tensor] = {}
+        # the rows served from here are taken first: remembering the missing ones may evict them
+        got = {k: self.rows[k] for k in keys if k in self.rows}
+        for k in got:
+            self.rows.move_to_end(k)
+        missing = list(dict.fromkeys(k for k in keys if k not in got))
         if missing:
             out = super().logits(missing)  # [M, V]
-            for k, row in zip(missing, out):
+            for i, (k, row) in enumerate(zip(missing, out)):
                 self._remember(k, row)
-            got = {k: out[i] for i, k in enumerate(missing)}
+                got[k] = out[i]
         where = {k: i for i, k in enumerate(missing)}
         self._forwarded = [where.get(k) for k in keys]
-        rows = []
-        for k in keys:
-            if k in got:
-                rows.append(got[k])
-            else:
-                self.rows.move_to_end(k)
-                rows.append(self.rows[k])
-        return torch.stack(rows)  # [B, V]
+        return torch.stack([got[k] for k in keys])  # [B, V]
+
+    def logits_and_normalisers(self, prefixes: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
+        """``logits(prefixes)`` and each row's log-sum-exp, remembered with the row: SMC's steps come
+        back to the same prefixes run after run, and a pass over Gemma's 262,144 logits per row
+        was a third of a memo-served run (bench_smc.py peer --task yesno, profiled 2026-11-29:
+        1.26 of 4.0 ms)."""
+        out = self.logits(prefixes)
+        keys = [tuple(int(t) for t in p) for p in prefixes]
+        todo = [i for i, k in enumerate(keys) if k not in self.lse]
+        if todo:
+            fresh = torch.logsumexp(out[todo].float(), -1).tolist()
+            for i, v in zip(todo, fresh):
+                if keys[i] in self.rows:
+                    self.lse[keys[i]] = v
+        lse = torch.tensor([self.lse.get(k, float("nan")) for k in keys], dtype=torch.float32)
+        if todo and bool(lse.isnan().any()):  # a row this memo could not keep (over max_bytes)
+            lse = torch.logsumexp(out.float(), -1)
+        return out, lse
 
     def reindex_rows(self, rows: Sequence[int]) -> None:
         """Passed on for the prefixes the model forwarded in the last request (a remembered one has
