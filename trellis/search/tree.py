@@ -73,13 +73,22 @@ class TreeRecorder:
         self.decoder, self.root, self.enabled, self.pruned_top_k = decoder, root, enabled, pruned_top_k
         self._base = len(root.tokens)
         self._ids: dict[tuple[int, ...], int] = {}
-        import networkx as nx
-
-        self.graph = nx.DiGraph()
+        self._graph: "nx.DiGraph | None" = None
         if enabled:
             self._ids[()] = 0
             self.graph.add_node(0, token=None, text="", depth=0, logprob=None, score=root.logprob,
                                 visits=0, value=None, pruned=False, finished=root.finished)
+
+    @property
+    def graph(self) -> "nx.DiGraph":
+        """The tree so far (an empty graph when recording is off), made when first asked for: a
+        search that returns no tree (``SMC.weighted``) never imports networkx, which cost the first
+        SMC run of a process 0.14 s (bench_smc.py peer --task yesno, profiled 2026-11-29)."""
+        if self._graph is None:
+            import networkx as nx
+
+            self._graph = nx.DiGraph()
+        return self._graph
 
     @classmethod
     def off(cls, decoder: Decoder, root: Hypothesis) -> "TreeRecorder":
