@@ -81,3 +81,89 @@ def test_stdin_buffer_reads_the_tests_bytes():
              "    assert f() == [b'1', b'2']", LATER]
     rep = run_tests(prog, tests, timeout=20)
     assert rep.all_passed, rep
+
+
+# ------------------------------------------------------------------ red-team findings (2026-11-29)
+def test_arithmetic_on_the_programs_object_is_reported_as_the_programs_answer():
+    # A __sub__ returning 0 passes ``abs(f(x) - expected) < tol``, natively too: the case must say
+    # that it rests on the program's own operator.
+    prog = ("class Z:\n    def __sub__(self, o):\n        return 0\n    def __rsub__(self, o):\n        return 0\n"
+            "def f(x):\n    return Z()\n")
+    rep = run_tests(prog, ["assert abs(f(7) - 0.123456) < 1e-6", "assert abs(0.987654 - f(8)) <= 1e-9"], timeout=20)
+    assert all(c.program_decided for c in rep.cases if c.passed), rep.cases
+    honest = run_tests("def f(x):\n    return x / 3\n", ["assert abs(f(1) - 0.3333333) < 1e-6"], timeout=20)
+    assert honest.all_passed and not honest.cases[0].program_decided, honest
+
+
+def test_a_function_registered_but_never_sent_cannot_be_called_by_a_guessed_id():
+    prog = ("def f(*a):\n    return 0\nKEEP = []\ndef keep(fn):\n    KEEP.append(fn)\n"
+            "def steal():\n    return type(KEEP[0])(1, 'x')()\n" + TAIL)
+    tests = ["def secret():\n    return 'the-expected-value'\ntry:\n    f(secret, object())\nexcept TypeError:\n    pass",
+             "keep(lambda: 0)", "assert steal() == 'the-expected-value'"]
+    rep = run_tests(prog, tests, timeout=20)
+    assert not rep.cases[2].passed, rep.cases
+
+
+def test_program_threads_calling_the_tests_function_at_once():
+    prog = ("from concurrent.futures import ThreadPoolExecutor\ndef f(fn, xs):\n    with ThreadPoolExecutor(4) as ex:\n"
+            "        return list(ex.map(fn, xs))\n" + TAIL)
+    tests = ["assert f(lambda x: x * 2, list(range(20))) == [x * 2 for x in range(20)]", LATER]
+    rep = run_tests(prog, tests, timeout=20, case_timeout=5)
+    assert rep.all_passed, rep
+
+
+def test_a_call_too_large_to_send_fails_in_the_program_and_the_run_goes_on():
+    prog = "def f(emit):\n    emit('a' * (9 << 20))\n    return 1\n" + TAIL
+    slow = "import time\ntime.sleep(1.5)\n" + LATER
+    rep = run_tests(prog, ["out = []\nassert f(out.append) == 1", slow, slow], timeout=20, case_timeout=3)
+    assert [c.passed for c in rep.cases] == [False, True, True], rep.cases
+    assert "MB" in (rep.cases[0].error or ""), rep.cases[0]
+
+
+def test_calls_while_loading_that_fail_in_the_judge_fail_the_load_not_the_judge():
+    for load in ("class K:\n    pass\ninput({K(): 1})\n",
+                 "class P:\n    def __str__(self):\n        raise SystemExit(0)\ninput(P())\n"):
+        rep = run_tests(load + TAIL, [LATER], timeout=20)
+        assert rep.status == "error" and "Traceback" not in rep.reason, rep
+
+
+def test_a_global_the_judge_cannot_rebuild_is_left_out_not_a_crash():
+    # two field names equal once NFKC-normalised: collections.namedtuple raises SyntaxError
+    prog = "class T(tuple):\n    _fields = ('a', '\\U0001d41a')\nX = T((1, 2))\n" + TAIL
+    rep = run_tests(prog, [LATER], timeout=20)
+    assert rep.all_passed, rep
+
+
+def test_a_malformed_reply_while_the_judge_drains_ends_the_run_cleanly():
+    prog = ("import os, time, gc\ndef ch():\n    for o in gc.get_objects():\n        if type(o).__name__ == '_Channel':\n"
+            "            return o\ndef f():\n    c = ch()\n    try:\n        time.sleep(5)\n    except BaseException:\n"
+            "        pass\n    t = time.monotonic()\n    while time.monotonic() - t < 1.0:\n        pass\n"
+            "    os.write(c.wfd, b'{\"id\": [1]}\\n')\n    time.sleep(5)\n" + TAIL)
+    rep = run_tests(prog, ["f()", LATER], timeout=10, case_timeout=1)
+    assert not rep.all_passed and "Traceback" not in rep.reason, rep
+
+
+def test_an_assert_message_the_program_never_finishes_writing_ends_in_time():
+    prog = ("class R:\n    def __str__(self):\n        while True:\n            try:\n                pass\n"
+            "            except BaseException:\n                pass\ndef f(x):\n    return R()\n" + TAIL)
+    rep = run_tests(prog, ["r = f(1)\nassert isinstance(r, list), r", LATER], timeout=20)
+    assert len(rep.cases) == 2 and not rep.cases[0].passed, rep
+    assert rep.seconds < 15, rep.seconds
+
+
+def test_the_tests_own_exception_and_a_builtins_arguments_come_back_as_they_were():
+    prog = "def f(fn):\n    return fn(5)\n" + TAIL
+    tests = ["class Stop(Exception):\n    pass\ndef cb(x):\n    raise Stop(x)\ntry:\n    f(cb)\n"
+             "except Stop as e:\n    assert e.args == (5,)\nelse:\n    assert False",
+             "def cb(x):\n    raise KeyError('k')\ntry:\n    f(cb)\nexcept KeyError as e:\n    assert e.args == ('k',), e.args",
+             LATER]
+    rep = run_tests(prog, tests, timeout=20)
+    assert rep.all_passed, rep
+
+
+def test_stdin_without_a_buffer_raises_in_the_program_where_it_can_fall_back():
+    prog = ("import sys\ndef f():\n    try:\n        return sys.stdin.buffer.read().decode()\n"
+            "    except AttributeError:\n        return sys.stdin.read()\n" + TAIL)
+    tests = ["import io\nfrom unittest import mock\nwith mock.patch('sys.stdin', io.StringIO('hi')):\n    assert f() == 'hi'"]
+    rep = run_tests(prog, tests, timeout=20)
+    assert rep.all_passed, rep

@@ -89,12 +89,15 @@ judge, and when the program calls it the worker sends the call back and waits, s
 requests meanwhile (the function may use the program's objects; calls nest both ways). The
 program's ``input()`` and ``sys.stdin`` are the tests' the same way, so ``mock.patch`` of either
 works and, unpatched, they read EOF. A call the judge abandons (the case's timeout) unwinds the
-program's request; its late answer is dropped. Anything else (the program's
+program's request; its late answer is dropped. Program threads call one at a time; an exception of
+the tests' own class raised in their function comes back to them as itself. A list the tests'
+function changes in place is not changed in the program (it got a copy). Anything else (the program's
 own class instances, generators, numpy arrays) reaches the tests as a handle (``runner/remote.py``)
 that the worker operates on: calls, attributes read and set, items, ``len``, streamed iteration,
 ``repr``/``str``, arithmetic, ``with``, ``isinstance`` against the program's classes. Two of the
-program's objects are compared, and containment asked, by the program: such a case carries
-``program_decided``. A handle is never compared with the tests' own values, hashed or
+program's objects are compared, containment asked and arithmetic on one done by the program: such a
+case carries ``program_decided`` (a ``__sub__`` returning 0 passes ``abs(f(x) - expected) < tol``,
+natively too). A handle is never compared with the tests' own values, hashed or
 truth-tested, and other protocol names (``__*__``) are never asked of it. A reply the judge cannot
 rebuild (the program's objects as dict keys) fails its case with the reason; the run goes on. What
 therefore fails that passed when one process ran both: equality of the program's

@@ -23,10 +23,11 @@ class SandboxError(RuntimeError):
 @dataclass(frozen=True)
 class CaseResult:
     """One test case: its ``source``, whether it passed and, if not, why (``error``).
-    ``program_decided``: the case compared two of the program's objects (``==``, ``<``) or asked
-    one whether it holds a value (``in``), and the program answered (honest programs pass such
-    cases; a test-guided search may choose to distrust them, as the program could answer
-    anything)."""
+    ``program_decided``: the case compared two of the program's objects (``==``, ``<``), asked
+    one whether it holds a value (``in``) or did arithmetic on one (``+``, ``-``, ``abs``), and the
+    program's own operator answered (honest programs pass such cases; a test-guided search may
+    choose to distrust them, as the program could answer anything: a ``__sub__`` returning 0 passes
+    ``abs(f(x) - expected) < tol``)."""
 
     index: int
     source: str

@@ -18,6 +18,7 @@ class _Rpc:
         self.deadline = None  # the current case's end (case_timeout), monotonic
         self.skipping = False  # inside a reply over _MAX_LINE, dropping it up to its newline
         self.abandoned = set()  # ids of requests whose case timed out here: late replies dropped
+        self.raised_here = {}  # token -> an exception of the tests' own class a tests' function raised
 
     def _line(self):
         while b"\n" not in self.buf:
@@ -49,7 +50,12 @@ class _Rpc:
             while True:
                 msg = _loads(self._line())
                 if type(msg) is dict and "cb" in msg:
-                    self.answer(msg)
+                    try:
+                        self.answer(msg)
+                    except (_WorkerLost, _ProtocolError):
+                        raise
+                    except _BaseException:  # noqa: B902 - no case to fail: the program's load fails
+                        self.abort(msg)
                     continue
                 return msg
         except (_ProtocolError, ValueError, TypeError, RecursionError, MemoryError):
@@ -67,10 +73,10 @@ class _Rpc:
         if fid == "input":
             fn = _tests_input
         elif fid == "stdin" and args and args[0] in _STDIN_READS:
-            fn = sys.stdin
-            for part in args[0].split("."):  # the tests' sys.stdin as it is now (mock.patch)
-                fn = getattr(fn, part)
-            args = args[1:]
+            name, args = args[0], args[1:]
+
+            def fn(*a):
+                return _tests_stdin(name, *a)
         elif type(fid) is int and fid in _CALLBACKS:
             fn = _CALLBACKS[fid]
         else:
@@ -93,6 +99,17 @@ class _Rpc:
             except Exception:  # noqa: BLE001
                 text = type(exc).__name__
             rep = {"exc": _builtin_name(type(exc)), "msg": text}
+            try:
+                rep["args"] = self.enc(exc.args)  # KeyError('k') keeps ('k',), not its text
+            except Exception:  # noqa: BLE001 - arguments that are not data: the text alone
+                pass
+            if type(exc).__module__ != "builtins":
+                # the tests' own class: if it comes back out of the program, the tests get this very
+                # exception again (``except Stop`` catches it), as when one process ran both
+                if len(self.raised_here) < 4096:
+                    tok = int.from_bytes(os.urandom(7), "little") or 1
+                    self.raised_here[tok] = exc
+                    rep["tok"] = tok
         rep["n"] = msg.get("n")
         _emit(self.wfd, rep)
 
@@ -202,6 +219,9 @@ class _Rpc:
         if raised is None:
             return (value, rep.get("end") is True) if with_end else value
         name, msg, kind, args = raised
+        own = self.raised_here.get(rep.get("tok")) if type(rep.get("tok")) is int else None
+        if own is not None and kind != "timeout":
+            raise own  # the tests' exception, raised by their function, come back through the program
         text = msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg
         if kind == "timeout":
             raise _CaseTimeout(text)
@@ -262,7 +282,7 @@ class _Rpc:
             except (ValueError, RecursionError, MemoryError):
                 self.lost = "the program's process broke the protocol (a malformed reply)"
                 return
-            if type(rep) is dict and rep.get("id") in self.abandoned:
+            if type(rep) is dict and type(rep.get("id")) is int and rep["id"] in self.abandoned:
                 self.abandoned.discard(rep["id"])
             elif type(rep) is dict and "cb" in rep and "id" not in rep:
                 self.abort(rep)  # the case that passed the function has ended: no test code runs now
@@ -280,6 +300,16 @@ class _Rpc:
 
 
 _STDIN_READS = frozenset(p + n for p in ("", "buffer.") for n in ("read", "readline", "readlines"))
+
+
+def _tests_stdin(name, *args):
+    """The program's ``sys.stdin.<name>(*args)`` (``read``, ``buffer.readline``...) on the tests'
+    ``sys.stdin`` as it is now (``mock.patch``): an ``io.StringIO`` without ``buffer`` raises
+    AttributeError in the program, where its fallback can catch it."""
+    obj = sys.stdin
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj(*args)
 
 
 def _tests_input(*args):
@@ -486,7 +516,13 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         except _WorkerLost as exc:
             error, kind = f"not run to the end: {exc}", "lost"
         except _BaseException as exc:  # noqa: B902
-            error, kind = _describe(exc, case["source"]), _kind(exc)
+            # its text may ask the program (an assert's message that is the program's object):
+            # within a second, not the case's clock, which has stopped
+            rpc.deadline = _clock() + 1.0
+            try:
+                error, kind = _describe(exc, case["source"]), _kind(exc)
+            finally:
+                rpc.deadline = None
         if rpc.lost and kind != "lost":
             error, kind = f"not run to the end: {rpc.lost}", "lost"
         _emit(out, {"ev": "case", "i": i, "ok": error is None, "error": error, "kind": kind, "t": _clock() - t,

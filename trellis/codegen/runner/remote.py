@@ -2,8 +2,8 @@
 """Runner part: ``_Remote``, the judge's proxy for an object of the program that is not data.
 Calls, attribute reads and writes, items, iteration (streamed in chunks), ``repr``/``str``,
 arithmetic and context managers are done by the worker, which answers with data or handles.
-Comparisons between two of the program's objects and containment are the program's own answers:
-the case is then reported as resting on them (``CaseResult.program_decided``). Hashing, truth, and
+Comparisons between two of the program's objects, containment and arithmetic are the program's
+own answers: the case is then reported as resting on them (``CaseResult.program_decided``). Hashing, truth, and
 comparing the program's object with a value of the tests' are refused: each would let the program
 claim something about a builtin value.
 """
@@ -137,16 +137,23 @@ class _Remote:
         return text
 
 
+# Arithmetic on the program's object is its own operator's answer, as ``==`` is: with a value of the
+# tests' (``abs(f(x) - expected) < tol``) a ``__sub__`` returning 0 would decide the assert, so the
+# case is reported as resting on the program (red-team finding, 2026-11-29).
 def _binop(name, reflected=False):
     def op(self, other):
-        return self._rpc.request({"op": "binop", "ref": object.__getattribute__(self, "_ref"), "name": name,
-                                  "other": self._rpc.enc(other), "reflected": reflected})
+        rpc = object.__getattribute__(self, "_rpc")
+        rpc.program_decided = True
+        return rpc.request({"op": "binop", "ref": object.__getattribute__(self, "_ref"), "name": name,
+                            "other": rpc.enc(other), "reflected": reflected})
     return op
 
 
 def _unop(name):
     def op(self):
-        return self._rpc.request({"op": "unop", "ref": object.__getattribute__(self, "_ref"), "name": name})
+        rpc = object.__getattribute__(self, "_rpc")
+        rpc.program_decided = True
+        return rpc.request({"op": "unop", "ref": object.__getattribute__(self, "_ref"), "name": name})
     return op
 
 

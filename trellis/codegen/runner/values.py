@@ -289,7 +289,7 @@ def _dec(x, rpc, depth=0):
                 # rename=True rebuilds the program's own renamed fields (``_1`` for a bad name at 1);
                 # names it would rename otherwise are not what the program had
                 cls = collections.namedtuple(name, fields, rename=True)
-            except ValueError as e:
+            except (ValueError, SyntaxError) as e:  # SyntaxError: names equal once NFKC-normalised
                 raise _ProtocolError(f"malformed namedtuple: {e}") from None
             if cls._fields != tuple(fields):
                 raise _ProtocolError(f"malformed namedtuple: fields {fields}")
@@ -416,7 +416,10 @@ def _callback_id(fn):
         return fid
     if len(_CALLBACKS) >= 1 << 16:
         raise TypeError("the tests passed more than 65,536 functions to the program")
-    fid = len(_CALLBACKS) + 1
+    # Random, not 1, 2, 3...: a function is registered while its arguments are encoded, and one the
+    # request never carried (a later argument failed to encode) must not be callable by a guessed
+    # id (red-team finding, 2026-11-29).
+    fid = int.from_bytes(os.urandom(7), "little") or 1
     _CALLBACKS[fid], _CALLBACK_IDS[id(fn)] = fn, fid
     return fid
 

@@ -169,13 +169,21 @@ class _Channel:
     functions out (``wfd``)."""
 
     def __init__(self, rf, wfd, handles):
+        import _thread
+
         self.rf, self.wfd, self.handles = rf, wfd, handles
+        # Held by whichever thread reads ``rf``: the main loop while it waits for a request, a
+        # thread calling the tests' function until its answer (program threads calling back at once
+        # took each other's answers and hung the run; red-team finding, 2026-11-29). Re-entrant: a
+        # call inside a nested request of the same thread.
+        self.lock = _thread.RLock()
         self.depth = 0  # requests being served: > 1 inside a call of the tests' function
         self.calls = 0  # calls of the tests' functions made: each answer names its call
 
     def loop(self):
         while True:
-            line = self.rf.readline()
+            with self.lock:
+                line = self.rf.readline()
             if not line:
                 os._exit(0)
             req = _loads(line)
@@ -194,7 +202,12 @@ class _Channel:
 
     def call_judge(self, fid, args, kwargs):
         """Call the tests' function ``fid`` in the judge and wait for its answer, serving the judge's
-        requests that come first (strictly nested: the innermost call is the one answered)."""
+        requests that come first (strictly nested: the innermost call is the one answered). One
+        thread at a time: the others wait for the lock."""
+        with self.lock:
+            return self._call_judge(fid, args, kwargs)
+
+    def _call_judge(self, fid, args, kwargs):
         handles = self.handles
         self.calls += 1
         n = self.calls
@@ -204,7 +217,11 @@ class _Channel:
             # printed before the call goes first, so the tests' capture keeps the program's order
             msg["out"] = "".join(sys.stdout.parts)
             sys.stdout.parts, sys.stdout.size = [], 0
-        _emit(self.wfd, msg)
+        data = (_dumps(msg) + "\n").encode("utf-8", "replace")
+        if len(data) > _MAX_LINE:  # the judge would drop it and the case would hang on its answer
+            raise ValueError(f"a call of the tests' function over {_MAX_LINE >> 20} MB (its arguments)")
+        while data:
+            data = data[_write(self.wfd, data):]
         while True:
             line = self.rf.readline()
             if not line:
@@ -218,7 +235,13 @@ class _Channel:
                 raise _Aborted("the tests' function did not finish in the judge")
             elif "exc" in m:
                 cls = _JUDGE_EXC.get(m["exc"], RuntimeError)
-                raise cls(m.get("msg", ""))
+                try:
+                    exc = cls(*_dec_arg(m["args"], handles)) if "args" in m else cls(m.get("msg", ""))
+                except Exception:  # noqa: BLE001 - a class that wants other arguments: the text
+                    exc = cls(m.get("msg", ""))
+                if "tok" in m:  # the tests' own exception: it goes back to them as itself
+                    exc._judge_tok = m["tok"]
+                raise exc
             else:
                 return _dec_arg(m.get("ret"), handles)
 
@@ -328,6 +351,9 @@ class _Channel:
         handles = self.handles
         name = type(exc).__name__ if isinstance(exc, _CaseTimeout) else _builtin_name(type(exc))
         out = {"id": req["id"], "raise": name, "msg": _describe(exc), "kind": _kind(exc)}
+        tok = getattr(exc, "_judge_tok", None) if type(exc) in _JUDGE_EXC.values() else None
+        if type(tok) is int:
+            out["tok"] = tok
         try:
             if _small(exc.args, 1000):
                 out["args"] = _enc(exc.args, None)
