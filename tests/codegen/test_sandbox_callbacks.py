@@ -167,3 +167,10 @@ def test_stdin_without_a_buffer_raises_in_the_program_where_it_can_fall_back():
     tests = ["import io\nfrom unittest import mock\nwith mock.patch('sys.stdin', io.StringIO('hi')):\n    assert f() == 'hi'"]
     rep = run_tests(prog, tests, timeout=20)
     assert rep.all_passed, rep
+
+
+def test_a_list_the_tests_function_changes_in_place_is_changed_in_the_program():
+    prog = "def f(fn):\n    xs = [1]\n    d = {}\n    fn(xs, d)\n    return xs, d\n" + TAIL
+    rep = run_tests(prog, ["def cb(xs, d):\n    xs.append(2)\n    d['k'] = [3]\nassert f(cb) == ([1, 2], {'k': [3]})",
+                           LATER], timeout=20)
+    assert rep.all_passed, rep

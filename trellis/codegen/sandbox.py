@@ -90,8 +90,9 @@ requests meanwhile (the function may use the program's objects; calls nest both 
 program's ``input()`` and ``sys.stdin`` are the tests' the same way, so ``mock.patch`` of either
 works and, unpatched, they read EOF. A call the judge abandons (the case's timeout) unwinds the
 program's request; its late answer is dropped. Program threads call one at a time; an exception of
-the tests' own class raised in their function comes back to them as itself. A list the tests'
-function changes in place is not changed in the program (it got a copy). Anything else (the program's
+the tests' own class raised in their function comes back to them as itself. A list, dict or
+set the tests' function changes in place is changed in the program too (by value, as the
+program's changes to the tests' arguments are). Anything else (the program's
 own class instances, generators, numpy arrays) reaches the tests as a handle (``runner/remote.py``)
 that the worker operates on: calls, attributes read and set, items, ``len``, streamed iteration,
 ``repr``/``str``, arithmetic, ``with``, ``isinstance`` against the program's classes. Two of the

@@ -91,6 +91,17 @@ class _Rpc:
                                     f"receive ({exc})"[:1000]) from None
         try:
             rep = {"ret": self.enc(fn(*args, **kwargs))}
+            # A list/dict/set argument the tests' function changed in place goes back (by value),
+            # as the program's changes to the tests' arguments come here (``_mirror``).
+            mut = []
+            wires = [*msg["args"], *(w for k, w in kw if type(k) is str)]
+            for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], wires)):
+                if type(a) in (list, dict, set, bytearray):
+                    now = self.enc(a)
+                    if now != wire:
+                        mut.append([i, now])
+            if mut:
+                rep["mut"] = mut
         except _WorkerLost:
             raise
         except Exception as exc:  # noqa: BLE001 - the tests' function raised: the program sees it raise
@@ -344,8 +355,9 @@ def _stand_in_str(self):
 
 
 def _mirror(old, new, depth=0):
-    """Make the tests' ``old`` equal the program's ``new`` in place; nested lists/dicts at the
-    same places are updated in place too, so a row the tests hold keeps its identity."""
+    """Make ``old`` equal ``new`` in place: the tests' argument the program changed (judge side),
+    or the program's argument the tests' function changed (worker side, ``_Channel``); nested
+    lists/dicts at the same places are updated in place too, so a row held keeps its identity."""
     if type(new) is not type(old) and not (type(old) is bytearray and type(new) is bytes):
         raise _ProtocolError("an argument changed type")
     if type(old) is set:
