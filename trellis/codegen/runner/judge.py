@@ -93,13 +93,8 @@ class _Rpc:
             rep = {"ret": self.enc(fn(*args, **kwargs))}
             # A list/dict/set argument the tests' function changed in place goes back (by value),
             # as the program's changes to the tests' arguments come here (``_mirror``).
-            mut = []
-            wires = [*msg["args"], *(w for k, w in kw if type(k) is str)]
-            for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], wires)):
-                if type(a) in (list, dict, set, bytearray):
-                    now = self.enc(a)
-                    if now != wire:
-                        mut.append([i, now])
+            mut = _changed([*args, *kwargs.values()], [*msg["args"], *(w for k, w in kw if type(k) is str)],
+                           self.enc)
             if mut:
                 rep["mut"] = mut
         except _WorkerLost:

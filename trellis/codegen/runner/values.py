@@ -406,6 +406,19 @@ def _enc_arg(v, depth=0):
                     "and the program's own objects can cross into the sandbox")
 
 
+def _changed(values, wires, enc):
+    """``[i, wire form now]`` for each list, dict, set or bytearray among ``values`` whose wire form
+    ``enc`` gives is no longer ``wires[i]``: the arguments a call changed in place (the worker
+    for the tests' arguments, the judge for the program's), sent back to be mirrored."""
+    out = []
+    for i, (a, wire) in enumerate(zip(values, wires)):
+        if type(a) in (list, dict, set, bytearray):
+            now = enc(a)
+            if now != wire:
+                out.append([i, now])
+    return out
+
+
 _CALLBACKS = {}  # judge side: id on the wire -> a function of the tests' the program may call
 _CALLBACK_IDS = {}  # id(function) -> its id on the wire (the function is kept alive in _CALLBACKS)
 

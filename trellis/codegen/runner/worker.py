@@ -288,14 +288,8 @@ class _Channel:
             kwargs = {k: _dec_arg(a, handles) for k, a in req["kw"]}
             value = obj(*args, **kwargs)
             # Arguments changed in place go back (by value), and only those.
-            mut = []
-            wires = [*req["args"], *(w for _, w in req["kw"])]
-            for i, (a, wire) in enumerate(zip([*args, *kwargs.values()], wires)):
-                if type(a) in (list, dict, set, bytearray):
-                    now = _enc(a, handles)
-                    if now != wire:
-                        mut.append([i, now])
-            out["mut"] = mut
+            out["mut"] = _changed([*args, *kwargs.values()], [*req["args"], *(w for _, w in req["kw"])],
+                                  lambda a: _enc(a, handles))
             return value
         if op == "next":
             return next(obj)
