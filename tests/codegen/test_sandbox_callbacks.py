@@ -174,3 +174,50 @@ def test_a_list_the_tests_function_changes_in_place_is_changed_in_the_program():
     rep = run_tests(prog, ["def cb(xs, d):\n    xs.append(2)\n    d['k'] = [3]\nassert f(cb) == ([1, 2], {'k': [3]})",
                            LATER], timeout=20)
     assert rep.all_passed, rep
+
+
+# ------------------------------------------------------------------ second red-team pass (2026-11-29)
+def test_a_kept_token_of_the_tests_exception_does_not_raise_it_again_later():
+    # A wrong search probes only the first element, keeps the token of the tests' exception and
+    # raises it with later calls: the tests must not see their exception come back.
+    prog = ("TOK = []\ndef search(probe, xs):\n    try:\n        probe(xs[0])\n    except Exception as e:\n"
+            "        t = getattr(e, '_judge_tok', None)\n        if t is not None:\n            TOK.append(t)\n"
+            "        raise\n    if TOK:\n        e = RuntimeError()\n        e._judge_tok = TOK[0]\n        raise e\n"
+            "    return None\n")
+    tests = ("class Found(Exception):\n    pass\ndef make_probe(secret):\n    def probe(x):\n        if x == secret:\n"
+             "            raise Found(x)\n        return False\n    return probe\ndef finds(secret, xs):\n    try:\n"
+             "        search(make_probe(secret), xs)\n    except Found:\n        return True\n    return False\n"
+             "assert finds(0, [0, 1, 2, 3])\nassert finds(7, [0, 1, 2, 3, 4, 5, 6, 7])\nassert finds(5, [9, 8, 5])\n")
+    rep = run_tests(prog, tests, timeout=20)
+    assert [c.passed for c in rep.cases] == [True, False, False], rep.cases
+
+
+def test_an_exit_code_whose_repr_raises_fails_its_case_only():
+    prog = ("class R:\n    def __repr__(self):\n        raise ValueError('repr refuses')\nclass Quit(SystemExit):\n"
+            "    pass\ndef f(x):\n    e = Quit(0)\n    e.__dict__['code'] = R()\n    raise e\n" + TAIL)
+    rep = run_tests(prog, ["assert f(1) == 2", LATER], timeout=20)
+    assert [c.passed for c in rep.cases] == [False, True] and "Traceback" not in rep.reason, rep
+
+
+def test_nested_calls_from_program_threads():
+    prog = ("from concurrent.futures import ThreadPoolExecutor\ndef pmap(fn, xs):\n    with ThreadPoolExecutor(2) as ex:\n"
+            "        return list(ex.map(fn, xs))\ndef apply(fn, x):\n    return fn(x)\n" + TAIL)
+    tests = ["assert apply(lambda x: pmap(lambda y: y * 2, [x, x]), 3) == [6, 6]",
+             "assert pmap(lambda y: pmap(lambda z: z, [y]), [1, 2]) == [[1], [2]]", LATER]
+    rep = run_tests(prog, tests, timeout=20, case_timeout=5)
+    assert rep.all_passed, rep
+
+
+def test_what_the_tests_function_left_unchanged_keeps_its_type_in_the_program():
+    prog = ("from collections import defaultdict, namedtuple\nP = namedtuple('P', 'x y')\ndef f(fn):\n"
+            "    d = defaultdict(int)\n    d['a'] += 1\n    return fn([d, 1])\ndef h(fn):\n"
+            "    xs = [P(1, 2), bytearray(b'ab'), 0]\n    fn(xs)\n    return [type(xs[0]) is P, type(xs[1]).__name__, xs[2]]\n")
+    tests = ["assert f(lambda xs: 'ok') == 'ok'", "def cb(xs):\n    xs[2] = 5\nassert h(cb) == [True, 'bytearray', 5]"]
+    rep = run_tests(prog, tests, timeout=20)
+    assert rep.all_passed, rep
+
+
+def test_isinstance_against_the_programs_class_is_the_programs_answer():
+    prog = "class M(type):\n    def __instancecheck__(cls, obj):\n        return True\nclass P(metaclass=M):\n    pass\n"
+    rep = run_tests(prog, ["assert isinstance(12345, P)"], timeout=20)
+    assert all(c.program_decided for c in rep.cases if c.passed), rep.cases

@@ -89,8 +89,11 @@ judge, and when the program calls it the worker sends the call back and waits, s
 requests meanwhile (the function may use the program's objects; calls nest both ways). The
 program's ``input()`` and ``sys.stdin`` are the tests' the same way, so ``mock.patch`` of either
 works and, unpatched, they read EOF. A call the judge abandons (the case's timeout) unwinds the
-program's request; its late answer is dropped. Program threads call one at a time; an exception of
-the tests' own class raised in their function comes back to them as itself. A list, dict or
+program's request; its late answer is dropped. Program threads may call at once (the worker hands
+each answer to the thread that made the call, and the judge keeps a reply that comes before a
+nested one's); an exception of the tests' own class raised in their function comes back to them
+as itself, once, through the request it was raised in. ``isinstance`` against the program's class
+is the program's answer too (``program_decided``). A list, dict or
 set the tests' function changes in place is changed in the program too (by value, as the
 program's changes to the tests' arguments are). Anything else (the program's
 own class instances, generators, numpy arrays) reaches the tests as a handle (``runner/remote.py``)

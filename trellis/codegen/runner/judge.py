@@ -18,7 +18,9 @@ class _Rpc:
         self.deadline = None  # the current case's end (case_timeout), monotonic
         self.skipping = False  # inside a reply over _MAX_LINE, dropping it up to its newline
         self.abandoned = set()  # ids of requests whose case timed out here: late replies dropped
-        self.raised_here = {}  # token -> an exception of the tests' own class a tests' function raised
+        self.raised_here = {}  # token -> (an exception of the tests' own class their function raised, request id)
+        self.waiting = []  # ids of the requests waiting for their replies, innermost last
+        self.early = {}  # id -> the reply of a waiting outer request, read before the inner one's
 
     def _line(self):
         while b"\n" not in self.buf:
@@ -113,8 +115,11 @@ class _Rpc:
                 # the tests' own class: if it comes back out of the program, the tests get this very
                 # exception again (``except Stop`` catches it), as when one process ran both
                 if len(self.raised_here) < 4096:
+                    # valid once, for the reply to the request the program is answering now: a token
+                    # kept and raised in a later call would pass ``except Found`` for a program
+                    # that never made the tests' function raise (red team, 2026-11-29)
                     tok = int.from_bytes(os.urandom(7), "little") or 1
-                    self.raised_here[tok] = exc
+                    self.raised_here[tok] = (exc, self.waiting[-1] if self.waiting else None)
                     rep["tok"] = tok
         rep["n"] = msg.get("n")
         _emit(self.wfd, rep)
@@ -170,8 +175,12 @@ class _Rpc:
         if self.deadline is not None:
             req["budget"] = max(0.001, self.deadline - _clock())
         _emit(self.wfd, req)
+        self.waiting.append(rid)
         try:
             while True:
+                if rid in self.early:  # read while a request nested in this one waited
+                    rep = self.early.pop(rid)
+                    break
                 try:
                     rep = _loads(self._line())
                 except _CaseTimeout:
@@ -188,8 +197,14 @@ class _Rpc:
                         self.abort(rep)  # the program waits on the tests' function: unblock it
                         raise
                     continue
-                if type(rep) is dict and rep.get("id") in self.abandoned:
+                if type(rep) is dict and type(rep.get("id")) is int and rep["id"] in self.abandoned:
                     self.abandoned.discard(rep["id"])
+                    continue
+                if type(rep) is dict and type(rep.get("id")) is int and rep["id"] != rid \
+                        and rep["id"] in self.waiting and rep["id"] not in self.early:
+                    # an outer request's reply: program threads answer in their own order (a thread
+                    # pool calling back into the tests, which call the program again)
+                    self.early[rep["id"]] = rep
                     continue
                 break
             if type(rep) is not dict or rep.get("id") != rid:
@@ -201,6 +216,8 @@ class _Rpc:
         except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError) as exc:
             self.lost = f"the program's process broke the protocol ({type(exc).__name__}: {exc})"[:500]
             raise _WorkerLost(self.lost) from None
+        finally:
+            self.waiting.pop()
         # The reply answers this request: a value in it that cannot be rebuilt here fails this
         # call (and so its case), never the run.
         try:
@@ -225,9 +242,9 @@ class _Rpc:
         if raised is None:
             return (value, rep.get("end") is True) if with_end else value
         name, msg, kind, args = raised
-        own = self.raised_here.get(rep.get("tok")) if type(rep.get("tok")) is int else None
-        if own is not None and kind != "timeout":
-            raise own  # the tests' exception, raised by their function, come back through the program
+        own = self.raised_here.pop(rep.get("tok"), None) if type(rep.get("tok")) is int else None
+        if own is not None and own[1] == rid and kind != "timeout":
+            raise own[0]  # the tests' exception, raised by their function, come back through the program
         text = msg.split(": ", 1)[1] if msg.startswith(name + ": ") else msg
         if kind == "timeout":
             raise _CaseTimeout(text)
@@ -280,6 +297,9 @@ class _Rpc:
         """Wait for the replies of requests abandoned at a case timeout (the worker answers them
         in order, after finishing them), so the next case's clock starts on an idle worker, as
         it did when one process ran both."""
+        for rid in [r for r in self.abandoned if r in self.early]:  # came early, already read
+            self.abandoned.discard(rid)
+        self.early.clear()
         while self.abandoned and not self.lost:
             try:
                 rep = _loads(self._line())
@@ -364,16 +384,31 @@ def _mirror(old, new, depth=0):
         for k, v in new.items():
             if k in old and type(old[k]) in (list, dict) and type(v) is type(old[k]) and depth < _MAX_DEPTH:
                 _mirror(old[k], v, depth + 1)
-            else:
+            elif k not in old or not _same(old[k], v):
                 old[k] = v
     elif type(old) is list and len(old) == len(new):
         for i, v in enumerate(new):
             if type(old[i]) in (list, dict) and type(v) is type(old[i]) and depth < _MAX_DEPTH:
                 _mirror(old[i], v, depth + 1)
-            else:
+            elif not _same(old[i], v):
                 old[i] = v
     else:
         old[:] = new
+
+
+def _same(a, b):
+    """Whether ``a`` may stay where ``b`` came back: equal, and not a number of another type. An
+    element the call did not change keeps its own class (a namedtuple, a bytearray), which the
+    wire form does not carry (red team, 2026-11-29). Never asks the program: a handle is never
+    the same."""
+    if isinstance(a, _Remote) or isinstance(b, _Remote):
+        return False
+    if type(a) is not type(b) and (type(a) in (bool, int, float, complex) or type(b) in (bool, int, float, complex)):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _lock_down_judge(job, enforced):
@@ -482,7 +517,13 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         if tests["preamble"]:
             _exec(_compile(tests["preamble"], "<tests>", "exec"), g)
     except _BaseException as exc:  # noqa: B902
-        load_error = _describe(exc)
+        rpc.deadline = _clock() + 1.0  # (as a case's message: its text may ask the program)
+        try:
+            load_error = _describe(exc)
+        except _BaseException:  # noqa: B902
+            load_error = type(exc).__name__[:100]
+        finally:
+            rpc.deadline = None
     if load_error is not None:
         _emit(out, {"ev": "load", "error": load_error, "kind": "error"})
         os._exit(0)
@@ -528,6 +569,8 @@ def _judge(job, tests, rpc_w, rpc_r, out):
             rpc.deadline = _clock() + 1.0
             try:
                 error, kind = _describe(exc, case["source"]), _kind(exc)
+            except _BaseException:  # noqa: B902 - its text could not be had: the class's name
+                error, kind = type(exc).__name__[:100], _kind(exc)
             finally:
                 rpc.deadline = None
         if rpc.lost and kind != "lost":

@@ -128,6 +128,7 @@ class _Remote:
     def __instancecheck__(self, obj):
         """``isinstance(x, Cls)`` with ``Cls`` the program's: asked of the program (it defines
         ``Cls``, so it could make any check of its own type true anyway)."""
+        self._rpc.program_decided = True  # (a metaclass's __instancecheck__ may say yes to anything)
         return self._rpc.request({"op": "isinstance", "ref": self._ref, "obj": self._rpc.enc(obj)}) is True
 
     def __repr__(self):

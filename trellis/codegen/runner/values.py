@@ -413,7 +413,10 @@ def _changed(values, wires, enc):
     out = []
     for i, (a, wire) in enumerate(zip(values, wires)):
         if type(a) in (list, dict, set, bytearray):
-            now = enc(a)
+            try:
+                now = enc(a)
+            except (TypeError, ValueError, RecursionError, MemoryError):  # holds what cannot go back
+                continue
             if now != wire:
                 out.append([i, now])
     return out

@@ -24,7 +24,10 @@ def _describe(exc, source=""):
     if isinstance(exc, AssertionError) and not msg:
         msg = source.strip().splitlines()[0] if source.strip() else ""
     elif isinstance(exc, SystemExit):
-        msg = f"the program called exit({exc.code!r})"
+        try:  # (the code may be the program's object, whose repr raises: red team, 2026-11-29)
+            msg = f"the program called exit({exc.code!r})"
+        except _BaseException:  # noqa: B902
+            msg = "the program called exit()"
     text = f"{name}: {msg}" if msg else name
     return text[:1000]
 
@@ -172,45 +175,133 @@ class _Channel:
         import _thread
 
         self.rf, self.wfd, self.handles = rf, wfd, handles
-        # Held by whichever thread reads ``rf``: the main loop while it waits for a request, a
-        # thread calling the tests' function until its answer (program threads calling back at once
-        # took each other's answers and hung the run; red-team finding, 2026-11-29). Re-entrant: a
-        # call inside a nested request of the same thread.
-        self.lock = _thread.RLock()
         self.depth = 0  # requests being served: > 1 inside a call of the tests' function
         self.calls = 0  # calls of the tests' functions made: each answer names its call
+        # Program threads may call the tests' functions at once, and a call's answer may come while
+        # another thread reads the pipe (they took each other's answers and hung the run; then a
+        # lock held while waiting deadlocked nested calls from threads: red-team findings,
+        # 2026-11-29). So one thread reads at a time (``reading``) and hands each message to its
+        # addressee: an answer to the thread that made the call (``answers``, woken through its
+        # gate in ``sleepers``), a request to whoever read it. ``_thread`` locks, not ``threading``
+        # (7 ms to import, every run).
+        self._lock = _thread.allocate_lock
+        self.mu = _thread.allocate_lock()
+        self.wmu = _thread.allocate_lock()  # one message written at a time
+        self.reading = False
+        self.answers = {}
+        self.pending = set()  # calls sent and not yet answered or given up
+        self.sleepers = {}  # call number (None: the main loop) -> a held lock it sleeps on
+
+    def _wake(self, key=False):
+        """Under ``mu``: wake the thread waiting for call ``key``, or (by default) any one, so that
+        someone reads the pipe while this thread does not."""
+        if key is False:
+            gate = self.sleepers.pop(next(iter(self.sleepers))) if self.sleepers else None
+        else:
+            gate = self.sleepers.pop(key, None)
+        if gate is not None:
+            gate.release()
+
+    def _next(self, n):
+        """The answer to call ``n`` (None: the main loop's next request). Requests read meanwhile
+        are served by the thread that read them; answers read for other calls are handed over."""
+        while True:
+            with self.mu:
+                if n is not None and n in self.answers:
+                    return self.answers.pop(n)
+                gate = None
+                if self.reading:
+                    gate = self.sleepers[n] = self._lock()
+                    gate.acquire()
+                else:
+                    self.reading = True
+            if gate is not None:
+                try:
+                    gate.acquire()  # released by the reader: our answer came, or the pipe is free
+                finally:
+                    with self.mu:
+                        if self.sleepers.get(n) is gate:
+                            del self.sleepers[n]
+                continue
+            try:
+                line = self.rf.readline()
+            except _BaseException:  # noqa: B902 - its timer fired: another thread reads instead
+                with self.mu:
+                    self.reading = False
+                    self._wake()
+                raise
+            with self.mu:
+                self.reading = False
+            if not line:
+                os._exit(0)
+            m = _loads(line)
+            if "op" in m:
+                with self.mu:
+                    self._wake()  # someone else reads while this thread serves
+                self.answer(m)
+                continue
+            k = m.get("n")
+            with self.mu:
+                if k == n:
+                    self._wake()  # someone else reads now
+                    return m
+                if k in self.pending:  # another thread's call (an answer to one given up: dropped)
+                    self.answers[k] = m
+                    self._wake(k)
+
+    def _send(self, data):
+        with self.wmu:
+            while data:
+                data = data[_write(self.wfd, data):]
 
     def loop(self):
         while True:
-            with self.lock:
-                line = self.rf.readline()
-            if not line:
-                os._exit(0)
-            req = _loads(line)
-            if "op" in req:  # (anything else: a late answer to a call the program gave up on)
-                self.answer(req)
+            self.answer(self._next(None))
 
     def answer(self, req):
         out = self.serve(req)
         try:
-            _emit(self.wfd, out)
+            self._send((_dumps(out) + "\n").encode("utf-8", "replace"))
         except BrokenPipeError:
             os._exit(0)  # the judge is gone: nothing of ours to report
         except (ValueError, TypeError, RecursionError) as exc:  # an unencodable reply: say so
-            _emit(self.wfd, {"id": req["id"], "raise": "ValueError",
-                             "msg": f"unencodable return value: {exc}"[:1000], "kind": "error"})
+            self._send((_dumps({"id": req["id"], "raise": "ValueError", "kind": "error",
+                                "msg": f"unencodable return value: {exc}"[:1000]}) + "\n").encode())
 
     def call_judge(self, fid, args, kwargs):
-        """Call the tests' function ``fid`` in the judge and wait for its answer, serving the judge's
-        requests that come first (strictly nested: the innermost call is the one answered). One
-        thread at a time: the others wait for the lock."""
-        with self.lock:
-            return self._call_judge(fid, args, kwargs)
-
-    def _call_judge(self, fid, args, kwargs):
+        """Call the tests' function ``fid`` in the judge and wait for its answer (``_next``), serving
+        the judge's requests that come meanwhile."""
         handles = self.handles
-        self.calls += 1
-        n = self.calls
+        with self.mu:
+            self.calls += 1
+            n = self.calls
+            self.pending.add(n)
+        try:
+            m = self._call(n, fid, args, kwargs)
+        finally:
+            with self.mu:
+                self.pending.discard(n)
+                self.answers.pop(n, None)
+        if m.get("abort"):
+            raise _Aborted("the tests' function did not finish in the judge")
+        if "exc" in m:
+            cls = _JUDGE_EXC.get(m["exc"], RuntimeError)
+            try:
+                exc = cls(*_dec_arg(m["args"], handles)) if "args" in m else cls(m.get("msg", ""))
+            except Exception:  # noqa: BLE001 - a class that wants other arguments: the text
+                exc = cls(m.get("msg", ""))
+            if "tok" in m:  # the tests' own exception: it goes back to them as itself
+                exc._judge_tok = m["tok"]
+            raise exc
+        value = _dec_arg(m.get("ret"), handles)
+        given = [*args, *kwargs.values()]
+        for i, new in m.get("mut") or ():  # what the tests' function changed in place
+            if type(i) is int and 0 <= i < len(given) and type(given[i]) in (list, dict, set, bytearray):
+                _mirror(given[i], _dec_arg(new, handles))
+        return value
+
+    def _call(self, n, fid, args, kwargs):
+        handles = self.handles
         msg = {"cb": fid, "n": n, "args": [_enc(a, handles) for a in args],
                "kw": [[str(k), _enc(v, handles)] for k, v in kwargs.items()]}
         if isinstance(sys.stdout, _Printed) and sys.stdout.parts:
@@ -220,35 +311,8 @@ class _Channel:
         data = (_dumps(msg) + "\n").encode("utf-8", "replace")
         if len(data) > _MAX_LINE:  # the judge would drop it and the case would hang on its answer
             raise ValueError(f"a call of the tests' function over {_MAX_LINE >> 20} MB (its arguments)")
-        while data:
-            data = data[_write(self.wfd, data):]
-        while True:
-            line = self.rf.readline()
-            if not line:
-                os._exit(0)
-            m = _loads(line)
-            if "op" in m:
-                self.answer(m)
-            elif m.get("n") != n:
-                continue  # the answer to a call the program gave up on (its timeout fired meanwhile)
-            elif m.get("abort"):
-                raise _Aborted("the tests' function did not finish in the judge")
-            elif "exc" in m:
-                cls = _JUDGE_EXC.get(m["exc"], RuntimeError)
-                try:
-                    exc = cls(*_dec_arg(m["args"], handles)) if "args" in m else cls(m.get("msg", ""))
-                except Exception:  # noqa: BLE001 - a class that wants other arguments: the text
-                    exc = cls(m.get("msg", ""))
-                if "tok" in m:  # the tests' own exception: it goes back to them as itself
-                    exc._judge_tok = m["tok"]
-                raise exc
-            else:
-                value = _dec_arg(m.get("ret"), handles)
-                given = [*args, *kwargs.values()]
-                for i, new in m.get("mut") or ():  # what the tests' function changed in place
-                    if type(i) is int and 0 <= i < len(given) and type(given[i]) in (list, dict, set, bytearray):
-                        _mirror(given[i], _dec_arg(new, handles))
-                return value
+        self._send(data)
+        return self._next(n)
 
     def serve(self, req):
         """One request of the judge -> its reply (a value, or the exception the program raised)."""
