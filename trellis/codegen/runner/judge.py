@@ -232,10 +232,8 @@ class _Rpc:
                 value, raised = None, (name, msg[:1000], kind, args if type(args) is tuple else None)
             else:
                 value, raised = _dec(rep.get("v"), self), None
-                for i, new in rep.get("mut") or ():
-                    # A list/dict/set argument the program changed in place: mirror it, by value.
-                    if type(i) is int and 0 <= i < len(mutable) and type(mutable[i]) in (list, dict, set, bytearray):
-                        _mirror(mutable[i], _dec(new, self))
+                # A list/dict/set argument the program changed in place: mirror it, by value.
+                _mirror_changes(mutable, rep.get("mut"), lambda new: _dec(new, self))
         except (_ProtocolError, ValueError, TypeError, RecursionError, UnicodeDecodeError, ArithmeticError) as exc:
             raise UnreceivableValue(f"the program answered with a value the tests cannot receive ({exc})"[:1000]) \
                 from None
@@ -396,6 +394,27 @@ def _mirror(old, new, depth=0):
         old[:] = new
 
 
+def _mirror_changes(given, changes, dec):
+    """Apply ``changes`` (``_changed``'s ``[i, wire form]`` pairs, from the other process) to the
+    arguments ``given``, each decoded by ``dec``: only lists, dicts, sets and bytearrays, by index."""
+    for i, new in changes or ():
+        if type(i) is int and 0 <= i < len(given) and type(given[i]) in (list, dict, set, bytearray):
+            _mirror(given[i], dec(new))
+
+
+def _describe_soon(rpc, exc, source=""):
+    """``_describe(exc)`` for a case or the preamble that has ended: its text may ask the program
+    (an assert's message that is the program's object), so within a second of its own, not the
+    case's clock, which has stopped; the class's name when it cannot be had."""
+    rpc.deadline = _clock() + 1.0
+    try:
+        return _describe(exc, source)
+    except _BaseException:  # noqa: B902
+        return type(exc).__name__[:100]
+    finally:
+        rpc.deadline = None
+
+
 def _same(a, b):
     """Whether ``a`` may stay where ``b`` came back: equal, and not a number of another type. An
     element the call did not change keeps its own class (a namedtuple, a bytearray), which the
@@ -517,13 +536,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         if tests["preamble"]:
             _exec(_compile(tests["preamble"], "<tests>", "exec"), g)
     except _BaseException as exc:  # noqa: B902
-        rpc.deadline = _clock() + 1.0  # (as a case's message: its text may ask the program)
-        try:
-            load_error = _describe(exc)
-        except _BaseException:  # noqa: B902
-            load_error = type(exc).__name__[:100]
-        finally:
-            rpc.deadline = None
+        load_error = _describe_soon(rpc, exc)
     if load_error is not None:
         _emit(out, {"ev": "load", "error": load_error, "kind": "error"})
         os._exit(0)
@@ -564,15 +577,7 @@ def _judge(job, tests, rpc_w, rpc_r, out):
         except _WorkerLost as exc:
             error, kind = f"not run to the end: {exc}", "lost"
         except _BaseException as exc:  # noqa: B902
-            # its text may ask the program (an assert's message that is the program's object):
-            # within a second, not the case's clock, which has stopped
-            rpc.deadline = _clock() + 1.0
-            try:
-                error, kind = _describe(exc, case["source"]), _kind(exc)
-            except _BaseException:  # noqa: B902 - its text could not be had: the class's name
-                error, kind = type(exc).__name__[:100], _kind(exc)
-            finally:
-                rpc.deadline = None
+            error, kind = _describe_soon(rpc, exc, case["source"]), _kind(exc)
         if rpc.lost and kind != "lost":
             error, kind = f"not run to the end: {rpc.lost}", "lost"
         _emit(out, {"ev": "case", "i": i, "ok": error is None, "error": error, "kind": kind, "t": _clock() - t,

@@ -260,13 +260,14 @@ class _Channel:
 
     def answer(self, req):
         out = self.serve(req)
-        try:
-            self._send((_dumps(out) + "\n").encode("utf-8", "replace"))
-        except BrokenPipeError:
-            os._exit(0)  # the judge is gone: nothing of ours to report
-        except (ValueError, TypeError, RecursionError) as exc:  # an unencodable reply: say so
-            self._send((_dumps({"id": req["id"], "raise": "ValueError", "kind": "error",
-                                "msg": f"unencodable return value: {exc}"[:1000]}) + "\n").encode())
+        with self.wmu:
+            try:
+                _emit(self.wfd, out)
+            except BrokenPipeError:
+                os._exit(0)  # the judge is gone: nothing of ours to report
+            except (ValueError, TypeError, RecursionError) as exc:  # an unencodable reply: say so
+                _emit(self.wfd, {"id": req["id"], "raise": "ValueError", "kind": "error",
+                                 "msg": f"unencodable return value: {exc}"[:1000]})
 
     def call_judge(self, fid, args, kwargs):
         """Call the tests' function ``fid`` in the judge and wait for its answer (``_next``), serving
@@ -294,10 +295,8 @@ class _Channel:
                 exc._judge_tok = m["tok"]
             raise exc
         value = _dec_arg(m.get("ret"), handles)
-        given = [*args, *kwargs.values()]
-        for i, new in m.get("mut") or ():  # what the tests' function changed in place
-            if type(i) is int and 0 <= i < len(given) and type(given[i]) in (list, dict, set, bytearray):
-                _mirror(given[i], _dec_arg(new, handles))
+        # what the tests' function changed in place
+        _mirror_changes([*args, *kwargs.values()], m.get("mut"), lambda new: _dec_arg(new, handles))
         return value
 
     def _call(self, n, fid, args, kwargs):
