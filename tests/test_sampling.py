@@ -96,3 +96,37 @@ def test_draw_never_draws_a_zero_weight_and_keeps_a_wide_rows_tail():
     assert abs(share - expected) < 5 * (expected * (1 - expected) / 20000) ** 0.5, share
     with pytest.raises(ValueError):
         draw(torch.zeros(1, 5), g)
+
+
+def test_draw_few_draws_what_draw_draws_from_the_same_uniforms():
+    """SMC's short rows and resampling draw in Python floats: the same indices as ``draw`` on k
+    copies of the row from the same generator state (zero weights included, never drawn), and the
+    same refusals."""
+    from trellis.errors import UsageError
+    from trellis.sampling import draw, draw_few
+
+    for seed in range(300):
+        g = torch.Generator().manual_seed(seed)
+        n, k = int(torch.randint(1, 9, (1,), generator=g)), int(torch.randint(1, 7, (1,), generator=g))
+        w = torch.rand(n, generator=g, dtype=torch.float64) ** 3
+        w[torch.rand(n, generator=g) < 0.3] = 0.0
+        if float(w.sum()) == 0.0:
+            w[n - 1] = 0.5
+        want = draw(w.expand(k, -1), torch.Generator().manual_seed(seed)).flatten().tolist()
+        got = draw_few(w.tolist(), k, torch.Generator().manual_seed(seed))
+        assert got == want
+        assert all(w[i] > 0 for i in got)
+    for bad in ([0.0, 0.0], [1.0, -0.5], [float("nan"), 1.0], [float("inf")], []):
+        with pytest.raises(UsageError):
+            draw_few(bad, 1, torch.Generator().manual_seed(0))
+
+
+def test_logsumexp_floats_is_torchs_logsumexp():
+    from trellis.sampling import logsumexp_floats
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 5, 40):
+        x = torch.randn(n, generator=g, dtype=torch.float64) * 30
+        x[0] = float("-inf")
+        assert logsumexp_floats(x.tolist()) == pytest.approx(float(torch.logsumexp(x, 0)), rel=1e-12, abs=1e-12)
+    assert logsumexp_floats([]) == float("-inf") == logsumexp_floats([float("-inf")] * 3)

@@ -8,31 +8,65 @@ way, everywhere ("masked step-by-step decoding", DESIGN.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from trellis.constrain.base import Constraint, Refines, State, Unconstrained, fill_masks, refine_scores, tree_masks
+from trellis.capabilities import declares
 from trellis.errors import UsageError
 from trellis.lm import LanguageModel
 from trellis.lm_proxy import Normalises
 from trellis.mask import apply_bitmask_, bitmask_to_bool, set_bit_ids
-from trellis.sampling import log_softmax, repetition_penalty, warp
+from trellis.sampling import check_warp, log_softmax, logsumexp_floats, repetition_penalty, warp
 from trellis.tokens import TokenTree, Vocabulary
 
 
 SPARSE_ROW = 4096  # a proposal row allowing at most this many tokens lists them (Proposal.allowed)
 
 
-class Proposal(NamedTuple):
-    """``Decoder.proposal``'s result: ``log_q`` [B, V] (-inf: not allowed), ``log_mass`` [B] (log of
-    the allowed mass, -inf: nothing allowed), ``allowed``: per row the allowed token ids,
-    ascending, when there are at most ``SPARSE_ROW`` of them (else ``None``: read ``log_q``)."""
+class Proposal:
+    """``Decoder.proposal``'s result, per row of the batch:
 
-    log_q: Tensor
-    log_mass: Tensor
-    allowed: tuple[Tensor | None, ...]
+    - ``log_mass`` [B]: the log of the allowed mass (-inf: nothing allowed);
+    - ``allowed``: the allowed token ids, ascending, when there are at most ``SPARSE_ROW`` of them
+      (else ``None``);
+    - ``sparse_log_q``: log q over those ids, aligned with them (``None`` where ``allowed`` is);
+    - ``row(r)`` / ``log_q`` [B, V]: log q over the whole vocabulary (-inf: not allowed).
+
+    The dense rows of listed rows are built only when read: a step whose rows allow a few tokens
+    never writes [B, V] tensors (a 262,144-token row of -inf and its copy cost ~0.1 ms per step,
+    a fifth of a memo-served SMC step; bench_smc.py peer --task yesno, line-profiled 2026-11-29)."""
+
+    __slots__ = ("log_mass", "allowed", "sparse_log_q", "_dense", "_vocab_size", "_log_q")
+
+    def __init__(self, log_mass: Tensor, allowed: tuple[Tensor | None, ...],
+                 sparse_log_q: tuple[Tensor | None, ...], dense: Sequence[Tensor | None], vocab_size: int) -> None:
+        self.log_mass = log_mass
+        self.allowed = allowed
+        self.sparse_log_q = sparse_log_q
+        self._dense = list(dense)  # per row: its [V] log q, or None for a listed row (built on demand)
+        self._vocab_size = vocab_size
+        self._log_q: Tensor | None = None
+
+    def row(self, r: int) -> Tensor:
+        """Row ``r``'s log q over the whole vocabulary, [V]."""
+        got = self._dense[r]
+        if got is None:
+            ids, vals = self.allowed[r], self.sparse_log_q[r]
+            assert ids is not None and vals is not None
+            got = torch.full((self._vocab_size,), float("-inf"), dtype=vals.dtype, device=vals.device)
+            got[ids] = vals
+            self._dense[r] = got
+        return got
+
+    @property
+    def log_q(self) -> Tensor:
+        """[B, V] log q, -inf where a token is not allowed."""
+        if self._log_q is None:
+            self._log_q = torch.stack([self.row(r) for r in range(len(self.allowed))])
+        return self._log_q
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +118,7 @@ class Decoder:
     def __post_init__(self) -> None:
         if self.repetition_penalty <= 0:
             raise UsageError("repetition_penalty must be > 0")
-        warp(torch.zeros(1, 2), temperature=self.temperature, top_p=self.top_p, min_p=self.min_p)  # validates
+        check_warp(temperature=self.temperature, top_p=self.top_p, min_p=self.min_p)
         if self.stop and self.vocab is None:
             raise UsageError("stop strings need a vocabulary (Decoder(vocab=...))")
         if self.vocab is None and getattr(self.constraint, "vocab", None) is not None:
@@ -92,6 +126,7 @@ class Decoder:
         if any(len(w) == 0 for w in self.bad_words):
             raise UsageError("bad_words entries must be non-empty token sequences")
         object.__setattr__(self, "_banned", torch.tensor(sorted(self.suppress), dtype=torch.long))
+        object.__setattr__(self, "_eos_ids", torch.tensor(sorted(self.eos), dtype=torch.long))
 
     @property
     def constrained(self) -> bool:
@@ -149,14 +184,14 @@ class Decoder:
         (``Budgeted``) would change p~ per state and is refused."""
         if self.temperature == 0:
             raise UsageError("the proposal samples: temperature must be > 0 (1.0 is the model's own distribution)")
-        if isinstance(self.constraint, Refines):
+        if declares(self.constraint, Refines):
             raise UsageError(f"{type(self.constraint).__name__} steers the scores (Refines): a proposal's weights "
                              "would not estimate the model's probability of the language")
         plain = (self.temperature == 1.0 and self.repetition_penalty == 1.0 and not (self.suppress or self.bad_words)
                  and not self.top_k and self.top_p >= 1.0 and self.min_p <= 0.0)
-        if plain and isinstance(self.lm, Normalises):  # p~ is the model: its normaliser comes with the row
-            scores, total = self.lm.logits_and_normalisers([h.tokens for h in hyps])
-            scores = scores.float()
+        rows: Sequence[Tensor]
+        if plain and declares(self.lm, Normalises):  # p~ is the model: its normaliser comes with the row
+            rows, total = self.lm.logits_and_normalisers([h.tokens for h in hyps])
         else:
             scores = self.lm.logits([h.tokens for h in hyps]).float()  # [B, V]
             if self.repetition_penalty != 1.0:
@@ -166,36 +201,44 @@ class Decoder:
             scores = warp(scores, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                           min_p=self.min_p)
             total = torch.logsumexp(scores, -1)  # [B]: log of p~'s normaliser
-        b, v = scores.shape
+            rows = list(scores)
+        b, v = len(rows), rows[0].shape[-1]
         if not self.constrained and not eos_only:
-            return Proposal(scores - total[:, None], torch.zeros_like(total), (None,) * b)
+            return Proposal(torch.zeros_like(total), (None,) * b, (None,) * b,
+                            [r.float() - t for r, t in zip(rows, total.tolist())], v)
         bits = fill_masks(self.constraint, [h.state for h in hyps], v) if self.constrained else None
-        eos = torch.tensor(sorted(t for t in self.eos if t < v), dtype=torch.long)
+        eos = self._eos_ids[self._eos_ids < v] if eos_only else None  # type: ignore[attr-defined]
         # A row that allows few tokens (most steps under a grammar) is normalised over them alone,
         # not by passes over the whole vocabulary (bench_smc.py peer: ~1 ms a row on Gemma's 262k).
-        log_q = torch.full_like(scores, float("-inf"))
-        lse = torch.empty_like(total)
+        lse: list[float] = []
         allowed: list[Tensor | None] = []
+        sparse: list[Tensor | None] = []
+        dense: list[Tensor | None] = []
         for r in range(b):
             ids = set_bit_ids(bits[r], v) if bits is not None else None
-            if eos_only:
+            if eos is not None:
                 ids = eos if ids is None else ids[torch.isin(ids, eos)]
             if ids is not None and len(ids) <= SPARSE_ROW:
-                ids = ids.to(scores.device)
-                vals = scores[r, ids]
-                lse[r] = torch.logsumexp(vals, 0) if len(ids) else float("-inf")
-                log_q[r, ids] = vals - lse[r]
+                ids = ids.to(rows[r].device)
+                vals = rows[r][ids].float()
+                m = logsumexp_floats(vals.tolist())
+                lse.append(m)
                 allowed.append(ids)
+                sparse.append(vals - m)
+                dense.append(None)
             else:  # a constrained row allowing many tokens (a string's interior)
                 assert bits is not None
                 width = min(v, bits.shape[-1] * 32)
-                ok = torch.zeros(v, dtype=torch.bool, device=scores.device)
-                ok[:width] = bitmask_to_bool(bits[r:r + 1].to(scores.device), width)[0]
-                row = scores[r].masked_fill(~ok, float("-inf"))
-                lse[r] = torch.logsumexp(row, 0)
-                log_q[r] = row - lse[r]
+                ok = torch.zeros(v, dtype=torch.bool, device=rows[r].device)
+                ok[:width] = bitmask_to_bool(bits[r:r + 1].to(rows[r].device), width)[0]
+                row = rows[r].float().masked_fill(~ok, float("-inf"))
+                m = float(torch.logsumexp(row, 0))
+                lse.append(m)
                 allowed.append(None)
-        return Proposal(log_q, lse - total, tuple(allowed))
+                sparse.append(None)
+                dense.append(row - m)
+        log_mass = torch.tensor(lse, dtype=torch.float32, device=total.device) - total
+        return Proposal(log_mass, tuple(allowed), tuple(sparse), dense, v)
 
     def tree_scores(self, hyp: Hypothesis, tree: TokenTree) -> tuple[Tensor, list[State | None]]:
         """Scores [N+1, V] for every node of a draft tree in one forward, and the constraint state

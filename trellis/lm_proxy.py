@@ -62,8 +62,9 @@ class Normalises(Protocol):
     computed once per row it remembers (``LogitsMemo``): a proposal at temperature 1 reads it
     instead of a pass over the whole vocabulary per row and step."""
 
-    def logits_and_normalisers(self, prefixes: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
-        """([B, V] float32 logits, [B] their log-sum-exp), as ``logits`` and ``torch.logsumexp``."""
+    def logits_and_normalisers(self, prefixes: Sequence[Sequence[int]]) -> tuple[Sequence[Tensor], Tensor]:
+        """(one [V] logits row per prefix, [B] float32 their log-sum-exp), as ``logits`` and
+        ``torch.logsumexp``. The rows may be the model's own tensors: the caller only reads them."""
         ...
 
 

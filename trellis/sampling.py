@@ -3,6 +3,8 @@ sampling with an explicit generator, and entropy. None of them modify their inpu
 
 from __future__ import annotations
 
+import bisect
+import math
 from typing import Sequence
 
 import torch
@@ -29,6 +31,16 @@ def repetition_penalty(logits: Tensor, previous: Sequence[Sequence[int]], penalt
     return out
 
 
+def check_warp(*, temperature: float = 1.0, top_p: float = 1.0, min_p: float = 0.0) -> None:
+    """``UsageError`` for warping parameters ``warp`` refuses (a ``Decoder`` checks them when built)."""
+    if temperature < 0:
+        raise UsageError(f"temperature must be >= 0, got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise UsageError(f"top_p must be in (0, 1], got {top_p}")
+    if not 0.0 <= min_p < 1.0:
+        raise UsageError(f"min_p must be in [0, 1), got {min_p}")
+
+
 def warp(logits: Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
          min_p: float = 0.0) -> Tensor:
     """Temperature, then top-k, top-p (nucleus) and min-p filtering; removed entries become -inf.
@@ -36,12 +48,7 @@ def warp(logits: Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: flo
     ``logits`` is [B, V] (already masked: -inf entries stay -inf). ``temperature == 0`` leaves the
     scale alone (greedy takes the argmax, which no filter removes).
     """
-    if temperature < 0:
-        raise UsageError(f"temperature must be >= 0, got {temperature}")
-    if not 0.0 < top_p <= 1.0:
-        raise UsageError(f"top_p must be in (0, 1], got {top_p}")
-    if not 0.0 <= min_p < 1.0:
-        raise UsageError(f"min_p must be in [0, 1), got {min_p}")
+    check_warp(temperature=temperature, top_p=top_p, min_p=min_p)
     out = logits / temperature if temperature not in (0.0, 1.0) else logits
     if top_k and top_k < out.shape[-1]:
         kth = torch.topk(out, top_k, dim=-1).values[..., -1:]  # [B, 1]
@@ -64,6 +71,19 @@ def log_softmax(scores: Tensor) -> Tensor:
     """log-probabilities in float32 ([B, V] -> [B, V]); all -inf rows stay all -inf instead of NaN."""
     lp = torch.log_softmax(scores.float(), dim=-1)
     return torch.nan_to_num(lp, nan=NEG_INF, neginf=NEG_INF)  # neginf: the default would make -inf finite
+
+
+def logsumexp_floats(xs: Sequence[float]) -> float:
+    """log(sum(exp(x))) of Python floats, in float64 (-inf for none or all -inf).
+
+    Why not ``torch.logsumexp``: SMC takes it over a few log-weights or a row's few allowed tokens
+    several times a step, ~25-40 us a call as tensors where this takes ~2 us; those calls were a
+    fifth of a memo-served run (bench_smc.py peer --task yesno, line-profiled 2026-11-29, 2-core
+    AMD EPYC)."""
+    m = max(xs, default=NEG_INF)
+    if m == NEG_INF or m == math.inf:
+        return m
+    return m + math.log(math.fsum(math.exp(x - m) for x in xs))
 
 
 def draw(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -93,6 +113,33 @@ def draw(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
         last = (w > 0).long() * torch.arange(w.shape[-1], device=dev)
         idx = torch.where(bad, last.max(-1, keepdim=True).values, idx)
     return idx.to(probs.device)
+
+
+def draw_few(weights: Sequence[float], k: int = 1, generator: torch.Generator | None = None) -> list[int]:
+    """``k`` independent indices drawn from a short list of non-negative weights, P(i) = w_i / sum(w):
+    ``draw`` on ``k`` copies of one row, in Python floats (float64, running sum, one uniform per
+    draw from ``generator``: the same uniforms and the same indices ``draw`` gives).
+
+    Why: a sequential Monte Carlo step draws from rows of a few allowed tokens, and resamples a
+    few particles; ``draw``'s dozen tensor ops cost ~90 us per call there, a fifth of a
+    memo-served run (bench_smc.py peer --task yesno, line-profiled 2026-11-29, 2-core AMD EPYC)."""
+    cum: list[float] = []
+    total = 0.0
+    for w in weights:
+        if not w >= 0.0:  # negative or NaN
+            raise UsageError("draw_few() needs non-negative, finite weights with a positive sum")
+        total += w
+        cum.append(total)
+    if not (total > 0.0 and math.isfinite(total)):
+        raise UsageError("draw_few() needs non-negative, finite weights with a positive sum")
+    out = []
+    dev = generator.device if generator is not None else "cpu"
+    for u in torch.rand(k, generator=generator, device=dev, dtype=torch.float64).tolist():
+        i = min(bisect.bisect_right(cum, u * total), len(cum) - 1)  # first i with cum_i > u
+        if weights[i] <= 0:  # u rounded up to the total: the last positive weight, as ``draw``
+            i = max(j for j, w in enumerate(weights) if w > 0)
+        out.append(i)
+    return out
 
 
 def sample(log_probs: Tensor, generator: torch.Generator | None = None) -> Tensor:

@@ -23,20 +23,23 @@ def test_the_proposal_is_the_masked_model_and_its_weight_the_allowed_mass() -> N
     for temperature in (1.0, 0.7):
         dec = Decoder(HashLM(len(vocab), seed=4), con, temperature=temperature, vocab=vocab)
         h = dec.start([1])
-        log_q, log_mass, listed = dec.proposal([h])
+        prop = dec.proposal([h])
+        log_q, log_mass, listed = prop.log_q, prop.log_mass, prop.allowed
         assert listed[0].tolist() == [3, 4, 5]
+        assert torch.equal(prop.row(0)[listed[0]], prop.sparse_log_q[0])
         raw = torch.log_softmax(dec.lm.logits([h.tokens])[0] / temperature, -1)
         allowed = [3, 4, 5]  # "a", "b", "ab": each keeps the text a prefix of the language
         assert torch.isfinite(log_q[0]).nonzero().flatten().tolist() == allowed
         assert math.isclose(float(log_mass[0]), float(torch.logsumexp(raw[allowed], 0)), rel_tol=1e-5)
         assert torch.allclose(log_q[0, allowed], raw[allowed] - log_mass[0], atol=1e-5)
         done = dec.extend(h, 5)  # "ab": complete, only EOS may follow
-        log_q, log_mass, _ = dec.proposal([done], eos_only=True)
+        prop = dec.proposal([done], eos_only=True)
+        log_q, log_mass = prop.log_q, prop.log_mass
         assert torch.isfinite(log_q[0]).nonzero().flatten().tolist() == [2]
         assert math.isclose(float(log_mass[0]), float(torch.log_softmax(
             dec.lm.logits([done.tokens])[0] / temperature, -1)[2]), rel_tol=1e-5)
         half = dec.extend(h, 3)  # "a": not complete, so EOS-only allows nothing
-        assert float(dec.proposal([half], eos_only=True)[1][0]) == float("-inf")
+        assert float(dec.proposal([half], eos_only=True).log_mass[0]) == float("-inf")
     with pytest.raises(UsageError, match="temperature"):
         Decoder(HashLM(len(vocab)), con, temperature=0.0, vocab=vocab).proposal([h])
 

@@ -63,6 +63,10 @@ class LogitsMemo(LMProxy):
             self.lse.pop(old, None)
 
     def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
+        return torch.stack(self._rows(prefixes))  # [B, V]: copies, the caller may write them
+
+    def _rows(self, prefixes: Sequence[Sequence[int]]) -> list[Tensor]:
+        """One [V] row per prefix (the memo's own tensors or views of the model's batch: read only)."""
         self._tree = None
         keys = [tuple(int(t) for t in p) for p in prefixes]
         # the rows served from here are taken first: remembering the missing ones may evict them
@@ -77,25 +81,25 @@ class LogitsMemo(LMProxy):
                 got[k] = out[i]
         where = {k: i for i, k in enumerate(missing)}
         self._forwarded = [where.get(k) for k in keys]
-        return torch.stack([got[k] for k in keys])  # [B, V]
+        return [got[k] for k in keys]
 
-    def logits_and_normalisers(self, prefixes: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
-        """``logits(prefixes)`` and each row's log-sum-exp, remembered with the row: SMC's steps come
-        back to the same prefixes run after run, and a pass over Gemma's 262,144 logits per row
-        was a third of a memo-served run (bench_smc.py peer --task yesno, profiled 2026-11-29:
-        1.26 of 4.0 ms)."""
-        out = self.logits(prefixes)
+    def logits_and_normalisers(self, prefixes: Sequence[Sequence[int]]) -> tuple[list[Tensor], Tensor]:
+        """One read-only [V] logits row per prefix (not copied: a [B, V] copy per SMC step cost ~60
+        us, bench_smc.py peer --task yesno, line-profiled 2026-11-29) and each row's log-sum-exp,
+        remembered with the row: SMC's steps come back to the same prefixes run after run, and a
+        pass over Gemma's 262,144 logits per row was a third of a memo-served run (same bench,
+        profiled 2026-11-29: 1.26 of 4.0 ms)."""
+        rows = self._rows(prefixes)
         keys = [tuple(int(t) for t in p) for p in prefixes]
-        todo = [i for i, k in enumerate(keys) if k not in self.lse]
-        if todo:
-            fresh = torch.logsumexp(out[todo].float(), -1).tolist()
-            for i, v in zip(todo, fresh):
-                if keys[i] in self.rows:
-                    self.lse[keys[i]] = v
-        lse = torch.tensor([self.lse.get(k, float("nan")) for k in keys], dtype=torch.float32)
-        if todo and bool(lse.isnan().any()):  # a row this memo could not keep (over max_bytes)
-            lse = torch.logsumexp(out.float(), -1)
-        return out, lse
+        lse: list[float] = []
+        for k, row in zip(keys, rows):
+            v = self.lse.get(k)
+            if v is None:
+                v = float(torch.logsumexp(row.float(), -1))
+                if k in self.rows:  # a row this memo could not keep (over max_bytes) keeps no normaliser
+                    self.lse[k] = v
+            lse.append(v)
+        return rows, torch.tensor(lse, dtype=torch.float32)
 
     def reindex_rows(self, rows: Sequence[int]) -> None:
         """Passed on for the prefixes the model forwarded in the last request (a remembered one has

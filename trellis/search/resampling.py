@@ -15,25 +15,26 @@ from typing import Callable, Literal, Sequence
 import torch
 
 from trellis.errors import UsageError
-from trellis.sampling import draw
+from trellis.sampling import NEG_INF, draw_few, logsumexp_floats
 
 Resampler = Literal["systematic", "multinomial"]
 
 
 def log_ess(log_w: Sequence[float]) -> float:
     """log of the effective sample size (sum w)^2 / sum w^2 of log-weights (-inf if all are -inf)."""
-    w = torch.tensor(list(log_w), dtype=torch.float64)
-    if not bool(torch.isfinite(w).any()):
-        return float("-inf")
-    return float(2 * torch.logsumexp(w, 0) - torch.logsumexp(2 * w, 0))
+    if not any(math.isfinite(x) for x in log_w):
+        return NEG_INF
+    return 2 * logsumexp_floats(log_w) - logsumexp_floats([2 * x for x in log_w])
 
 
 def normalised(log_w: Sequence[float]) -> torch.Tensor:
     """[N] float64 weights W_i = w_i / sum w (needs one finite log-weight)."""
-    w = torch.tensor(list(log_w), dtype=torch.float64)
-    if not bool(torch.isfinite(w).any()):
+    if not any(math.isfinite(x) for x in log_w):
         raise UsageError("every particle has weight zero: nothing to resample")
-    return torch.softmax(w, 0)
+    m = max(log_w)
+    e = [math.exp(x - m) for x in log_w]
+    s = math.fsum(e)
+    return torch.tensor([x / s for x in e], dtype=torch.float64)
 
 
 def systematic(weights: torch.Tensor, n: int, generator: torch.Generator | None = None) -> list[int]:
@@ -55,7 +56,7 @@ def systematic(weights: torch.Tensor, n: int, generator: torch.Generator | None 
 
 def multinomial(weights: torch.Tensor, n: int, generator: torch.Generator | None = None) -> list[int]:
     """``n`` independent draws from ``weights`` ([N], summing to 1)."""
-    return draw(weights.double().cpu().expand(n, -1), generator).flatten().tolist()
+    return draw_few(weights.tolist(), n, generator)
 
 
 RESAMPLERS: dict[str, Callable[[torch.Tensor, int, torch.Generator | None], list[int]]] = {
@@ -73,5 +74,4 @@ def resampler(name: str) -> Callable[[torch.Tensor, int, torch.Generator | None]
 def mean_log_weight(log_w: Sequence[float]) -> float:
     """log((1/N) sum w): every particle's log-weight after resampling (it keeps the estimate of the
     normalising constant unbiased)."""
-    w = torch.tensor(list(log_w), dtype=torch.float64)
-    return float(torch.logsumexp(w, 0)) - math.log(len(w))
+    return logsumexp_floats(log_w) - math.log(len(log_w))

@@ -43,10 +43,11 @@ from typing import Literal, Sequence
 
 import torch
 
+from trellis.capabilities import declares
 from trellis.decoder import Decoder, Hypothesis, Proposal
 from trellis.errors import UsageError
 from trellis.lm_proxy import ReindexesRows
-from trellis.sampling import draw, sample
+from trellis.sampling import draw, draw_few, sample
 from trellis.search.logits_memo import LogitsMemo
 from trellis.search.potentials import Potential, as_log_weight, prefix_text
 from trellis.search.resampling import Resampler, log_ess, mean_log_weight, normalised, resampler
@@ -265,7 +266,7 @@ class _Run:
                 self.log_w[slot] = mean
             self.resamples += 1
         lm = dec.lm
-        if isinstance(lm, ReindexesRows):  # the next batch's rows continue these rows of this one
+        if declares(lm, ReindexesRows):  # the next batch's rows continue these rows of this one
             lm.reindex_rows([rows[ancestors[j]] for j, x in enumerate(self.ending) if x is None])
         return True
 
@@ -317,7 +318,7 @@ class _Run:
         if self.smc.output == "map":
             best = next(iter(posterior))
             return max((p for p in parts if p.text == best), key=lambda p: p.log_weight)
-        k = int(draw(normalised([p.log_weight for p in parts]), self.smc.generator))
+        k = draw_few(normalised([p.log_weight for p in parts]).tolist(), 1, self.smc.generator)[0]
         return parts[k]
 
 
@@ -331,17 +332,20 @@ def _draw(prop: Proposal, row_of: list[int], generator: torch.Generator | None) 
     wanted: dict[int, int] = {}
     for r in row_of:
         wanted[r] = wanted.get(r, 0) + 1
-    drawn: dict[int, list[int]] = {}
+    drawn: dict[int, list[tuple[int, float]]] = {}  # row -> its (token, log q) draws, in order
     for r, k in wanted.items():
-        idx = prop.allowed[r]
-        if idx is None:
-            drawn[r] = sample(prop.log_q[r].expand(k, -1), generator).tolist()
+        idx, vals = prop.allowed[r], prop.sparse_log_q[r]
+        if idx is None or vals is None:
+            row = prop.row(r)
+            toks = sample(row.expand(k, -1), generator)
+            drawn[r] = list(zip(toks.tolist(), row[toks].tolist()))
         elif len(idx) == 0:
-            drawn[r] = [-1] * k  # nothing allowed: the particle ends with weight 0
+            drawn[r] = [(-1, NEG_INF)] * k  # nothing allowed: the particle ends with weight 0
         else:
-            picks = draw(prop.log_q[r, idx].exp().expand(k, -1), generator).flatten()
-            drawn[r] = idx[picks].tolist()
-    toks = [drawn[r].pop(0) for r in row_of]
-    dev = prop.log_q.device
-    lq = prop.log_q[torch.tensor(row_of, device=dev), torch.tensor(toks, device=dev).clamp(min=0)]
-    return toks, lq.tolist()
+            lq = vals.tolist()
+            ids = idx.tolist()
+            drawn[r] = [(ids[j], lq[j]) for j in draw_few(vals.exp().tolist(), k, generator)]
+    for got in drawn.values():
+        got.reverse()  # popped from the end below: each row's draws go to its particles in order
+    picked = [drawn[r].pop() for r in row_of]
+    return [t for t, _ in picked], [q for _, q in picked]
