@@ -55,6 +55,21 @@ static void run_plain(const job *j) {
 #include <immintrin.h>
 #define HAVE_X86 1
 
+/* Weights are read once per forward, from memory, and the kernel waited on it: Gemma's 1024 x 640
+   int8 q_proj took 43 us with its bytes in the caches and 337 us from memory (one thread; ~2 GB/s
+   where one core streams 21 GB/s: few cache misses in flight), its 262,144 x 640 LM head read at
+   ~12 GB/s on two. So the rows PF_ROWS ahead of each tile are asked for while it runs (one
+   prefetch per row and 64 bytes; a prefetch past the end of the weights is a hint, never a fault),
+   and the first PF_ROWS rows before the first tile. Interleaved A/B, cold caches, Zen 4 VM,
+   2026-11-29, one input row: LM head 22.1 -> 18.7 ms (2 threads), q_proj 194 -> 164 us, gate_proj
+   259 -> 221 us; products unchanged (only the loads' timing is). 64 rows ahead: no better. */
+#define PF_ROWS 16
+#define PREFETCH_ROW(j, row, k, nb)                                                               \
+    if (((k) & 63) == 0) {                                                                         \
+        _mm_prefetch((const char *)((j)->q + (row) * (j)->K + (k)), _MM_HINT_T0);                  \
+        if ((k) == 0) _mm_prefetch((const char *)((j)->d + (row) * (nb)), _MM_HINT_T0);            \
+    }
+
 /* One tile: NB output rows x RB input rows, accumulated over K in steps of 16 int8 weights.
    Each instruction set supplies its vector type V, ZERO, the scaled weights of one step
    (WEIGHTS: from the 16 raw int8 and the block scale, declared once per output row) and the
@@ -68,6 +83,7 @@ static void run_plain(const job *j) {
             for (int b = 0; b < RB; b++) acc[a][b] = ZERO();                                       \
         for (int64_t k = 0; k < K; k += 16) {                                                      \
             for (int a = 0; a < NB; a++) {                                                         \
+                PREFETCH_ROW(j, n + a + PF_ROWS, k, nb)                                            \
                 const __m128i raw = _mm_loadu_si128((const __m128i *)(j->q + (n + a) * K + k));    \
                 const V s = SET1(j->d[(n + a) * nb + k / G]);                                      \
                 WEIGHTS(raw, s)                                                                    \
@@ -142,6 +158,10 @@ static const tile_fn T256_1[5] = {NULL, tile256_1_1, tile256_1_2, tile256_1_3, t
 
 static void run_tiles(const job *j) {
     const int64_t most = j->isa == 2 ? 8 : 4; /* input rows per pass over the weights */
+    /* the first PF_ROWS rows, which no tile asks for ahead (a small weight is mostly these) */
+    const int64_t end = j->n0 + PF_ROWS < j->n1 ? j->n0 + PF_ROWS : j->n1;
+    for (const char *p = (const char *)(j->q + j->n0 * j->K); p < (const char *)(j->q + end * j->K); p += 64)
+        _mm_prefetch(p, _MM_HINT_T0);
     for (int64_t r = 0; r < j->B; r += most) {
         const int rb = (int)(j->B - r < most ? j->B - r : most);
         const tile_fn wide = j->isa == 2 ? T512_N[rb] : T256_N[rb];

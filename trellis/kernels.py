@@ -55,6 +55,7 @@ from trellis.errors import UsageError
 BLAS_KERNELS = ("plain", "transposed", "mkl_packed", "onednn")  # the float32 ones (before int8_blocks)
 KERNELS = (*BLAS_KERNELS, "int8_blocks")
 MIN_ROWS = 1
+INT8_VERSION = 2  # 2: the int8 kernel prefetches the rows ahead of its tiles (_qlinear.c, PF_ROWS)
 MARGIN = 0.9  # a kernel must take <= MARGIN x F.linear's time to replace it
 _REPS = 3  # timed runs per candidate (min); a candidate clearly slower than the best stops early
 
@@ -328,9 +329,10 @@ class TunedLinears:
 
     def _cache_key(self) -> str:
         # the candidate set is part of the key: a kernel added to trellis (or a C kernel now built)
-        # is measured instead of losing to choices stored before it existed
+        # is measured instead of losing to choices stored before it existed; so is the int8
+        # kernel's version (``INT8_VERSION``): choices timed against an older one are retimed
         return (f"{_cpu_name()} | torch {torch.__version__} | threads {torch.get_num_threads()} | rows {self.rows}"
-                f" | kernels {'+'.join(self._kinds())} | cold")
+                f" | kernels {'+'.join(self._kinds())} | cold | int8 v{INT8_VERSION}")
 
     def _tuned(self) -> dict[str, dict[int, str]]:
         threads = torch.get_num_threads()
