@@ -7,6 +7,7 @@ strings drawn from the DFA must match ``re``, and random strings ``re`` matches 
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 
@@ -178,11 +179,30 @@ def test_flags_and_unicode_classes(pattern: str, text: str, ok: bool) -> None:
     assert regex_to_byte_dfa(pattern).matches(text.encode()) == ok
 
 
+@pytest.mark.parametrize("pattern", [r"a(?!b)", r"a$", r"a\Z", r"(?m)[ab]+$", r"[ab]+$", r"a$\n", r"(a|b$)c?",
+                                     r"\d+(?:\.\d+)?$", r"a(?![a-z])b?", r"[a-c]+(?=\n)\n?"])
+def test_trailing_lookaheads_and_end_anchors_mean_what_fullmatch_says(pattern: str) -> None:
+    """A regex on its own is matched whole (re.fullmatch): a lookahead or end anchor at the end of
+    a match sees the end of the text (issue 58). Every string of up to 5 characters over an
+    alphabet that exercises them."""
+    dfa = regex_to_byte_dfa(pattern)
+    for n in range(6):
+        for chars in itertools.product("ab1.\nc", repeat=n):
+            text = "".join(chars)
+            assert dfa.matches(text.encode()) == bool(re.fullmatch(pattern, text)), (pattern, text)
+
+
+def test_a_lookahead_the_end_of_the_text_fails_matches_nothing() -> None:
+    for pattern in (r"a(?=b)", r"a$b", r"a\Zb"):
+        assert not any(re.fullmatch(pattern, "".join(c)) for n in range(4) for c in itertools.product("ab", repeat=n))
+        with pytest.raises(GrammarError, match="matches nothing"):
+            regex_to_byte_dfa(pattern)
+
+
 @pytest.mark.parametrize("pattern, feature", [
-    (r"a(?=b)", "lookahead that can see past the end"), (r"a(?!b)", "lookahead that can see past the end"),
     (r"(?<=a)b", "lookbehind that can see before the start"),
     (r"(?<!a)b", "negative lookbehind that can see before the start"), (r"(?=(?=a))a", "lookahead inside a lookaround"),
-    (r"^a", "anchor ^"), (r"a$", "anchor $"), (r"\bfoo", r"word boundary \b"),
+    (r"^a", "anchor ^"), (r"\bfoo", r"word boundary \b"), (r"(?=a$)a", "anchor $ inside a lookaround"),
     (r"(a)\1", "backreference"), (r"(a)?(?(1)b|c)", "conditional group"),
 ])
 def test_unsupported_constructs_are_refused_by_name(pattern: str, feature: str) -> None:

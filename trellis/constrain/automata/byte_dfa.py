@@ -167,6 +167,23 @@ def restrict_first_char(dfa: ByteDFA, allowed: tuple) -> ByteDFA | None:
         return None
 
 
+def one_byte_ending(dfa: ByteDFA, allowed: tuple) -> ByteDFA | None:
+    """The DFA of the one-character strings of ``dfa`` whose character is in ``allowed`` (ASCII
+    ranges only), or None when there is none: a scan that must read the document's last character
+    (``FollowGuard.last``)."""
+    row = np.full(256, -1, dtype=np.int32)
+    for lo, hi in allowed:
+        if hi >= 0x80:
+            raise ValueError("one_byte_ending takes ASCII characters")
+        for b in range(lo, hi + 1):
+            q = int(dfa.trans[0, b])
+            if q >= 0 and dfa.final[q]:
+                row[b] = 1
+    if not (row >= 0).any():
+        return None
+    return ByteDFA(np.stack([row, np.full(256, -1, dtype=np.int32)]), np.array([False, True]))
+
+
 def _chain_words(dfa: ByteDFA) -> list[bytes] | None:
     """The strings of a DFA that is one chain from state 0 (a literal: no branch, no loop), by
     ``literal_at``; None otherwise."""

@@ -22,7 +22,10 @@ document (as Lark's ``re.match(text, pos)`` does): a thread that reaches the end
 checkers of ONE character (``/[?](?![a-z])/``, ``/\w+(?=\()/``) makes its state final under a
 *follow guard* (``FollowGuard``: the characters that may come next, and whether the end of the
 document may), which the grammar engine applies to whatever starts after the terminal
-(``earley.py``). A lookahead owing more than one character past the end ("lookahead that can see
+(``earley.py``). End anchors are negative lookaheads (``regex_compile``): ``$`` under ``m`` and
+``\Z`` owe one character; Python's ``$`` (the end, or a newline that ends the text) owes two, and is
+the one such case modelled: its guard lets a newline follow as the document's last character
+(``FollowGuard.last``). Any other lookahead owing more than one character past the end ("lookahead that can see
 more than one character past the end of the match"), or a lookbehind evaluated before it has as
 many characters behind it as it is wide ("lookbehind that can see before the start of the
 match", e.g. ``/(?<!\\)"/``), is refused by name, only when some text actually reaches it.
@@ -52,6 +55,7 @@ from trellis.constrain.automata.regex_compile import (Guard, RegexTooLarge, Rege
 
 MAX_CONFIGS = 20_000  # configurations past which the regex is refused (a few hundred in practice)
 _ANY: Ranges = ((0, 0xD7FF), (0xE000, MAXC))
+_NEWLINE: Ranges = ((0x0A, 0x0A),)
 
 
 @dataclass(frozen=True)
@@ -59,13 +63,21 @@ class FollowGuard:
     """Where a terminal may end only if what follows passes its trailing lookahead: ``allowed``,
     the characters the document may continue with right after it; ``at_end``, whether the
     document may end there (a negative lookahead passes at the end of the text, a positive one
-    fails)."""
+    fails); ``last``: those of ``allowed`` that must be the document's last character (Python's
+    ``$``: the end of the text, or before a newline that ends it)."""
 
     allowed: Ranges
     at_end: bool
+    last: Ranges = ()
 
     def __or__(self, other: "FollowGuard") -> "FollowGuard":
-        return FollowGuard(cs_union(self.allowed, other.allowed), self.at_end or other.at_end)
+        # a character is "last" only where every guard that allows it says so
+        last = cs_union(cs_union(cs_inter(self.last, other.last), cs_diff(self.last, other.allowed)),
+                        cs_diff(other.last, self.allowed))
+        return FollowGuard(cs_union(self.allowed, other.allowed), self.at_end or other.at_end, last)
+
+
+END_OF_TEXT = FollowGuard((), True)  # nothing may follow: the document ends here
 
 
 def _dfa(edges: list, finals: set[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -155,15 +167,21 @@ def automaton(pattern: str, *, ordered: bool = False) -> tuple[np.ndarray, np.nd
             return True, None
         guard: FollowGuard | None = None
         for owed in on_end:
-            allowed, at_end = _ANY, True
+            allowed, at_end, last = _ANY, True, ()  # every check the thread owes must pass
             for gi, c in owed:
                 g = guards[gi]
+                if g.anchor == "$":  # the end, or a newline that ends the text
+                    # owed fresh: a newline may follow, as the document's last character; owed
+                    # after a newline the match itself read: nothing may follow
+                    allowed = cs_inter(allowed, _NEWLINE) if c == 0 else ()
+                    last = _NEWLINE
+                    continue
                 chars = one_char[gi]
                 if c != 0 or chars is None:
                     raise RegexUnsupported(f"{g.what} that can see more than one character past the end of the match")
                 allowed = cs_diff(allowed, chars) if g.negative else cs_inter(allowed, chars)
                 at_end = at_end and g.negative
-            one = FollowGuard(allowed, at_end)
+            one = FollowGuard(allowed, at_end, cs_inter(last, allowed))
             guard = one if guard is None else guard | one
         return False, guard
 

@@ -67,9 +67,12 @@ def regex_to_byte_dfa(pattern: str, *, name: str = "regex") -> ByteDFA:
 def build_byte_dfa(pattern: str, *, name: str) -> ByteDFA:
     """``regex_to_byte_dfa`` without the memo: a new DFA each call."""
     trans, final, guards = _automaton(_REWRITES.get(pattern, pattern), name=name)
-    if guards is not None and any(g is not None for g in guards):  # only a terminal has text after it
-        raise GrammarError(f"{name}: regex feature not supported (lookahead that can see past the end of the "
-                           f"match) in /{pattern}/")
+    if guards is not None and any(g is not None for g in guards):
+        # The full-match language of a text on its own: a match that ends under a follow guard (a
+        # trailing lookahead, ``$``, ``\Z``) ends the text, so it counts iff the guard lets the text
+        # end there, as re.fullmatch judges it ("a(?!b)", "a$" and "a\Z" match "a"; "a(?=b)" and
+        # "a$" with "a\n" do not).
+        final = final | np.array([g is not None and g.at_end for g in guards], dtype=bool)
     return minimal(trans, final, name=name, pattern=pattern)
 
 

@@ -75,6 +75,9 @@ for _name, _what in (("ATOMIC_GROUP", "atomic group"), ("POSSESSIVE_REPEAT", "po
                      ("GROUPREF_IGNORE", "backreference")):
     if hasattr(C, _name):
         _REFUSED[getattr(C, _name)] = _what
+_END_ANCHORS = {C.AT_END: "anchor $", C.AT_END_STRING: "anchor \\Z"}
+_ANCHOR_BODIES = {  # what may not follow each end anchor (the X of its negative lookahead)
+    "$": P.parse(r"[^\n]|\n(?s:.)"), "$m": P.parse(r"[^\n]"), "\\Z": P.parse(r"(?s:.)")}
 _CATEGORY_TEXT = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_SPACE: r"\s",
                   C.CATEGORY_NOT_SPACE: r"\S", C.CATEGORY_WORD: r"\w", C.CATEGORY_NOT_WORD: r"\W"}
 _SURROGATES = (0xD800, 0xDFFF)
@@ -234,16 +237,20 @@ class Guard:
     """A lookaround ``(?=X)`` ``(?!X)`` ``(?<=X)`` ``(?<!X)``: an empty move allowed only when the
     text after (``ahead``) or before the point matches ``X`` (``negative``: does not). ``items`` and
     ``flags`` are X's parse tree and flags; ``width`` its width in characters (fixed for a
-    lookbehind, as ``re`` requires)."""
+    lookbehind, as ``re`` requires). ``anchor``: the anchor this guard stands for ("$", "$m" or
+    "\\Z"; "" for a written lookaround), so an error or a follow guard can say which."""
 
     ahead: bool
     negative: bool
     items: tuple
     flags: int
     width: int
+    anchor: str = ""
 
     @property
     def what(self) -> str:
+        if self.anchor:
+            return "anchor " + ("$ (multiline)" if self.anchor == "$m" else self.anchor)
         return ("negative " if self.negative else "") + ("lookahead" if self.ahead else "lookbehind")
 
 
@@ -334,6 +341,20 @@ class _NFA:
                         raise _in_repeat(err, lo, hi) from None
                     self.eps[s].append(e)
                     s = e
+            elif op is C.AT and av in _END_ANCHORS:
+                # Anchors at the end of the text are lookaheads (re's own definitions): ``$`` is
+                # ``(?![^\n]|\n(?s:.))`` (the end, or before a newline that ends the text), ``$``
+                # under MULTILINE ``(?![^\n])``, ``\Z`` ``(?!(?s:.))``. Inside a terminal they judge
+                # the terminal's own next characters; at its end, the document's (``lookaround.py``).
+                if self.guards is None:
+                    raise Lookaround(_END_ANCHORS[av] if av is C.AT_END_STRING or not flags & C.SRE_FLAG_MULTILINE
+                                     else "anchor $ (multiline)")
+                anchor = "\\Z" if av is C.AT_END_STRING else "$m" if flags & C.SRE_FLAG_MULTILINE else "$"
+                body = _ANCHOR_BODIES[anchor]
+                e = self.new()
+                self.geps[s].append((len(self.guards), e))
+                self.guards.append(Guard(True, True, tuple(body), body.state.flags, 1, anchor))  # type: ignore[attr-defined]
+                s = e
             elif (op is C.ASSERT or op is C.ASSERT_NOT) and self.guards is not None:
                 direction, sub = av
                 lo, hi = sub.getwidth()

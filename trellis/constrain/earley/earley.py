@@ -46,9 +46,10 @@ from typing import Iterable
 
 import numpy as np
 
-from trellis.constrain.automata.byte_dfa import ByteDFA, difference, intersects, restrict_first_char
+from trellis.constrain.automata.byte_dfa import ByteDFA, difference, intersects, one_byte_ending, restrict_first_char
+from trellis.constrain.automata.charsets import cs_diff
 from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, state_bits
-from trellis.constrain.automata.lookaround import FollowGuard
+from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 
 ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
 
@@ -126,7 +127,7 @@ class Earley:
         # when it completes, what starts after it is restricted to the characters the guard allows
         # (``_guarded``), and the text may end there only if the guard lets it.
         self.scan_guard: list[FollowGuard | None] = []
-        self._guard_scans: dict[tuple[int, FollowGuard], int | None] = {}
+        self._guard_scans: dict[tuple[int, FollowGuard, bool], int | None] = {}
         self._guarded_starts: dict[tuple[frozenset, FollowGuard], frozenset] = {}
         self.trans: list[list[int]] = []
         self.final: list[list[bool]] = []
@@ -392,24 +393,45 @@ class Earley:
 
     def _guarded(self, starts: frozenset, g: FollowGuard) -> frozenset:
         """``starts`` with every scan's first character restricted to what guard ``g`` allows
-        (each scan id paired with ``g`` becomes a scan id of its own, memoised)."""
+        (each scan id paired with ``g`` becomes a scan id of its own, memoised). A character of
+        ``g.last`` (Python's ``$``: a newline that ends the text) is taken only by a copy that
+        reads it alone and then lets nothing follow (its own guard ``END_OF_TEXT``)."""
         key = (starts, g)
         hit = self._guarded_starts.get(key)
         if hit is None:
             out = []
-            for d, q, e in starts:
-                d2 = self._guard_scans.get((d, g), -1)
-                if d2 == -1:
-                    cut = restrict_first_char(self.scan_dfa[d], g.allowed)
-                    d2 = None
-                    if cut is not None:
-                        d2 = self._add_scan(cut, self.scan_term[d], self.scan_ignore[d])
-                        self._load(d2)
-                    self._guard_scans[(d, g)] = d2
-                if d2 is not None:
-                    out.append((d2, q, e))
+            if g.allowed:
+                free = g.allowed if not g.last else cs_diff(g.allowed, g.last)
+                for d, q, e in starts:
+                    for last in (False, True) if g.last else (False,):
+                        d2 = self._guard_scans.get((d, g, last), -1)
+                        if d2 == -1:
+                            d2 = self._guard_copy(d, g.last if last else free, last)
+                            self._guard_scans[(d, g, last)] = d2
+                        if d2 is not None:
+                            out.append((d2, q, e))
             hit = self._guarded_starts[key] = frozenset(out)
         return hit
+
+    def _guard_copy(self, d: int, chars: tuple, last: bool) -> int | None:
+        """Scan ``d`` restricted to start with a character of ``chars``; ``last``: to read one of
+        them alone, the document's last character (None: nothing of ``d`` is left)."""
+        if not chars:
+            return None
+        if not last:
+            cut = restrict_first_char(self.scan_dfa[d], chars)
+            if cut is None:
+                return None
+            d2 = self._add_scan(cut, self.scan_term[d], self.scan_ignore[d])
+        else:
+            own = self.scan_guard[d]
+            one = one_byte_ending(self.scan_dfa[d], chars)
+            if one is None or (own is not None and not own.at_end):
+                return None
+            d2 = self._add_scan(one, self.scan_term[d], self.scan_ignore[d])
+            self.scan_guard[d2] = END_OF_TEXT
+        self._load(d2)
+        return d2
 
     # -- chart states
     def start(self) -> ChartState:
