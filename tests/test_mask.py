@@ -50,3 +50,21 @@ def test_set_bit_ids_equal_the_unpacked_rows():
         assert set_bit_ids(bits, v).tolist() == allowed_ids(bits, v) == ok.nonzero().flatten().tolist()
     bits = torch.full((4,), -1, dtype=torch.int32)  # every bit set, also past the vocabulary's end
     assert set_bit_ids(bits, 100).tolist() == list(range(100))
+
+
+def test_few_set_bit_ids_lists_a_sparse_row_and_declines_a_dense_one():
+    from trellis.mask import bits_at, few_set_bit_ids, set_bit_ids
+
+    g = torch.Generator().manual_seed(7)
+    for allowed_count in (0, 1, 5, 40, 41, 300):
+        allowed = torch.zeros(1000, dtype=torch.bool)
+        allowed[torch.randperm(1000, generator=g)[:allowed_count]] = True
+        row = bool_to_bitmask(allowed)[0]
+        got = few_set_bit_ids(row, 1000, 40)
+        want = set_bit_ids(row, 1000)
+        assert want.tolist() == allowed.nonzero().flatten().tolist()
+        assert (got is None) == (allowed_count > 40)
+        if got is not None:
+            assert torch.equal(got, want)
+        ids = torch.arange(1000)
+        assert torch.equal(bits_at(row, ids), allowed)

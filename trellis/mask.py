@@ -80,6 +80,25 @@ def set_bit_ids(bitmask_row: Tensor, vocab_size: int) -> Tensor:
 _BITS_NP = np.arange(32, dtype=np.int64)
 
 
+def few_set_bit_ids(bitmask_row: Tensor, vocab_size: int, limit: int) -> Tensor | None:
+    """``set_bit_ids`` when the row allows at most ``limit`` tokens, else None, decided before
+    expanding: a row with more nonzero words than ``limit`` is not expanded at all (a string's
+    interior allows ~50k of Gemma's tokens: expanding them took ~1.5 ms a row, 12 ms of an 8-particle
+    SMC step; bench_smc.py step-cost --long, cProfile, 2026-11-29)."""
+    words = np.ascontiguousarray(bitmask_row.cpu().numpy()).view(np.uint32)
+    if np.count_nonzero(words) > limit:
+        return None
+    ids = set_bit_ids(bitmask_row, vocab_size)
+    return ids if len(ids) <= limit else None
+
+
+def bits_at(bitmask_row: Tensor, ids: Tensor) -> Tensor:
+    """Whether each token of ``ids`` (int64, each < the row's width x 32) is allowed by one bitmask
+    row [W]: a bool tensor shaped like ``ids``."""
+    words = bitmask_row.to(torch.int64)[ids // 32]
+    return ((words >> (ids % 32)) & 1) == 1
+
+
 def allowed_ids(bitmask_row: Tensor, vocab_size: int) -> list[int]:
     """Token ids allowed by one bitmask row (for tests and debugging)."""
     return set_bit_ids(bitmask_row.reshape(-1), vocab_size).tolist()

@@ -44,7 +44,7 @@ from typing import Literal, Sequence
 import torch
 
 from trellis.capabilities import declares
-from trellis.decoder import Decoder, Hypothesis, Proposal
+from trellis.decoder import FEW, Decoder, Hypothesis, Proposal
 from trellis.errors import UsageError
 from trellis.lm_proxy import ReindexesRows
 from trellis.sampling import draw, draw_few, sample
@@ -341,10 +341,13 @@ def _draw(prop: Proposal, row_of: list[int], generator: torch.Generator | None) 
             drawn[r] = list(zip(toks.tolist(), row[toks].tolist()))
         elif len(idx) == 0:
             drawn[r] = [(-1, NEG_INF)] * k  # nothing allowed: the particle ends with weight 0
-        else:
+        elif len(idx) <= FEW:
             lq = vals.tolist()
             ids = idx.tolist()
             drawn[r] = [(ids[j], lq[j]) for j in draw_few(vals.exp().tolist(), k, generator)]
+        else:
+            picks = draw(vals.exp().expand(k, -1), generator).flatten()
+            drawn[r] = list(zip(idx[picks].tolist(), vals[picks].tolist()))
     for got in drawn.values():
         got.reverse()  # popped from the end below: each row's draws go to its particles in order
     picked = [drawn[r].pop() for r in row_of]
