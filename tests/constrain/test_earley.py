@@ -797,3 +797,17 @@ def test_end_anchors_in_random_terminals_mean_what_lark_means() -> None:
                 assert accepts(c, s.encode()) == lark_accepts(lk, s), (text, s)
         compared += 1
     assert compared >= 20
+
+
+def test_a_trailing_anchor_sees_the_document_as_larks_lexers_do() -> None:
+    """``$`` (like a trailing lookahead) is judged on the document's next characters, as Lark's
+    lexers (LALR's contextual one, Earley's ``dynamic``) judge it. Earley's ``dynamic_complete`` also
+    re-matches truncations of a token on their own, where the anchor sees the truncation's end: it
+    alone accepts "aa" here (T = "a", then "a")."""
+    text = 'start: T "a"\nT: /a+$/\n'
+    c = compile(text, byte_vocab(), cache=False)
+    for lexer in ({"parser": "lalr"}, {"parser": "earley", "lexer": "dynamic"}):
+        lk = lark.Lark(text, **lexer)
+        for s in ("aa", "aaa", "a", "aa\n", ""):
+            assert accepts(c, s.encode()) == lark_accepts(lk, s) is False, (lexer, s)
+    assert lark_accepts(lark.Lark(text, parser="earley", lexer="dynamic_complete"), "aa")
