@@ -18,7 +18,7 @@ from trellis.capabilities import declares
 from trellis.errors import UsageError
 from trellis.lm import LanguageModel
 from trellis.lm_proxy import Normalises
-from trellis.mask import apply_bitmask_, bits_at, bitmask_to_bool, few_set_bit_ids
+from trellis.mask import apply_bitmask_, bits_at, few_set_bit_ids
 from trellis.sampling import check_warp, log_softmax, logsumexp_floats, repetition_penalty, warp
 from trellis.tokens import TokenTree, Vocabulary
 
@@ -230,10 +230,7 @@ class Decoder:
                 dense.append(None)
             else:  # a constrained row allowing many tokens (a string's interior)
                 assert bits is not None
-                width = min(v, bits.shape[-1] * 32)
-                ok = torch.zeros(v, dtype=torch.bool, device=rows[r].device)
-                ok[:width] = bitmask_to_bool(bits[r:r + 1].to(rows[r].device), width)[0]
-                row = rows[r].float().masked_fill(~ok, float("-inf"))
+                row = apply_bitmask_(rows[r].to(torch.float32, copy=True), bits[r])  # (the memo's row stays)
                 m = float(torch.logsumexp(row, 0))
                 lse.append(m)
                 allowed.append(None)

@@ -68,8 +68,29 @@ def set_bit_ids(bitmask_row: Tensor, vocab_size: int) -> Tensor:
     nonzero words are expanded, in numpy (~15 us for a sparse 262,144-token row, where the same
     in torch ops took 0.13 ms and unpacking the whole row to booleans 0.42 ms; 2026-11-29,
     2-core AMD EPYC, bench_smc.py peer --task yesno profiled)."""
-    words = np.ascontiguousarray(bitmask_row.cpu().numpy()).view(np.uint32)
+    words = _words(bitmask_row)
+    return _expand(words, np.flatnonzero(words), vocab_size)
+
+
+def few_set_bit_ids(bitmask_row: Tensor, vocab_size: int, limit: int) -> Tensor | None:
+    """``set_bit_ids`` when the row allows at most ``limit`` tokens, else None, decided before
+    expanding: a row with more nonzero words than ``limit`` is not expanded at all (a string's
+    interior allows ~50k of Gemma's tokens: expanding them took ~1.5 ms a row, 12 ms of an 8-particle
+    SMC step; bench_smc.py step-cost --long, cProfile, 2026-11-29)."""
+    words = _words(bitmask_row)
     nz = np.flatnonzero(words)
+    if len(nz) > limit:
+        return None
+    ids = _expand(words, nz, vocab_size)
+    return ids if len(ids) <= limit else None
+
+
+def _words(bitmask_row: Tensor) -> np.ndarray:
+    return np.ascontiguousarray(bitmask_row.cpu().numpy()).view(np.uint32)
+
+
+def _expand(words: np.ndarray, nz: np.ndarray, vocab_size: int) -> Tensor:
+    """The ids of the set bits of ``words[nz]`` (the row's nonzero words), ascending."""
     # each word's bytes least significant first, each byte's bits least significant first: bit i of
     # the word is column i
     bits = np.unpackbits(words[nz].astype("<u4").view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")
@@ -78,18 +99,6 @@ def set_bit_ids(bitmask_row: Tensor, vocab_size: int) -> Tensor:
 
 
 _BITS_NP = np.arange(32, dtype=np.int64)
-
-
-def few_set_bit_ids(bitmask_row: Tensor, vocab_size: int, limit: int) -> Tensor | None:
-    """``set_bit_ids`` when the row allows at most ``limit`` tokens, else None, decided before
-    expanding: a row with more nonzero words than ``limit`` is not expanded at all (a string's
-    interior allows ~50k of Gemma's tokens: expanding them took ~1.5 ms a row, 12 ms of an 8-particle
-    SMC step; bench_smc.py step-cost --long, cProfile, 2026-11-29)."""
-    words = np.ascontiguousarray(bitmask_row.cpu().numpy()).view(np.uint32)
-    if np.count_nonzero(words) > limit:
-        return None
-    ids = set_bit_ids(bitmask_row, vocab_size)
-    return ids if len(ids) <= limit else None
 
 
 def bits_at(bitmask_row: Tensor, ids: Tensor) -> Tensor:

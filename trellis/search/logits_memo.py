@@ -63,12 +63,11 @@ class LogitsMemo(LMProxy):
             self.lse.pop(old, None)
 
     def logits(self, prefixes: Sequence[Sequence[int]]) -> Tensor:
-        return torch.stack(self._rows(prefixes))  # [B, V]: copies, the caller may write them
+        return torch.stack(self._rows([tuple(int(t) for t in p) for p in prefixes]))  # [B, V]: copies, writable
 
-    def _rows(self, prefixes: Sequence[Sequence[int]]) -> list[Tensor]:
-        """One [V] row per prefix (the memo's own tensors or views of the model's batch: read only)."""
+    def _rows(self, keys: list[tuple[int, ...]]) -> list[Tensor]:
+        """One [V] row per prefix key (the memo's own tensors or views of the model's batch: read only)."""
         self._tree = None
-        keys = [tuple(int(t) for t in p) for p in prefixes]
         # the rows served from here are taken first: remembering the missing ones may evict them
         got = {k: self.rows[k] for k in keys if k in self.rows}
         for k in got:
@@ -89,8 +88,8 @@ class LogitsMemo(LMProxy):
         remembered with the row: SMC's steps come back to the same prefixes run after run, and a
         pass over Gemma's 262,144 logits per row was a third of a memo-served run (same bench,
         profiled 2026-11-29: 1.26 of 4.0 ms)."""
-        rows = self._rows(prefixes)
         keys = [tuple(int(t) for t in p) for p in prefixes]
+        rows = self._rows(keys)
         lse: list[float] = []
         for k, row in zip(keys, rows):
             v = self.lse.get(k)

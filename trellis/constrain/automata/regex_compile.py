@@ -75,7 +75,7 @@ for _name, _what in (("ATOMIC_GROUP", "atomic group"), ("POSSESSIVE_REPEAT", "po
                      ("GROUPREF_IGNORE", "backreference")):
     if hasattr(C, _name):
         _REFUSED[getattr(C, _name)] = _what
-_END_ANCHORS = {C.AT_END: "anchor $", C.AT_END_STRING: "anchor \\Z"}
+_END_ANCHORS = (C.AT_END, C.AT_END_STRING)
 _ANCHOR_BODIES = {  # what may not follow each end anchor (the X of its negative lookahead)
     "$": P.parse(r"[^\n]|\n(?s:.)"), "$m": P.parse(r"[^\n]"), "\\Z": P.parse(r"(?s:.)")}
 _CATEGORY_TEXT = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_SPACE: r"\s",
@@ -346,14 +346,14 @@ class _NFA:
                 # ``(?![^\n]|\n(?s:.))`` (the end, or before a newline that ends the text), ``$``
                 # under MULTILINE ``(?![^\n])``, ``\Z`` ``(?!(?s:.))``. Inside a terminal they judge
                 # the terminal's own next characters; at its end, the document's (``lookaround.py``).
-                if self.guards is None:
-                    raise Lookaround(_END_ANCHORS[av] if av is C.AT_END_STRING or not flags & C.SRE_FLAG_MULTILINE
-                                     else "anchor $ (multiline)")
                 anchor = "\\Z" if av is C.AT_END_STRING else "$m" if flags & C.SRE_FLAG_MULTILINE else "$"
                 body = _ANCHOR_BODIES[anchor]
+                g = Guard(True, True, tuple(body), body.state.flags, 1, anchor)  # type: ignore[attr-defined]
+                if self.guards is None:
+                    raise Lookaround(g.what)
                 e = self.new()
                 self.geps[s].append((len(self.guards), e))
-                self.guards.append(Guard(True, True, tuple(body), body.state.flags, 1, anchor))  # type: ignore[attr-defined]
+                self.guards.append(g)
                 s = e
             elif (op is C.ASSERT or op is C.ASSERT_NOT) and self.guards is not None:
                 direction, sub = av
