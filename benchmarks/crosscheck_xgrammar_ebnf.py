@@ -127,6 +127,15 @@ def literals(text: str, root: str) -> list[bytes]:
     return out
 
 
+def uses_token_elements(text: str) -> bool:
+    """Whether the grammar names tokens by id (xgrammar's Token / ExcludeToken / TokenTagDispatch,
+    llama.cpp's <[id]>): its vocabulary then starts with ``SPECIALS`` special tokens."""
+    return bool(re.search(r"\b(Token|ExcludeToken|TokenTagDispatch)\s*\(|<\[", text))
+
+
+SPECIALS = 12  # control tokens (no text) at ids 0..11 where a grammar names tokens by id
+
+
 def vocabulary(text: str, root: str, rng: random.Random, n: int) -> Vocabulary:
     toks = [bytes([b]) for b in range(0x20, 0x7F)] + [b"\n", b"\t"]
     lits = [x for x in literals(text, root) if x]
@@ -142,7 +151,17 @@ def vocabulary(text: str, root: str, rng: random.Random, n: int) -> Vocabulary:
             toks.append(bytes(rng.choice(alphabet) for _ in range(k)))
     toks += EXTRA
     toks = [t for t in dict.fromkeys(toks) if t] + [b""]
-    return Vocabulary(tuple(toks), eos=frozenset([len(toks) - 1]))
+    if not uses_token_elements(text):
+        return Vocabulary(tuple(toks), eos=frozenset([len(toks) - 1]))
+    # Token(2) names a control token, as it does in a real vocabulary (xgrammar too reads a token
+    # with no text as special); Token(42) a text token
+    toks = [b""] * SPECIALS + toks
+    return Vocabulary(tuple(toks), eos=frozenset([len(toks) - 1]), special=frozenset(range(SPECIALS)))
+
+
+def standin(vocab: Vocabulary, i: int) -> bytes:
+    """Token ``i``'s text as xgrammar sees it: a control token's is ``\\xff`` and its id's byte."""
+    return b"\xff" + bytes([i]) if i in vocab.special and i not in vocab.eos else vocab.tokens[i]
 
 
 def byte_vocabulary() -> Vocabulary:
@@ -165,7 +184,13 @@ class XG:
 
         self.xgr = xgr
         grammar = xgr.Grammar.from_ebnf(text, root_rule_name=root)
-        compiler = xgr.GrammarCompiler(tokenizer_info(vocab), max_threads=1, cache_enabled=False)
+        info = tokenizer_info(vocab)
+        if vocab.special:  # xgrammar reads a token without text as unusable: give control tokens
+            # a stand-in text no text grammar can match (not UTF-8), as a real vocabulary gives them
+            # theirs (``standin``)
+            info = xgr.TokenizerInfo([standin(vocab, i) for i in range(len(vocab))], xgr.VocabType.RAW,
+                                     vocab_size=len(vocab), stop_token_ids=sorted(vocab.eos))
+        compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         self.compiled = compiler.compile_grammar(grammar)
         self.c = XGrammarConstraint(self.compiled, vocab)
         self.n = len(vocab.tokens)
@@ -187,6 +212,13 @@ class XG:
             return bool((m.accept_string(prefix) if prefix else True) and m.is_completed())
         return bool(m.accept_string(prefix + token))
 
+    def matcher_accepts_ids(self, ids: tuple, token: int, eos: int) -> tuple[bool, bool]:
+        """xgrammar's matcher alone, by token ids (a grammar with token elements has no string
+        form): whether it accepts ``token`` after ``ids``, and whether it is then terminated."""
+        m = self.xgr.GrammarMatcher(self.compiled)
+        ok = all(m.accept_token(i) for i in ids) and bool(m.accept_token(token))
+        return ok, bool(ok and m.is_terminated())
+
 
 def utf8_ok(prefix: bytes, token: bytes | None) -> bool:
     """Whether ``prefix + token`` can still become UTF-8 text (``token`` None: ``prefix`` is
@@ -199,6 +231,24 @@ def utf8_ok(prefix: bytes, token: bytes | None) -> bool:
         return True
     except UnicodeDecodeError as e:
         return token is not None and e.end == len(data) and e.reason == "unexpected end of data"
+
+
+def straddles(c: Any, state: Any, token: int) -> bool:
+    """Whether ``token`` splits into text ``u`` (non-empty, a proper prefix of its bytes) that
+    the chart takes from ``state``, after which a token element expected there would match the
+    token's id: one token read twice, as text and as a token element. xgrammar's matcher accepts
+    such a token after text that ``ExcludeToken`` follows (``"aa" ExcludeToken(3) "dd"`` takes
+    token ``a`` then token ``a>)``), though ExcludeToken "matches exactly one token" and that
+    token's first byte was text; trellis reads every token whole, as text or as one element."""
+    data = c.vocab.tokens[token]
+    for k in range(1, len(data)):
+        st = c.earley.walk(state, data[:k])
+        if st is None:
+            return False
+        ids = c.token_ids(st)
+        if ids is not None and ids[token]:
+            return True
+    return False
 
 
 def trellis_accepts(c: Any, data: bytes, whole: bool) -> bool:
@@ -251,6 +301,7 @@ def check(rec: dict, args: argparse.Namespace, out: list[str]) -> dict:
             res["compile_s"] = time.perf_counter() - t0
             res["status"] = "compiled"
             x = XG(text, root, vocab)
+            by_ids = uses_token_elements(text)
             for w in range(args.walks):
                 wrng = random.Random(f"{args.seed}-{gid}-walk{w}")
                 s, xs, doc = c.start(), x.c.start(), b""
@@ -258,10 +309,17 @@ def check(rec: dict, args: argparse.Namespace, out: list[str]) -> dict:
                     mine, theirs = trellis_mask(c, s, n), x.mask(xs)
                     res["masks"] += 1
                     for i in np.flatnonzero(mine != theirs):
-                        tok = None if i == eos else vocab.tokens[i]
-                        judge = x.matcher_accepts(doc, tok)
+                        tok = None if i == eos else standin(vocab, int(i))
+                        if by_ids:
+                            judge, ended = x.matcher_accepts_ids(xs, int(i), eos)
+                        else:
+                            judge, ended = x.matcher_accepts(doc, tok), True
                         verdict = ("xgrammar inconsistent" if judge == bool(mine[i]) else
                                    "xgrammar allows text that is not UTF-8" if judge and not utf8_ok(doc, tok) else
+                                   "xgrammar reads the stop token as a token of ExcludeToken"
+                                   if judge and tok is None and not ended else
+                                   "xgrammar lets a token end text and match ExcludeToken at once"
+                                   if judge and by_ids and straddles(c, s, int(i)) else
                                    "trellis wrong")
                         res["diffs"].append(verdict)
                         out.append(f"DIFF {gid} walk={w} prefix={doc!r} token={'EOS' if tok is None else tok!r} "

@@ -1,5 +1,6 @@
 """Grammars as people write them: a non-LALR Lark grammar, a keyword/identifier collision, a
-llama.cpp GBNF grammar, and Lark's own grammar of grammars, each constraining Gemma 3 270M (CPU,
+llama.cpp GBNF grammar, a GBNF grammar with a control token and a lazy rule (xgrammar's EBNF, as
+vLLM users send it), and Lark's own grammar of grammars, each constraining Gemma 3 270M (CPU,
 offline).
 
     python examples/any_grammar.py
@@ -49,6 +50,16 @@ day    ::= "0" [1-9] | [12] [0-9] | "3" [01]
 """, source="date.gbnf")
 
 
+# A token element names a token by id, not text: Gemma's control token <start_of_turn> (id 105,
+# no text) must follow the answer. The answer rule is lazy: it ends at its first ".", however the
+# model would go on. (Gemma's <end_of_turn>, 106, is an end-of-sequence id: naming it is refused,
+# the grammar's own end allows EOS.)
+TURN = Gbnf(r"""
+root ::= answer <[105]> "user"
+answer[lazy] ::= [A-Za-z0-9 ,]+ "."
+""", source="turn.gbnf")
+
+
 def main() -> None:
     model = load()
     t0 = time.perf_counter()  # the token matrix and token trie: once per vocabulary and process
@@ -68,6 +79,7 @@ def main() -> None:
             ("arithmetic", ARITH, "Twelve plus seven times three, as a formula:", {}),
             ("sql", SQL, "The query that sums the price column of the orders table:\n", {}),
             ("gbnf date", DATE, "The first moon landing happened on (YYYY-MM-DD)", {}),
+            ("gbnf turn", TURN, "Q: What colour is the sky?\nA:", {}),
             ("lark.lark", os.path.join(os.path.dirname(lark.__file__), "grammars", "lark.lark"),
              "A Lark grammar for a list of numbers:\nstart: \"[\" [NUMBER (\",\" NUMBER)*] \"]\"\n"
              "A Lark grammar for a greeting:\n", {"mask_work": 2_000_000, "advance_work": 2_000_000})):
@@ -76,7 +88,8 @@ def main() -> None:
         c.mask_array(c.start())
         first = time.perf_counter() - t0
         res = generate(model, prompt, grammar=c, max_new_tokens=24, finish_in_budget=False)
-        print(f"{name:<11} first mask after {first * 1e3:5.0f} ms -> {res.text!r} (finished={res.finished})")
+        marks = f", <start_of_turn> at token {res.tokens.index(105)}" if 105 in res.tokens else ""
+        print(f"{name:<11} first mask after {first * 1e3:5.0f} ms -> {res.text!r} (finished={res.finished}{marks})")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import lark
 import pytest
 
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.frontends.gbnf import Alt, Chars, Gbnf, Lit, Ref, Repeat, Seq, lark_name
+from trellis.constrain.frontends.gbnf import Alt, Chars, Gbnf, Lit, Ref, Repeat, Seq, Tok, lark_name
+from trellis.constrain.terminal_kinds import TokenRef
 
 CORPUS_DIR = Path("/work/shared/data/grammars/llama.cpp")
 CORPUS = sorted(p.stem for p in CORPUS_DIR.glob("*.gbnf"))
@@ -320,8 +321,10 @@ ERRORS = {
     "undefined_lists_all": ('root ::= foo\nx ::= bar', 1, 10, "also undefined: bar"),
     "unterminated_string": ('root ::= "a"\nx ::= "abc\n', 2, 7, "unterminated string literal"),
     "unterminated_class": ("root ::= [abc", 1, 10, "unterminated character class"),
-    "token_id": ('root ::= "a" <[1234]>', 1, 14, "token references"),
-    "token_text": ("root ::= x\nx ::= !<think>", 2, 7, "token references"),
+    "token_unclosed": ('root ::= "a" <[12', 1, 14, "unclosed '<' of a token reference"),
+    "token_bad_id": ("root ::= x\nx ::= <[1a]>", 2, 7, "expecting a token id in <[...]>"),
+    "token_bang": ('root ::= !"a"', 1, 11, "expecting '<' after '!'"),
+    "token_empty": ("root ::= <>", 1, 10, "empty token reference"),
     "missing_root": ('\n\nstart ::= "a"', 3, 1, "'root'"),
     "bad_escape": (r'root ::= "\q"', 1, 11, "unknown escape"),
     "short_hex": (r'root ::= "\x4"', 1, 11, "hex digits"),
@@ -362,13 +365,17 @@ ERRORS = {
     "macro_regex_args": ('root ::= Regex("a", "b")', 1, 10, "Regex expects exactly one string argument"),
     "macro_regex_flag": ('root ::= Regex("a", flags="x")', 1, 16, "flag 'x' is not supported"),
     "macro_regex_unclosed": ('root ::= Regex("a"', 1, 15, "unclosed '(' of a macro call"),
-    "macro_token": ('root ::= "a"\n  Token(1, 2)', 2, 3, "xgrammar macro Token is not supported"),
-    "macro_exclude_token": ('root ::= ExcludeToken(1)', 1, 10, "xgrammar macro ExcludeToken is not supported"),
-    "macro_token_tag_dispatch": ('root ::= TokenTagDispatch((1, b))\nb ::= "x"', 1, 10,
-                                 "xgrammar macro TokenTagDispatch is not supported"),
+    "macro_token_empty": ('root ::= "a"\n  Token()', 2, 3, "Token() needs at least one token id"),
+    "macro_exclude_token": ('root ::= ExcludeToken("a")', 1, 23, "must be non-negative integer token ids"),
+    "macro_token_named": ("root ::= Token(1, x=2)", 1, 21, "does not accept named arguments"),
+    "macro_token_tag_dispatch": ('root ::= TokenTagDispatch(("a", b))\nb ::= "x"', 1, 28,
+                                 "A trigger must be a non-negative integer token id"),
+    "macro_token_tag_dispatch_excludes": ('root ::= TokenTagDispatch(excludes=("a",))', 1, 36,
+                                          "excludes must be a tuple of token ids"),
     "macro_substring_named": ('root ::= ("x" Substring("abc", a=true))', 1, 15, "does not accept named arguments"),
     "attributes": ('root ::= r\nr[max_tokens=4, lazy] ::= "a"+', 2, 3, "max_tokens is a budget of tokens"),
-    "attributes_lazy": ('root ::= r\nr[capture, lazy] ::= "a"+', 2, 12, "lazy is committed-shortest matching"),
+    "attributes_lazy": ('root ::= r\nr[capture, lazy] ::= "a"+ r', 2, 12, "lazy rule 'r' must be regular"),
+    "attributes_lazy_token": ('root ::= r\nr[lazy] ::= "a" Token(1)', 2, 3, "lazy rule 'r' must be regular text"),
     "attributes_temperature": ('root[temperature=0.5] ::= "a"', 1, 6, "temperature is a per-rule sampling"),
     "root_rule_name": ('start ::= "a"', 1, 1, "no 'root' rule"),
 }
@@ -594,8 +601,7 @@ def test_macro_names_defined_as_rules_keep_llama_cpp_meaning():
     the macro."""
     assert language('root ::= Regex ("a")\nRegex ::= "x"', ["xa", "a"]) == {"xa"}
     assert language('root ::= Regex ("a")', ["xa", "a"]) == {"a"}  # undefined: xgrammar's macro
-    with pytest.raises(GrammarError, match="xgrammar macro Token is not supported"):
-        Gbnf('root ::= Token (1)').rules()
+    assert Gbnf('root ::= Token (1)').rules()["root"] == Alt((Seq((Tok(TokenRef.of([1])),)),))
 
 
 # --- regular fusion (to_lark(fuse=True), what compile() reads) ------------------------------------

@@ -208,9 +208,63 @@ def test_capture_options_are_accepted_and_the_others_refused_by_name():
     g = 'root ::= item ("," item)*\nitem[capture="number"] ::= [0-9]+'
     assert assert_strings_agree_with_xgrammar(g, ["1,22", "1,", "a"]) == {"1,22"}
     assert language('root ::= a\na[capture, capture_hidden_stop_bytes=2, stop_capture="s"] ::= "x"', ["x"]) == {"x"}
-    for option in ("max_tokens=4", "max_chars=3", "lazy", "temperature=0.5"):
+    for option in ("max_tokens=4", "max_chars=3", "temperature=0.5"):
         with pytest.raises(GrammarError, match=f"{option.split('=')[0]} is"):
             Gbnf(f'root ::= a\na[capture, {option}] ::= "x"').rules()
+
+
+# --- lazy rules ----------------------------------------------------------------------------------
+
+LAZY = [
+    ('root ::= "<" r ">"\nr[lazy] ::= [a-z] [a-z]*', "ab<>", 5),  # xgrammar's docs: one letter
+    ('root ::= "<" r rest\nr[lazy] ::= [a-z]+\nrest ::= [a-z]+', "ab<", 5),
+    ('root ::= r "z"\nr[lazy] ::= Substring("ab")', "abz", 4),  # can match "": commits to it
+    ('root ::= "a" value "z"\nvalue[lazy] ::= "x"+', "axz", 5),
+    ('root ::= r "z"\nr[capture="i", lazy] ::= Regex("[a-z]*!")', "ab!z", 5),
+    ('root ::= "<" r ">"\nr[lazy] ::= ((x))\nx ::= (([a-z] x) | ([a-z]))', "ab<>", 5),  # a repeat
+    ('root ::= r "-" r\nr[lazy] ::= "a" "b"* "c" | "ab"', "abc-", 7),
+]
+
+
+@pytest.mark.parametrize("g, alphabet, max_len", LAZY)
+def test_lazy_rules_agree_with_xgrammar(g, alphabet, max_len):
+    """xgrammar's ``lazy`` (committed-shortest: the occurrence ends at the first point its body can):
+    every string up to ``max_len``, xgrammar's matcher and the engine agree, and so do the masks."""
+    from tests.constrain.test_gbnf import engine_compile, xgrammar_acceptor
+    from tests.constrain.test_grammars import accepts, byte_vocab
+
+    xg, c = xgrammar_acceptor(g), engine_compile(g, byte_vocab())
+    got = {s for s in strings(alphabet, max_len) if accepts(c, s.encode())}
+    assert got == {s for s in strings(alphabet, max_len) if xg(s)}
+    assert got
+    assert assert_masks_equal_xgrammar(g) >= 3
+
+
+def test_a_lazy_rule_keeps_the_matches_no_shorter_match_begins():
+    """Random regular bodies: the lazy rule's language is exactly the body's strings (Python's
+    ``re`` on the body's regex) that have no proper prefix in it."""
+    from tests.constrain.test_grammars import accepts, byte_vocab
+    from trellis.constrain import compile
+    from trellis.constrain.frontends.gbnf_fusion import regex_text
+
+    rng = random.Random(5)
+    atoms = ['"a"', '"b"', '"ab"', "[ab]", '"ba"']
+    for _ in range(40):
+        parts = []
+        for _ in range(rng.randint(1, 3)):
+            a = rng.choice(atoms)
+            if rng.random() < 0.3:
+                a = f"({a} | {rng.choice(atoms)})"
+            parts.append(a + rng.choice(["", "", "*", "+", "?", "{1,2}"]))
+        g = f'root ::= "<" r ">"\nr[lazy] ::= {" ".join(parts)}'
+        body = Gbnf(g.replace("[lazy]", "")).rules()["r"]
+        rx = re.compile(regex_text(body))
+        c = compile(Gbnf(g), byte_vocab(), cache=False)
+        for w in strings("ab", 5):
+            first = bool(rx.fullmatch(w)) and not any(rx.fullmatch(w[:k]) for k in range(len(w)))
+            if rx.fullmatch(""):
+                first = w == ""  # a body that matches "" commits to it
+            assert accepts(c, f"<{w}>".encode()) == first, (g, w)
 
 
 # --- fuzzing against the installed xgrammar ---------------------------------------------------------

@@ -32,6 +32,7 @@ from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.frontends.json_schema import JsonSchema
 from trellis.constrain.grammar.grammar_ir import load_bnf, load_lark
+from trellis.constrain.terminal_kinds import RESERVED as TOKEN_NAME_PREFIX
 from trellis.constrain.regex_constraint import Regex, RegexConstraint
 from trellis.constrain.earley.scannerless import EarleyConstraint
 from trellis.errors import UsageError
@@ -242,6 +243,9 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         raise UsageError("precompute=True applies to engine='lalr' only: the Earley engine builds its "
                          "vocabulary walks on first use and shares them across grammars and runs")
     precompute = bool(precompute)
+    if engine == "lalr" and TOKEN_NAME_PREFIX in text:
+        raise GrammarError("token elements (Token(...), <[id]>: terminals matched by token id) need engine='earley': "
+                           "the lalr engine's lexer reads text only", source=source)
     # One constraint per (grammar, vocabulary) per process: its tables and mask cache are the
     # expensive part, and states are immutable values, so callers can share it.
     key = (text, source, start, vocab.fingerprint(), precompute, engine, mask_work, advance_work) + (

@@ -320,3 +320,13 @@ def byte_classes(trans: np.ndarray) -> np.ndarray:
     """[256] int: bytes with identical columns in ``trans`` [S, 256] get one class id, so from any
     state they lead to the same state (and a search over bytes needs one byte per class)."""
     return unique_rows(trans.T)[1].astype(np.int64)
+
+
+def shortest(dfa: ByteDFA) -> ByteDFA:
+    """The DFA of the strings of ``dfa`` that no shorter string of it begins: every accepting
+    state loses its way on (xgrammar's ``lazy``: an occurrence commits to its earliest end). Each
+    state still reaches acceptance (a shortest path to an accepting state passes no other), so
+    nothing dies; states reached only through an accepting one are dropped by ``minimal``."""
+    trans = dfa.trans.copy()
+    trans[dfa.final] = -1
+    return minimal(trans, dfa.final.copy(), name="lazy terminal", pattern="")

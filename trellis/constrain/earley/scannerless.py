@@ -33,6 +33,11 @@ empty rules all mean what they say. Terminal priorities choose between parse tre
 not change its language; they are ignored, except in grammars generated from JSON Schemas
 (``GrammarIR.lexical_priority``: there a contextual lexer's priority rule is part of the meaning).
 
+Token elements (``terminal_kinds.py``: xgrammar's ``Token``, llama.cpp's ``<[id]>``) are terminals
+matched by token id: their scans take no byte, a mask adds their ids where one is expected, and
+``advance`` unions a token's reading as text with its readings as the elements expected. A token is
+read whole, as text or as one element ("prefix" below: of a token sequence).
+
 Exactness
 ---------
 ``fill_mask(state)`` allows exactly the tokens ``t`` such that ``text + bytes(t)`` is a prefix of a
@@ -68,6 +73,7 @@ from trellis.constrain.vocab.cut_walk import Simulation, patch
 from trellis.constrain.vocab.dfa_shapes import canonical
 from trellis.constrain.earley.earley import ChartState, Earley
 from trellis.constrain.earley.work_bound import ADVANCE_WORK, MASK_WORK, bounded
+from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
 from trellis.constrain.vocab import vocab_walk
@@ -120,6 +126,8 @@ class EarleyConstraint:
         self._memo_scans = {"advance": 0, "group": 0, "live": 0}  # scans each state memo holds
         self._cache_size = cache_size
         self._eos = self.tm.eos_bits()
+        # Token elements (``terminal_kinds.py``), by terminal: the ids each matches, [V] bool and packed
+        self._token_ok, self._token_rows = self._token_elements()
         self._group_memo: dict[ChartState, list] = {}
         self._live_memo: dict[ChartState, np.ndarray] = {}
         self._byte_classes: np.ndarray | None = None
@@ -132,14 +140,69 @@ class EarleyConstraint:
         key = (state, token)
         if (hit := self._advance.get(key, False)) is not False:
             return hit  # type: ignore[return-value]
-        if not 0 <= token < self.tm.size or not self.tm.valid[token]:
+        if not 0 <= token < self.tm.size:
             return None
-        with paused():
-            nxt = bounded(self, "advance", state, self.earley.walk, self._toks[token])
+        if self._token_ok:
+            with paused():
+                nxt = bounded(self, "advance", state, self._advance_both, token)
+        elif not self.tm.valid[token]:
+            return None
+        else:
+            with paused():
+                nxt = bounded(self, "advance", state, self.earley.walk, self._toks[token])
         if len(self._advance) > 1 << 18 or self._over("advance", state, nxt):
             self._advance.clear()
         self._advance[key] = nxt
         return nxt
+
+    def _advance_both(self, state: ChartState, token: int) -> ChartState | None:
+        """``advance`` in a grammar with token elements: the union of the token's two readings,
+        its bytes through the text terminals and its id through the token elements expected here
+        (each completes at its boundary); a chart state is a set of alternatives."""
+        nxt = self.earley.walk(state, self._toks[token]) if self.tm.valid[token] else None
+        scans: set = set()
+        acc = False
+        term, ok = self.earley.scan_term, self._token_ok
+        for d, _, e in state[0]:
+            allowed = ok.get(term[d])
+            if allowed is not None and allowed[token]:
+                starts, a = self.earley.boundary(e, d)
+                scans |= starts
+                acc |= a
+        if not scans and not acc:
+            return nxt
+        if nxt is not None:
+            scans |= nxt[0]
+            acc |= nxt[1]
+        return (frozenset(scans), acc)
+
+    def _token_elements(self) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+        """Per token-element terminal, the ids it matches in this vocabulary ([V] bool, and
+        packed for masks); a ``GrammarError`` where an element names no token of it."""
+        ok: dict[int, np.ndarray] = {}
+        rows: dict[int, np.ndarray] = {}
+        terms = self.ir.terminals
+        if not any(t.token is not None for t in terms):
+            return ok, rows
+        guarded = next((t for t in terms if t.guard is not None), None)
+        if guarded is not None:
+            raise GrammarError(f"token elements in a grammar with a lookahead past a terminal (terminal "
+                               f"{guarded.name}) are not supported", source=self.ir.source)
+        eos = frozenset(int(i) for i in self.tm.eos)
+        for t, term in enumerate(terms):
+            if term.token is not None:
+                try:
+                    ok[t] = term.token.allowed(self._toks, self.tm.valid, eos, self.vocab.special)
+                except GrammarError as e:
+                    raise GrammarError(e.message, source=self.ir.source) from None
+                rows[t] = self.tm.pack_ids(np.flatnonzero(ok[t]))
+        return ok, rows
+
+    def token_ids(self, state: Hashable) -> np.ndarray | None:
+        """[V] bool: the ids the token elements expected in ``state`` match (None: none is)."""
+        term, ok = self.earley.scan_term, self._token_ok
+        rows = [ok[term[d]] for d, _, _ in state[0] if term[d] in ok] if ok else []  # type: ignore[index]
+        return np.logical_or.reduce(rows) if rows else None
 
     def is_accepting(self, state: Hashable) -> bool:
         return bool(state[1])  # type: ignore[index]
@@ -301,15 +364,19 @@ class EarleyConstraint:
         m: np.ndarray | None = None
         owned = False
         tid = self._vocab_rests.tid
+        tokens, term = self._token_rows, self.earley.scan_term
         for t, q, _, es in self._groups(state):
-            packed, w = self._inside_of(t, q)
+            if tokens and term[t] in tokens:  # a token element: its ids, whole tokens only
+                packed, w = tokens[term[t]], None
+            else:
+                packed, w = self._inside_of(t, q)
             if m is None:
                 m = packed
             elif owned:
                 m |= packed
             else:
                 m, owned = m | packed, True
-            if w.cross is not None:
+            if w is not None and w.cross is not None:
                 for e in es:
                     ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)
                     if len(ok):
@@ -475,6 +542,8 @@ class EarleyConstraint:
         out = bytearray()
         st: ChartState = state  # type: ignore[assignment]
         while len(out) < limit and not st[1]:
+            if self.token_ids(st) is not None:
+                break  # a token element may come next: no byte is forced
             live = np.flatnonzero(self._live(st))
             if len(live) != 1:
                 break

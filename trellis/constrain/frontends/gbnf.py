@@ -69,12 +69,27 @@ exception, ``[^]``, is noted), and each is given the language xgrammar's matcher
   bytes and also admits byte strings that are not UTF-8; trellis' languages are text, so those are
   left out. A grammar that defines a rule of a macro's name keeps llama.cpp's meaning (a
   reference);
+* the token elements ``Token(id, ...)`` (one token among these ids), ``ExcludeToken(id, ...)`` (one
+  token not among them) and ``TokenTagDispatch((id, rule), ..., loop_after_dispatch=true,
+  excludes=(id, ...))`` (free tokens, ``ExcludeToken(triggers + excludes)``, until a trigger token,
+  then its rule: ``(free | Token(id_1) rule_1 | ...)*``, or ``free* (Token(id_i) rule_i)?`` without
+  the loop): terminals matched by token id, not text (``terminal_kinds.py``; the compiled
+  constraint resolves the ids against its vocabulary). A token is read whole, as text or as one
+  element: where ``ExcludeToken`` can follow text, xgrammar's matcher also takes a token whose
+  first bytes end the text as the ExcludeToken (``"aa" ExcludeToken(3) "dd"`` accepts tokens
+  ``a``, ``a>)``, ``dd``), one token read twice, which its docs' "matches exactly one token" rules
+  out; trellis does not. xgrammar also lets its stop token match ``ExcludeToken``; trellis' EOS
+  ends the output and is allowed where the grammar can end;
 * the capture rule options ``name[capture, capture="x", capture_hidden_..., stop_capture="x"] ::=``
   (they say which span xgrammar's matcher records, not what it accepts; trellis records none);
-* refused by name with a located error, having no meaning in a language of text: the macros
-  ``Token(...)``, ``ExcludeToken(...)``, ``TokenTagDispatch(...)`` (they match token ids) and the
-  rule options ``max_tokens`` (a token budget), ``max_chars`` (a best-effort budget), ``lazy``
-  (committed-shortest matching) and ``temperature`` (sampling).
+* refused by name with a located error: the rule options ``max_tokens`` (a token budget),
+  ``max_chars`` (a best-effort budget), ``lazy`` (committed-shortest matching) and ``temperature``
+  (sampling).
+
+llama.cpp's token references (its ``llama_grammar_parser``): ``<[id]>`` is the token of that id,
+``<text>`` the one token of the vocabulary whose text that is (a special token has no text in a
+trellis ``Vocabulary``: name it by id), and ``!<[id]>`` / ``!<text>`` one token that is not it: the
+same token elements.
 
 Not taken from xgrammar (llama.cpp's reading wins where it accepts the text, or the feature is
 unsafe): ``\\x`` with more than two digits (above), repetition bounds over 2000 (llama.cpp reads a
@@ -85,9 +100,8 @@ newlines in literals and classes, ``\\[ \\] \\-`` in literals, stacked postfixes
 Refused with ``GrammarError`` (file:line:col): syntax errors, undefined rules, a rule defined
 twice (llama.cpp silently keeps the last one), no ``root`` rule, empty or reversed character
 classes (``[]`` is silently epsilon in llama.cpp), ``{m,n}`` with ``n < m`` or a bound over 2000
-(llama.cpp reads a larger maximum as unbounded), token references ``<...>`` / ``!<...>``
-(they match tokenizer tokens, not text), and the xgrammar constructs above that have no GBNF
-meaning or are malformed.
+(llama.cpp reads a larger maximum as unbounded), malformed token references (``<[x]>``, an
+unclosed ``<``), and the xgrammar constructs above that are refused or malformed.
 
 Mapping to Lark
 ---------------
@@ -102,7 +116,8 @@ the required copies (Lark expands it linearly, or in factored rules for m >= 50)
 0..n-m more copies in O(log(n-m)) helper rules following the binary digits of n-m (unambiguous;
 Lark's own ``x ~ m..n`` writes n-m+1 alternatives, and a chain of n-m optional rules is slow for
 Lark to compile). A group repeated in counted copies becomes a helper rule first. Helper rules
-start with ``_`` and cannot collide with mapped names.
+start with ``_`` and cannot collide with mapped names. A token element is a ``%declare``d
+terminal with a reserved name (``_TRELLIS_TOKEN_2_4``, ``terminal_kinds.py``).
 """
 
 from __future__ import annotations
@@ -110,9 +125,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from trellis.constrain.frontends.gbnf_fusion import (PREC_ALT, PREC_ATOM, PREC_POST, PREC_SEQ, fuse_runs, fused_terminal,
-                                           inline_regular, lark_class, lark_string)
-from trellis.constrain.frontends.gbnf_reader import (ANY, MAX_REPETITION, POSTFIX, Alt, Chars, GbnfParser, Lit, Node, Ref,
-                                           Repeat, Seq)
+                                           inline_regular, lark_class, lark_string, regex_text)
+from trellis.constrain.frontends.gbnf_reader import (ANY, MAX_REPETITION, POSTFIX, Alt, Chars, GbnfParser, Lazy, Lit,
+                                           Node, Ref, Repeat, Seq, Tok)
+from trellis.constrain.terminal_kinds import LAZY
 
 
 class Gbnf:
@@ -141,10 +157,15 @@ class Gbnf:
         language, which a scannerless engine reads exactly, but Lark's own Earley parser matches a
         regex terminal leftmost-first (``/[0-9]|[1-9][0-9]*/`` never reads ``85``), so hand Lark
         the default, character-level text."""
-        return _LarkWriter(self.rules(), fuse=fuse, root=self.root).write()
+        return write_lark(self.rules(), root=self.root, fuse=fuse)
 
     def __repr__(self) -> str:
         return f"Gbnf(source={self.source!r}" + (f", root={self.root!r})" if self.root != "root" else ")")
+
+
+def write_lark(rules: dict[str, Alt], *, root: str = "root", fuse: bool = False) -> str:
+    """Lark text of parsed rules (``Gbnf.rules()``, possibly rewritten), start rule ``start``."""
+    return _LarkWriter(rules, fuse=fuse, root=root).write()
 
 
 def lark_name(name: str) -> str:
@@ -161,12 +182,18 @@ class _LarkWriter:
         self.rules = inline_regular(rules, root) if fuse else rules
         self.fuse, self.root = fuse, root
         self.helpers: dict[str, str] = {}  # body -> name; identical bodies share one rule
+        self.tokens: dict[str, None] = {}  # the token elements' reserved terminal names (terminal_kinds.py)
+        self.lazy: dict[str, str] = {}  # a lazy body's regex -> its terminal's name
 
     def write(self) -> str:
         lines = ["start: " + lark_name(self.root)]
         for name, body in self.rules.items():
             lines.append(f"{lark_name(name)}: {self.expr(body)[0]}".rstrip())
         lines += [f"{name}: {body}" for body, name in self.helpers.items()]
+        # (the comment keeps Lark from reading an equal anonymous regex elsewhere as this terminal)
+        lines += [f"{name}: /(?#lazy){rx}/" for rx, name in self.lazy.items()]
+        if self.tokens:
+            lines.append("%declare " + " ".join(self.tokens))
         return "\n".join(lines) + "\n"
 
     def helper(self, body: str, kind: str) -> str:
@@ -189,6 +216,12 @@ class _LarkWriter:
             return lark_class(node), PREC_ATOM
         if isinstance(node, Ref):
             return lark_name(node.name), PREC_ATOM
+        if isinstance(node, Tok):
+            self.tokens[node.ref.name] = None
+            return node.ref.name, PREC_ATOM
+        if isinstance(node, Lazy):
+            rx = regex_text(node.body)
+            return self.lazy.setdefault(rx, f"{LAZY}{len(self.lazy) + 1}"), PREC_ATOM
         if isinstance(node, Repeat):
             return self.repeat(node)
         if isinstance(node, Seq):
@@ -248,4 +281,5 @@ class _LarkWriter:
 
 
 # this module's names and the re-exported ones of gbnf_reader.py (the parsed rules' node types)
-__all__ = ["ANY", "MAX_REPETITION", "Alt", "Chars", "Gbnf", "Lit", "Node", "Ref", "Repeat", "Seq", "lark_name"]
+__all__ = ["ANY", "MAX_REPETITION", "Alt", "Chars", "Gbnf", "Lazy", "Lit", "Node", "Ref", "Repeat", "Seq", "Tok",
+           "lark_name", "write_lark"]

@@ -8,7 +8,7 @@ where they are used (``gbnf.py``'s writer puts the rules together).
 
 from __future__ import annotations
 
-from trellis.constrain.frontends.gbnf_reader import Alt, Chars, Lit, Node, Ref, Repeat, Seq
+from trellis.constrain.frontends.gbnf_reader import Alt, Chars, Lazy, Lit, Node, Ref, Repeat, Seq, Tok, linear_to_star
 
 # Precedence of emitted Lark expressions: what may stand where without parentheses.
 PREC_ALT, PREC_SEQ, PREC_POST, PREC_ATOM = 1, 2, 3, 4
@@ -58,7 +58,7 @@ _FUSE_MAX_COUNT = 64  # counted repetitions above this stay helper rules (DFA si
 
 
 def _rule_free(node: Node) -> bool:
-    if isinstance(node, Ref):
+    if isinstance(node, (Ref, Tok, Lazy)):  # (a token element is not text, a lazy one is its own terminal)
         return False
     if isinstance(node, Repeat):
         return (node.max is None or node.max <= _FUSE_MAX_COUNT) and _rule_free(node.item)
@@ -83,9 +83,13 @@ def _nullable(node: Node) -> bool:
     return False
 
 
-def _rx(node: Node) -> str:
+def regex_text(node: Node) -> str:
     """Python-regex text (Lark ``/.../`` escaping) of a rule-free node, as a group-safe atom or
     sequence (alternations are wrapped)."""
+    return _rx(node)
+
+
+def _rx(node: Node) -> str:
     if isinstance(node, Lit):
         return "".join(_escape(ord(c), _RE_SPECIAL) for c in node.text)
     if isinstance(node, Chars):
@@ -187,7 +191,7 @@ def inline_regular(rules: dict[str, Alt], root: str = "root") -> dict[str, Alt]:
             if name in visiting:  # recursive: stays a rule (the cycle's rules learn it on return)
                 return None
             visiting.add(name)
-            b = linear_to_star(name, subst(rules[name], looped))
+            b = linear_to_star(name, subst(rules[name], looped), _rule_free)
             visiting.discard(name)
             size = _positions(b)
             bodies[key] = b, _rule_free(b) and (size <= _INLINE_IN_LOOP if looped else
@@ -229,33 +233,6 @@ def inline_regular(rules: dict[str, Alt], root: str = "root") -> dict[str, Alt]:
         out[name] = body if isinstance(body, Alt) else Alt((Seq((body,)),))
         todo.extend(_refs(body))
     return {name: out[name] for name in rules if name in out}  # source order
-
-
-def linear_to_star(name: str, body: Node) -> Node:
-    """``body`` of rule ``name`` with self-recursion at the edge made a repeat, where every other
-    part is rule-free: ``X ::= a X | b`` is ``a* b`` and ``X ::= X a | b`` is ``b a*`` (the least
-    solution of the equation; the same language). ``characters ::= "" | character characters``,
-    how JSON strings are often written in GBNF (xgrammar's and vLLM users' JSON grammars), then
-    fuses into one terminal instead of a terminal per character: a mask in such a string stepped
-    thousands of token rests through the chart byte by byte (~270 ms a mask, issue 58)."""
-    if not isinstance(body, Alt) or len(body.options) < 2:
-        return body
-    right, left, base = [], [], []
-    for o in body.options:
-        items = o.items
-        if items and items[-1] == Ref(name) and all(_rule_free(x) for x in items[:-1]):
-            right.append(Seq(items[:-1]))
-        elif items and items[0] == Ref(name) and all(_rule_free(x) for x in items[1:]):
-            left.append(Seq(items[1:]))
-        elif _rule_free(o):
-            base.append(o)
-        else:
-            return body  # another reference (to X, or to a rule not inlined): left as written
-    if not base or (right and left) or not (right or left):
-        return body
-    loop = Repeat(Alt(tuple(right or left)), 0, None)
-    rest = Alt(tuple(base))
-    return Alt((Seq((loop, rest) if right else (rest, loop)),))
 
 
 def _refs(node: Node) -> list[str]:

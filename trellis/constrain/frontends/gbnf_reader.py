@@ -1,67 +1,23 @@
 """llama.cpp GBNF -> Lark, reading stage: GBNF text -> rule bodies (``Alt`` trees).
 
-The node types (``Lit``, ``Chars``, ``Ref``, ``Repeat``, ``Seq``, ``Alt``) and ``GbnfParser``,
-a recursive descent that tokenises and parses GBNF the way llama.cpp's ``llama_grammar_parser``
+``GbnfParser``, a recursive descent that tokenises and parses GBNF the way llama.cpp's ``llama_grammar_parser``
 does, plus the xgrammar EBNF extensions listed in ``gbnf.py``'s module docstring (each only where
 llama.cpp refuses the text), refusing what that docstring lists with a located ``GrammarError``.
-The Lark text is written by ``gbnf.py`` (with ``gbnf_fusion.py``).
+The node types are in ``gbnf_nodes.py`` (re-exported here), xgrammar's macros in ``gbnf_macros.py``;
+the Lark text is written by ``gbnf.py`` (with ``gbnf_fusion.py``).
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
-from typing import Union
 
-from trellis.constrain.frontends import xgrammar_regex, xgrammar_tags
 from trellis.constrain.errors import GrammarError
+from trellis.constrain.frontends.gbnf_macros import MACRO_READERS, lazy_body
+from trellis.constrain.frontends.gbnf_nodes import (ANY, MAX_REPETITION, Alt, Chars, Lazy, Lit, MacroValue, Node, Ref,
+                                                    Repeat, Seq, Tok, linear_to_star)
+from trellis.constrain.terminal_kinds import TokenRef
 
-MAX_REPETITION = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD
-
-
-@dataclass(frozen=True)
-class Lit:
-    """A string literal; ``""`` is epsilon."""
-    text: str
-
-
-@dataclass(frozen=True)
-class Chars:
-    """One code point in (or, negated, not in) the inclusive ranges; ``ANY`` is ``.``."""
-    ranges: tuple[tuple[int, int], ...]
-    negated: bool = False
-
-
-ANY = Chars((), negated=True)
-
-
-@dataclass(frozen=True)
-class Ref:
-    name: str
-    line: int = field(default=0, compare=False)
-    column: int = field(default=0, compare=False)
-
-
-@dataclass(frozen=True)
-class Repeat:
-    item: "Node"
-    min: int
-    max: int | None  # None: unbounded
-
-
-@dataclass(frozen=True)
-class Seq:
-    items: tuple["Node", ...]
-
-
-@dataclass(frozen=True)
-class Alt:
-    """A rule body or a parenthesised group."""
-    options: tuple[Seq, ...]
-
-
-Node = Union[Lit, Chars, Ref, Repeat, Seq, Alt]
 
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")  # llama.cpp: no '_'; xgrammar: '_' too
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -74,28 +30,14 @@ _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 POSTFIX = {"*": (0, None), "+": (1, None), "?": (0, 1)}
 # xgrammar's macros (grammar_parser.cc kMacroFunctions): no GBNF meaning, refused by name
 MACROS = ("TagDispatch", "TokenTagDispatch", "Token", "ExcludeToken", "Regex", "Substring")
-_MACRO_WHY = {"TokenTagDispatch": "it dispatches on token ids", "Token": "it matches a token id, not text",
-              "ExcludeToken": "it matches token ids, not text"}
 # xgrammar's rule options (docs/defining_structures/ebnf_grammar.md, "Rule Options"): the capture
 # ones only say which span a matcher records
 _CAPTURE_OPTIONS = frozenset({"capture", "capture_hidden_suffix_bytes", "capture_hidden_stop_bytes",
                               "capture_hidden_body_rule_id", "capture_hidden_marker_rule_id", "stop_capture"})
 _ATTRIBUTE_WHY = {"max_tokens": "a budget of tokens per occurrence (not a language of text)",
                   "max_chars": "a best-effort budget of characters per occurrence",
-                  "lazy": "committed-shortest matching (it changes the rule's language)",
                   "temperature": "a per-rule sampling temperature"}
 _ATTRIBUTES = re.compile(r'\[(?:[^\]"\n]|"(?:[^"\\\n]|\\.)*")*\]')  # name[max_tokens=4, capture="x"]
-
-
-@dataclass(frozen=True)
-class MacroValue:
-    """One argument of an xgrammar macro call: kind "str", "int", "bool", "name" or "tuple"."""
-    kind: str
-    value: object
-    pos: int = field(compare=False)
-
-
-_SUBSTRING_MAX = 200_000
 
 
 class GbnfParser:
@@ -108,6 +50,7 @@ class GbnfParser:
         self.defined_at: dict[str, int] = {}
         self.refs: list[Ref] = []
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.lazy: dict[str, int] = {}  # rules with xgrammar's ``lazy`` option -> where it is written
         # names defined the llama.cpp way (at a line's start, before ::=): a macro name defined as a
         # rule keeps llama.cpp's meaning (a reference), any other use of one is xgrammar's macro
         self.declared = set(re.findall(r"(?m)^[ \t]*([A-Za-z0-9_-]+)[ \t]*::=", text))
@@ -175,6 +118,9 @@ class GbnfParser:
         if self.root not in self.rules:
             raise self.error(f"no {self.root!r} rule: a GBNF grammar starts at the rule named {self.root}",
                              min(self.defined_at.values(), default=0))
+        bodies = {name: lazy_body(self, name) for name in self.lazy}
+        for name, body in bodies.items():
+            self.rules[name] = Alt((Seq((body,)),))
         return self.rules
 
     def rule(self, pos: int) -> int:
@@ -219,6 +165,9 @@ class GbnfParser:
         for m in re.finditer(r'\s*([A-Za-z_]\w*)\s*(?:=\s*("(?:[^"\\\n]|\\.)*"|[^,\]]*))?\s*(?:,|\])', text[1:]):
             key = m.group(1)
             if key in _CAPTURE_OPTIONS:
+                continue
+            if key == "lazy":
+                self.lazy[name] = pos + 1 + m.start(1)
                 continue
             why = _ATTRIBUTE_WHY.get(key, "an unknown rule option")
             raise self.error(f"xgrammar rule attributes ({name}[{key}...]) are not supported: {key} is {why}",
@@ -273,20 +222,19 @@ class GbnfParser:
                 node, pos = self.char_class(pos)
                 items.append(node)
                 repeatable = True
-            elif c in "<!":
-                raise self.error("token references (<...>, !<...>) are not supported: they match "
-                                 "tokenizer tokens, not text", pos)
+            elif c == "<" or c == "!":
+                node, pos = self.token_ref(pos)
+                items.append(node)
+                repeatable = True
             elif c in _WORD:
                 pos = self.name_end(pos)
                 name = self.text[start:pos]
                 if name in MACROS and name not in self.declared:
-                    if name not in _MACRO_READERS:
-                        raise self.error(f"xgrammar macro {name} is not supported: {_MACRO_WHY[name]}", start)
                     call = self.space(pos, True)
                     if self.peek(call) != "(":
                         raise self.error(f"expecting '(' after the xgrammar macro {name}", call)
                     args, named, pos = self.macro_args(call)
-                    items.append(_MACRO_READERS[name](self, start, args, named))
+                    items.append(MACRO_READERS[name](self, start, args, named))
                     repeatable = True
                     pos = self.space(pos, nested)
                     continue
@@ -318,6 +266,31 @@ class GbnfParser:
                 break
             pos = self.space(pos, nested)
         return Seq(tuple(items)), pos
+
+    def token_ref(self, pos: int) -> tuple["Tok", int]:
+        """llama.cpp's token references at ``pos``: ``<[id]>`` (the token of that id), ``<text>`` (the
+        one token whose text that is, found in the vocabulary at compile time), and ``!<...>`` (one
+        token that is not it)."""
+        start, exclude = pos, self.peek(pos) == "!"
+        if exclude:
+            pos += 1
+            if self.peek(pos) != "<":
+                raise self.error(f"expecting '<' after '!' (a token reference !<...>), got {self.peek(pos)!r}", pos)
+        end = self.text.find(">", pos + 1)
+        newline = self.text.find("\n", pos + 1)
+        if end < 0 or 0 <= newline < end:
+            raise self.error("unclosed '<' of a token reference <...>", start)
+        inner = self.text[pos + 1:end]
+        if inner.startswith("["):
+            digits = inner[1:-1] if inner.endswith("]") else ""
+            if not (digits.isascii() and digits.isdigit()):
+                raise self.error(f"expecting a token id in <[...]>, got <{inner}>", start)
+            ref = TokenRef.of([int(digits)], exclude=exclude)
+        elif not inner:
+            raise self.error("empty token reference <>", start)
+        else:
+            ref = TokenRef.of(texts=[inner], exclude=exclude)
+        return Tok(ref), end + 1
 
     def macro_args(self, pos: int) -> tuple[list[MacroValue], dict[str, MacroValue], int]:
         """xgrammar's macro arguments at ``pos`` (its ``(``): positional values and ``name=value``
@@ -380,107 +353,6 @@ class GbnfParser:
         if word in ("true", "false"):
             return MacroValue("bool", word == "true", pos), end
         return MacroValue("name", word, pos), end
-
-    def regex_macro(self, start: int, args: list["MacroValue"], named: dict[str, "MacroValue"]) -> Node:
-        """``Regex("pattern", flags="isu", json_string=bool)``: xgrammar's regex dialect
-        (``xgrammar_regex.py``)."""
-        if len(args) != 1 or args[0].kind != "str":
-            raise self.error("Regex expects exactly one string argument", start)
-        for key, v in named.items():
-            want = {"json_string": "bool", "flags": "str"}.get(key)
-            if want is None:
-                raise self.error(f"Regex does not support the named argument {key}", v.pos)
-            if v.kind != want:
-                raise self.error(f"Regex's {key} must be a {'boolean' if want == 'bool' else 'string'}", v.pos)
-        flags = named["flags"].value if "flags" in named else None
-        json_string = bool(named["json_string"].value) if "json_string" in named else False
-        try:
-            node = xgrammar_regex.translate(args[0].value, flags=flags, json_string=json_string)
-        except xgrammar_regex.RegexDialectError as e:
-            failed = e  # raised outside the handler: the located error alone, no chained traceback
-        else:
-            return self.pattern(node, start, f"Regex({args[0].value!r})")
-        raise self.error(f"Regex({args[0].value!r}): {failed.message} (at offset {failed.pos})", args[0].pos)
-
-    def substring_macro(self, start: int, args: list["MacroValue"], named: dict[str, "MacroValue"]) -> Node:
-        """``Substring("c1", "c2", ...)``: every run of consecutive whole chunks, the empty one
-        included (xgrammar compiles a suffix automaton; here: for each first chunk, the chain of
-        the following ones, each optional in turn)."""
-        if named:
-            raise self.error("Substring() does not accept named arguments", start)
-        if any(a.kind != "str" for a in args):
-            raise self.error("Substring() arguments must be strings", start)
-        chunks = [xgrammar_regex.literal(a.value) for a in args]
-        if sum(len(a.value) for a in args) * max(len(args), 1) > _SUBSTRING_MAX:
-            raise self.error(f"Substring() of {len(args)} chunks is too large (its regex would have over "
-                             f"{_SUBSTRING_MAX} characters)", start)
-        chains: list = []
-        tail: tuple | None = None
-        for chunk in reversed(chunks):  # chain(i) = chunk_i chain(i+1)?
-            tail = chunk if tail is None else ("cat", (chunk, ("rep", tail, 0, 1)))
-            chains.append(tail)
-        node = xgrammar_regex.simplify(("alt", (xgrammar_regex.EPS, *chains)))
-        return self.pattern(node, start, "Substring(...)")
-
-    def tag_dispatch_macro(self, start: int, args: list["MacroValue"], named: dict[str, "MacroValue"]) -> Node:
-        """``TagDispatch(("tag", rule), ..., loop_after_dispatch=true, excludes=("s", ...))``: free
-        text, a tag, its rule, and again (``xgrammar_tags.py``): ``(lead_1 rule_1 | ...)* free``,
-        or ``free | lead_1 rule_1 | ...`` without the loop."""
-        for key, v in named.items():
-            if key not in ("loop_after_dispatch", "excludes"):
-                raise self.error(f"Unknown named argument for TagDispatch: {key}", v.pos)
-        pairs: list[tuple[str, Ref]] = []
-        for a in args:
-            if a.kind != "tuple" or len(a.value) != 2:
-                raise self.error("Each tag dispatch element must be a pair (tag, rule)", a.pos)
-            tag, rule = a.value
-            if tag.kind != "str" or not tag.value:
-                raise self.error("Tag must be a non-empty string literal", tag.pos)
-            if rule.kind != "name":
-                raise self.error("Rule reference must be an identifier", rule.pos)
-            ref = Ref(rule.value, *self.where(rule.pos))
-            self.refs.append(ref)
-            pairs.append((tag.value, ref))
-        loop = named.get("loop_after_dispatch")
-        if loop is not None and loop.kind != "bool":
-            raise self.error("loop_after_dispatch must be a boolean literal", loop.pos)
-        excl = named.get("excludes")
-        excludes: list[str] = []
-        if excl is not None:
-            if excl.kind != "tuple":
-                raise self.error("excludes must be a tuple", excl.pos)
-            for x in excl.value:
-                if x.kind != "str" or not x.value:
-                    raise self.error("Exclude must be a non-empty string literal", x.pos)
-                if any(t.startswith(x.value) for t, _ in pairs):
-                    raise self.error(f"Exclude string must not be a prefix of trigger string: {x.value}", x.pos)
-                excludes.append(x.value)
-        try:
-            free, lead = xgrammar_tags.languages([t for t, _ in pairs], excludes)
-        except xgrammar_tags.TagDispatchTooLarge as e:
-            too_large = str(e)
-        else:
-            too_large = ""
-        if too_large:
-            raise self.error(f"TagDispatch is too large for trellis: {too_large}", start)
-        steps = [Seq((_node(lead[i]), ref)) for i, (_, ref) in enumerate(pairs) if lead[i] != xgrammar_regex.NOTHING]
-        free_node = None if free == xgrammar_regex.NOTHING else _node(free)
-        if loop is None or loop.value:
-            if free_node is None:  # (xgrammar: the root is always final, so free has "" at least)
-                raise self.error("TagDispatch matches no string", start)
-            return Seq(((Repeat(Alt(tuple(steps)), 0, None),) if steps else ()) + (free_node,))
-        options = ([Seq((free_node,))] if free_node is not None else []) + steps
-        if not options:
-            raise self.error("TagDispatch matches no string", start)
-        return Alt(tuple(options))
-
-    def pattern(self, node: tuple, start: int, what: str) -> Node:
-        """A macro's language (an ``xgrammar_regex`` AST) as GBNF nodes: the writer then treats it
-        like GBNF text (fused into one terminal where small; a large counted repeat in helper
-        rules, as ``x{2,50000}`` would be, not unrolled into one automaton)."""
-        if node == xgrammar_regex.NOTHING:
-            raise self.error(f"{what} matches no string", start)
-        return _node(node)
 
     def char(self, pos: int, what: str, start: int) -> tuple[str, int]:
         """One (possibly escaped) character of a literal or class that began at ``start``."""
@@ -564,23 +436,6 @@ class GbnfParser:
         return (int(self.text[pos:end]) if end > pos else None), self.space(end, nested)
 
 
-_MACRO_READERS = {"Regex": GbnfParser.regex_macro, "Substring": GbnfParser.substring_macro,
-                  "TagDispatch": GbnfParser.tag_dispatch_macro}
-
-
-def _node(ast: tuple) -> Node:
-    """An ``xgrammar_regex`` AST (simplified: no empty set in it) as GBNF nodes."""
-    kind = ast[0]
-    if kind == "set":
-        rs = ast[1]
-        if rs == ((0, xgrammar_regex.MAXC),):
-            return ANY
-        if len(rs) == 1 and rs[0][0] == rs[0][1]:
-            return Lit(chr(rs[0][0]))
-        return Chars(tuple(rs))
-    if kind == "rep":
-        return Repeat(_node(ast[1]), ast[2], ast[3])
-    if kind == "cat":
-        items = [_node(x) for x in ast[1]]
-        return Seq(tuple(items)) if items else Lit("")
-    return Alt(tuple(x if isinstance(x, Seq) else Seq((x,)) for x in map(_node, ast[1])))
+# the node types, for the stages after this one
+__all__ = ["ANY", "MAX_REPETITION", "POSTFIX", "Alt", "Chars", "GbnfParser", "Lazy", "Lit", "MacroValue", "Node", "Ref",
+           "Repeat", "Seq", "Tok", "linear_to_star"]

@@ -25,9 +25,11 @@ import numpy as np
 from trellis.constrain.grammar import lark_reader
 from trellis.constrain.grammar.lark_reader import TermDef, literal_pattern
 from trellis.constrain.automata.byte_dfa import ByteDFA, literal_dfa
+from trellis.constrain.automata.dfa_minimise import shortest
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.automata.lookaround import FollowGuard
 from trellis.constrain.automata.regex import terminal_parts
+from trellis.constrain.terminal_kinds import LAZY, TokenRef
 
 
 @dataclass(eq=False)
@@ -39,6 +41,8 @@ class Terminal:
     # Set on the part of a terminal whose matches end only where the next character passes its
     # trailing lookahead (``regex.terminal_parts``): the recogniser applies it to what follows.
     guard: FollowGuard | None = None
+    # A token element (``terminal_kinds.py``): it matches one token by id; ``dfa`` is ``NO_BYTES``.
+    token: TokenRef | None = None
 
 
 @dataclass(eq=False)
@@ -72,10 +76,13 @@ def _locate(text: str, name: str) -> tuple[int | None, int | None]:
 
 
 def _declared(text: str) -> tuple[int, int] | None:
-    m = re.search(r"^[ \t]*%declare\b", text, re.M)
-    if not m:
-        return None
-    return text.count("\n", 0, m.start()) + 1, m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    """Where the first ``%declare`` of a terminal that is not a token element stands (token
+    elements are declared terminals with reserved names, ``terminal_kinds.py``)."""
+    for m in re.finditer(r"^[ \t]*%declare\b([^\n]*)", text, re.M):
+        if all(TokenRef.from_name(n) is not None for n in m.group(1).split()):
+            continue
+        return text.count("\n", 0, m.start()) + 1, m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    return None
 
 
 # Lark's loader parses an imported file again for every ``%import`` statement of every grammar
@@ -209,6 +216,10 @@ def _terminal_parts(td: object, text: str, source: str) -> list[tuple[ByteDFA, F
 
 
 _EPSILON = ByteDFA(np.full((1, 256), -1, dtype=np.int32), np.ones(1, dtype=bool))
+# The byte DFA of a token element (``terminal_kinds.py``): one state, not accepting, no byte leaves
+# it. A scan of it is never moved by a byte, so the byte-level machinery (steps, walks, live
+# bytes) passes it by.
+NO_BYTES = ByteDFA(np.full((1, 256), -1, dtype=np.int32), np.zeros(1, dtype=bool))
 
 
 def _without_empty(dfa: ByteDFA) -> ByteDFA:
@@ -248,10 +259,18 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
         if name in tids:
             return tids[name]
         td = term_defs.get(name)
+        ref = TokenRef.from_name(name) if td is None else None
+        if ref is not None:
+            tids[name] = len(terminals)
+            terminals.append(Terminal(name, NO_BYTES, str(ref), token=ref))
+            return tids[name]
         if td is None:
             line, col = _locate(text, name)
             raise GrammarError(f"terminal {name} has no definition", source=source, text=text, line=line, column=col)
         parts = _terminal_parts(td, text, source)
+        if name.startswith(LAZY):  # committed-shortest: its matches that no shorter match begins
+            assert len(parts) == 1 and parts[0][1] is None, name  # (GBNF text: no lookaround)
+            parts = [(shortest(parts[0][0]), None)]
         value, prio = getattr(td.pattern, "value", ""), int(getattr(td, "priority", 0) or 0)
         if len(parts) > 1 or parts[0][1] is not None:
             parts_of[name] = []
@@ -317,7 +336,9 @@ def _productive(rules: list[tuple[int, tuple[int, ...]]], n: int, terminals: lis
                 nts: dict[str, int], start: str, text: str, source: str) -> list[tuple[int, tuple[int, ...]]]:
     """Rules whose every symbol derives some string (least fixpoint); error if the start rule has none."""
     # (a literal chain is a non-empty word: no numpy test, a schema grammar has a key per terminal)
-    ok_t = [bool(t.dfa.literal) or bool(t.dfa.final.any() and (t.dfa.trans >= 0).any()) for t in terminals]
+    # (a token element matches a token: whether one of this vocabulary is checked with it, later)
+    ok_t = [bool(t.dfa.literal) or t.token is not None or bool(t.dfa.final.any() and (t.dfa.trans >= 0).any())
+            for t in terminals]
     prod = _derives(rules, n, lambda s: ok_t[-1 - s])
     if not prod[nts[start]]:
         line, col = _locate(text, start)
