@@ -7,7 +7,7 @@
 Grammars: trellis' shipped ones, the shared corpus (``../shared/data/grammars``: lark/, outlines/, llama.cpp/) and
 ``benchmarks/data/real_grammars`` (Lark and GBNF files collected from public repositories, origins
 in its ORIGINS.md; none of them in the shared corpus); with ``--xgrammar-macros`` instead, xgrammar's
-own test grammars that use its ``Regex``/``Substring``/``TagDispatch`` macros. Vocabulary: Gemma 3
+own test grammars that use its ``Regex``/``Substring``/``TagDispatch`` macros, token elements or lazy rules. Vocabulary: Gemma 3
 270M's 262,144 tokens.
 
 Per grammar, in this process, on the default path (``compile(spec, vocab)``, the Earley engine, its
@@ -108,13 +108,15 @@ def _origins_starts() -> dict[str, str | None]:
 
 
 XGRAMMAR_TESTS = os.path.join(HERE, "data", "xgrammar_ebnf", "grammars.json")
-_MACRO = re.compile(r"\b(Regex|Substring|TagDispatch)\s*\(")
+_MACRO = re.compile(r"\b(Regex|Substring|TagDispatch|Token|ExcludeToken|TokenTagDispatch)\s*\(|<\[|\blazy\b")
 
 
 def xgrammar_macro_grammars(names: list[str] | None) -> list[tuple[str, Any, str]]:
     """(name, Gbnf spec, start rule) of xgrammar's own test grammars (``--xgrammar-macros``,
-    ``data/xgrammar_ebnf``) that call its macros ``Regex``, ``Substring`` or ``TagDispatch``: the
-    EBNF vLLM users send (structural tags), one per distinct (text, root rule)."""
+    ``data/xgrammar_ebnf``) that call its macros ``Regex``, ``Substring``, ``TagDispatch``, its token
+    elements (``Token``, ``ExcludeToken``, ``TokenTagDispatch``: ids resolved against Gemma's
+    vocabulary, where 1 and 106 are EOS ids and a grammar naming one is refused) or a ``lazy`` rule:
+    the EBNF vLLM users send (structural tags), one per distinct (text, root rule)."""
     from trellis.constrain import Gbnf
 
     seen: set = set()
