@@ -108,27 +108,31 @@ def mask(c, state) -> set[int]:
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
 def test_token_element_masks_equal_the_oracle(name: str) -> None:
     text = GRAMMARS[name]
-    oracle = Oracle(text)
-    c = compile(Gbnf(text), VOCAB, cache=False)
+    assert assert_masks_equal_oracle(compile(Gbnf(text), VOCAB, cache=False), Oracle(text), 4) >= 4
+
+
+def assert_masks_equal_oracle(c, oracle: "Oracle", depth: int) -> int:
+    """Masks (EOS included), acceptance and advances along every viable sequence of fewer than
+    ``depth`` tokens equal the oracle's; returns the number of states checked."""
     frontier = [((), c.start())]
     checked = 0
-    for _ in range(4):
+    for _ in range(depth):
         nxt = []
         for seq, st in frontier:
             got = mask(c, st)
             want = {t for t in range(len(TOKENS)) if t != EOS and oracle.viable(seq + (t,))}
             want |= {EOS} if oracle.complete(seq) else set()
-            assert got == want, (name, seq, sorted(got ^ want))
-            assert c.is_accepting(st) == oracle.complete(seq), (name, seq)
+            assert got == want, (seq, sorted(got ^ want))
+            assert c.is_accepting(st) == oracle.complete(seq), seq
             checked += 1
             for t in sorted(got - {EOS}):
                 st2 = c.advance(st, t)
-                assert st2 is not None, (name, seq, t)
+                assert st2 is not None, (seq, t)
                 nxt.append((seq + (t,), st2))
             for t in set(range(len(TOKENS))) - got - {EOS}:
-                assert c.advance(st, t) is None, (name, seq, t)
+                assert c.advance(st, t) is None, (seq, t)
         frontier = nxt
-    assert checked >= 4
+    return checked
 
 
 def test_token_elements_are_refused_where_they_name_nothing() -> None:
@@ -310,15 +314,8 @@ def test_random_token_grammars_equal_the_oracle() -> None:
             c = compile(Gbnf(text), VOCAB, cache=False)
         except GrammarError:
             continue  # (a grammar that matches nothing, say)
-        oracle = GeneratedOracle(text)
-        frontier = [((), c.start())]
-        for _ in range(3):
-            nxt = []
-            for seq, st in frontier:
-                got = mask(c, st)
-                want = {t for t in range(len(TOKENS)) if t != EOS and oracle.viable(seq + (t,))}
-                want |= {EOS} if oracle.complete(seq) else set()
-                assert got == want, (text, seq, sorted(got ^ want))
-                nxt += [(seq + (t,), c.advance(st, t)) for t in sorted(got - {EOS})]
-            frontier = nxt
+        try:
+            assert_masks_equal_oracle(c, GeneratedOracle(text), 3)
+        except AssertionError as e:
+            raise AssertionError(f"{text}: {e}") from None
         checked += 1

@@ -8,6 +8,7 @@ where they are used (``gbnf.py``'s writer puts the rules together).
 
 from __future__ import annotations
 
+from trellis.constrain.frontends.gbnf_nodes import matches_empty
 from trellis.constrain.frontends.gbnf_reader import Alt, Chars, Lazy, Lit, Node, Ref, Repeat, Seq, Tok, linear_to_star
 
 # Precedence of emitted Lark expressions: what may stand where without parentheses.
@@ -69,20 +70,6 @@ def _rule_free(node: Node) -> bool:
     return True
 
 
-def _nullable(node: Node) -> bool:
-    if isinstance(node, Lit):
-        return not node.text
-    if isinstance(node, Chars):
-        return False
-    if isinstance(node, Repeat):
-        return node.min == 0 or node.max == 0 or _nullable(node.item)
-    if isinstance(node, Seq):
-        return all(_nullable(x) for x in node.items)
-    if isinstance(node, Alt):
-        return any(_nullable(x) for x in node.options)
-    return False
-
-
 def regex_text(node: Node) -> str:
     """Python-regex text (Lark ``/.../`` escaping) of a rule-free node, as a group-safe atom or
     sequence (alternations are wrapped)."""
@@ -117,16 +104,16 @@ def fused_terminal(node: Node) -> tuple[str, int] | None:
     more than a literal or a class; None otherwise."""
     if _simple(node) or not _rule_free(node):
         return None
-    if not _nullable(node):
+    if not matches_empty(node):
         return f"/{_rx(node)}/", PREC_ATOM
     # nullable: X? with X the non-empty part, where that part is easy to write
-    if isinstance(node, Repeat) and not _nullable(node.item) and (node.max is None or node.max >= 1):
+    if isinstance(node, Repeat) and not matches_empty(node.item) and (node.max is None or node.max >= 1):
         lo = max(node.min, 1)
         body = _rx(Repeat(node.item, lo, node.max))
         return f"/{body}/?", PREC_POST
     if isinstance(node, Alt):  # (a | b | ""): X? when the nullable options are empty text only
-        rest = tuple(o for o in node.options if not _nullable(o))
-        eps = [o for o in node.options if _nullable(o)]
+        rest = tuple(o for o in node.options if not matches_empty(o))
+        eps = [o for o in node.options if matches_empty(o)]
         if rest and all(isinstance(x, Lit) and not x.text for o in eps for x in o.items):
             return f"/{_rx(Alt(rest))}/?", PREC_POST
     return None
@@ -252,7 +239,7 @@ def fuse_runs(items: tuple) -> list:
     run: list = []
 
     def flush() -> None:
-        if len(run) >= 2 and not all(_nullable(x) for x in run):
+        if len(run) >= 2 and not all(matches_empty(x) for x in run):
             out.append(Seq(tuple(run)))
         else:
             out.extend(run)

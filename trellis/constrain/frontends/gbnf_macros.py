@@ -72,20 +72,25 @@ def substring_macro(p: Any, start: int, args: list["MacroValue"], named: dict[st
     return pattern(p, node, start, "Substring(...)")
 
 
-def tag_dispatch_macro(p: Any, start: int, args: list["MacroValue"], named: dict[str, "MacroValue"]) -> Node:
-    """``TagDispatch(("tag", rule), ..., loop_after_dispatch=true, excludes=("s", ...))``: free
-    text, a tag, its rule, and again (``xgrammar_tags.py``): ``(lead_1 rule_1 | ...)* free``,
-    or ``free | lead_1 rule_1 | ...`` without the loop."""
+_PAIR = {"str": "Each tag dispatch element must be a pair (tag, rule)",
+         "int": "Each token tag dispatch element must be a pair (token id, rule)"}
+_TRIGGER = {"str": "Tag must be a non-empty string literal", "int": "A trigger must be a non-negative integer token id"}
+
+
+def _dispatch_pairs(p: Any, macro: str, args: list["MacroValue"], named: dict[str, "MacroValue"],
+                    trigger: str) -> tuple[list[tuple[Any, Ref]], bool]:
+    """The (trigger, rule) pairs and ``loop_after_dispatch`` of ``TagDispatch`` (``trigger``
+    "str") or ``TokenTagDispatch`` ("int"), checked as xgrammar checks them."""
     for key, v in named.items():
         if key not in ("loop_after_dispatch", "excludes"):
-            raise p.error(f"Unknown named argument for TagDispatch: {key}", v.pos)
-    pairs: list[tuple[str, Ref]] = []
+            raise p.error(f"Unknown named argument for {macro}: {key}", v.pos)
+    pairs: list[tuple[Any, Ref]] = []
     for a in args:
         if a.kind != "tuple" or len(a.value) != 2:
-            raise p.error("Each tag dispatch element must be a pair (tag, rule)", a.pos)
+            raise p.error(_PAIR[trigger], a.pos)
         tag, rule = a.value
-        if tag.kind != "str" or not tag.value:
-            raise p.error("Tag must be a non-empty string literal", tag.pos)
+        if tag.kind != trigger or (trigger == "str" and not tag.value):
+            raise p.error(_TRIGGER[trigger], tag.pos)
         if rule.kind != "name":
             raise p.error("Rule reference must be an identifier", rule.pos)
         ref = Ref(rule.value, *p.where(rule.pos))
@@ -94,6 +99,14 @@ def tag_dispatch_macro(p: Any, start: int, args: list["MacroValue"], named: dict
     loop = named.get("loop_after_dispatch")
     if loop is not None and loop.kind != "bool":
         raise p.error("loop_after_dispatch must be a boolean literal", loop.pos)
+    return pairs, loop is None or bool(loop.value)
+
+
+def tag_dispatch_macro(p: Any, start: int, args: list["MacroValue"], named: dict[str, "MacroValue"]) -> Node:
+    """``TagDispatch(("tag", rule), ..., loop_after_dispatch=true, excludes=("s", ...))``: free
+    text, a tag, its rule, and again (``xgrammar_tags.py``): ``(lead_1 rule_1 | ...)* free``,
+    or ``free | lead_1 rule_1 | ...`` without the loop."""
+    pairs, loop = _dispatch_pairs(p, "TagDispatch", args, named, "str")
     excl = named.get("excludes")
     excludes: list[str] = []
     if excl is not None:
@@ -115,7 +128,7 @@ def tag_dispatch_macro(p: Any, start: int, args: list["MacroValue"], named: dict
         raise p.error(f"TagDispatch is too large for trellis: {too_large}", start)
     steps = [Seq((from_regex_ast(lead[i]), ref)) for i, (_, ref) in enumerate(pairs) if lead[i] != xgrammar_regex.NOTHING]
     free_node = None if free == xgrammar_regex.NOTHING else from_regex_ast(free)
-    if loop is None or loop.value:
+    if loop:
         if free_node is None:  # (xgrammar: the root is always final, so free has "" at least)
             raise p.error("TagDispatch matches no string", start)
         return Seq(((Repeat(Alt(tuple(steps)), 0, None),) if steps else ()) + (free_node,))
@@ -148,24 +161,7 @@ def token_tag_dispatch_macro(p: Any, start: int, args: list["MacroValue"], named
     """``TokenTagDispatch((id, rule), ..., loop_after_dispatch=true, excludes=(id, ...))``: free
     tokens (any token but a trigger or an exclude), a trigger token, its rule, and again:
     ``(free | Token(id_1) rule_1 | ...)*``; without the loop ``free* (Token(id_i) rule_i)?``."""
-    for key, v in named.items():
-        if key not in ("loop_after_dispatch", "excludes"):
-            raise p.error(f"Unknown named argument for TokenTagDispatch: {key}", v.pos)
-    pairs: list[tuple[int, Ref]] = []
-    for a in args:
-        if a.kind != "tuple" or len(a.value) != 2:
-            raise p.error("Each token tag dispatch element must be a pair (token id, rule)", a.pos)
-        tid, rule = a.value
-        if tid.kind != "int":
-            raise p.error("A trigger must be a non-negative integer token id", tid.pos)
-        if rule.kind != "name":
-            raise p.error("Rule reference must be an identifier", rule.pos)
-        ref = Ref(rule.value, *p.where(rule.pos))
-        p.refs.append(ref)
-        pairs.append((tid.value, ref))
-    loop = named.get("loop_after_dispatch")
-    if loop is not None and loop.kind != "bool":
-        raise p.error("loop_after_dispatch must be a boolean literal", loop.pos)
+    pairs, loop = _dispatch_pairs(p, "TokenTagDispatch", args, named, "int")
     excl = named.get("excludes")
     excludes: list[int] = []
     if excl is not None:
@@ -174,7 +170,7 @@ def token_tag_dispatch_macro(p: Any, start: int, args: list["MacroValue"], named
         excludes = [x.value for x in excl.value]
     free = Tok(TokenRef.of([i for i, _ in pairs] + excludes, exclude=True))
     steps = [Seq((Tok(TokenRef.of([i])), ref)) for i, ref in pairs]
-    if loop is None or loop.value:
+    if loop:
         return Repeat(Alt((Seq((free,)), *steps)), 0, None)
     any_free = Repeat(free, 0, None)
     return Seq((any_free, Repeat(Alt(tuple(steps)), 0, 1))) if steps else any_free
