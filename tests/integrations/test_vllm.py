@@ -159,6 +159,29 @@ def test_offline_mixed_batch_valid_and_equal_to_trellis_greedy(llm):
     print(f"vllm offline: {compared} tokens equal to trellis greedy, {excused} near-tie divergences")
 
 
+def test_offline_token_elements_and_a_lazy_rule(llm):
+    """GBNF as vLLM users send it with xgrammar's extensions: a control token named by id (Gemma's
+    <start_of_turn>, 105, which has no text) after a lazy rule (it ends at its first "."). The
+    output holds the token where the grammar puts it, token for token trellis' own greedy output."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from trellis.models import load
+
+    handle = load()
+    args = {"trellis_gbnf": 'root ::= answer <[105]> "user"\nanswer[lazy] ::= [A-Za-z ,]+ "."\n'}
+    ids = handle.tokenizer("Q: What colour is the sky?\nA:").input_ids
+    out = llm.generate([TokensPrompt(prompt_token_ids=ids)],
+                       SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, extra_args=args))[0].outputs[0]
+    got = [t for t in out.token_ids if t not in handle.vocab.eos]
+    assert out.finish_reason == "stop" and 105 in got, (out.text, got)
+    k = got.index(105)
+    head, tail = handle.vocab.decode(got[:k]).decode(), handle.vocab.decode(got[k + 1:]).decode()
+    assert head.endswith(".") and head.count(".") == 1 and tail == "user", (head, tail)
+    want, _ = trellis_reference(handle, ids, args)
+    assert got == want, (got, want)
+
+
 def test_offline_bad_request_refused_engine_keeps_serving(llm):
     from vllm import SamplingParams
     from vllm.exceptions import VLLMValidationError  # what the server turns into an HTTP 400
