@@ -374,8 +374,8 @@ ERRORS = {
                                           "excludes must be a tuple of token ids"),
     "macro_substring_named": ('root ::= ("x" Substring("abc", a=true))', 1, 15, "does not accept named arguments"),
     "attributes": ('root ::= r\nr[max_tokens=4, lazy] ::= "a"+', 2, 3, "max_tokens is a budget of tokens"),
-    "attributes_lazy": ('root ::= r\nr[capture, lazy] ::= "a"+ r', 2, 12, "lazy rule 'r' must be regular"),
-    "attributes_lazy_token": ('root ::= r\nr[lazy] ::= "a" Token(1)', 2, 3, "lazy rule 'r' must be regular text"),
+    "attributes_lazy": ('root ::= r\nr[capture, lazy] ::= "a"+ r', 2, 12, "rule 'r' with lazy must be regular"),
+    "attributes_lazy_token": ('root ::= r\nr[lazy] ::= "a" Token(1)', 2, 3, "rule 'r' with lazy must be regular text"),
     "attributes_temperature": ('root[temperature=0.5] ::= "a"', 1, 6, "temperature is a per-rule sampling"),
     "root_rule_name": ('start ::= "a"', 1, 1, "no 'root' rule"),
 }

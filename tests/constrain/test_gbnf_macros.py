@@ -208,7 +208,7 @@ def test_capture_options_are_accepted_and_the_others_refused_by_name():
     g = 'root ::= item ("," item)*\nitem[capture="number"] ::= [0-9]+'
     assert assert_strings_agree_with_xgrammar(g, ["1,22", "1,", "a"]) == {"1,22"}
     assert language('root ::= a\na[capture, capture_hidden_stop_bytes=2, stop_capture="s"] ::= "x"', ["x"]) == {"x"}
-    for option in ("max_tokens=4", "max_chars=3", "temperature=0.5"):
+    for option in ("max_tokens=4", "temperature=0.5"):
         with pytest.raises(GrammarError, match=f"{option.split('=')[0]} is"):
             Gbnf(f'root ::= a\na[capture, {option}] ::= "x"').rules()
 
@@ -265,6 +265,86 @@ def test_a_lazy_rule_keeps_the_matches_no_shorter_match_begins():
             if rx.fullmatch(""):
                 first = w == ""  # a body that matches "" commits to it
             assert accepts(c, f"<{w}>".encode()) == first, (g, w)
+
+
+# --- max_chars -----------------------------------------------------------------------------------
+
+MAX_CHARS = [
+    ('root ::= value ">"\nvalue[max_chars=2] ::= [^]*', "a\u4e2d>", 4),  # xgrammar's tests' form
+    ('root ::= s\ns[max_chars=2] ::= Substring("a", "b", "c")', "abc", 4),
+    ('root[max_chars=0] ::= [a]*', "ab", 3),
+    ('root ::= v ">"\nv[max_chars=1] ::= "ab" | "a" "bc"* "d"', "abcd>", 6),  # spent where it cannot end
+    ('root ::= v v\nv[max_chars=3] ::= [a-c]+', "ab.", 7),
+]
+
+
+@pytest.mark.parametrize("g, alphabet, max_len", MAX_CHARS)
+def test_max_chars_agrees_with_xgrammar(g, alphabet, max_len):
+    """xgrammar's ``max_chars=N``: every string up to ``max_len``, xgrammar's matcher and the
+    engine agree, and so do the masks."""
+    from tests.constrain.test_gbnf import engine_compile, xgrammar_acceptor
+    from tests.constrain.test_grammars import accepts, byte_vocab
+
+    xg, c = xgrammar_acceptor(g), engine_compile(g, byte_vocab())
+    got = {s for s in strings(alphabet, max_len) if accepts(c, s.encode())}
+    assert got == {s for s in strings(alphabet, max_len) if xg(s)}
+    assert got
+    assert assert_masks_equal_xgrammar(g) >= 3
+
+
+def test_max_chars_keeps_what_its_definition_keeps():
+    """Random regular bodies and budgets: the rule's language is exactly the body's strings
+    (Python's ``re``) of at most N code points, and the longer ones no prefix of N or more code
+    points of which is in the body's language (xgrammar's "earliest valid boundary")."""
+    from tests.constrain.test_grammars import accepts, byte_vocab
+    from trellis.constrain import compile
+    from trellis.constrain.frontends.gbnf_fusion import regex_text
+
+    rng = random.Random(7)
+    atoms = ['"a"', '"b"', '"ab"', "[ab]", '"\u00e9"', '"ba"']
+    for _ in range(40):
+        parts = []
+        for _ in range(rng.randint(1, 3)):
+            a = rng.choice(atoms)
+            if rng.random() < 0.3:
+                a = f"({a} | {rng.choice(atoms)})"
+            parts.append(a + rng.choice(["", "", "*", "+", "?", "{1,2}"]))
+        n = rng.randint(0, 4)
+        g = f'root ::= "<" r ">"\nr[max_chars={n}] ::= {" ".join(parts)}'
+        rx = re.compile(regex_text(Gbnf(g.replace(f"[max_chars={n}]", "")).rules()["r"]))
+        c = compile(Gbnf(g), byte_vocab(), cache=False)
+        for w in strings("ab\u00e9", 6):
+            want = bool(rx.fullmatch(w)) and (len(w) <= n or not any(rx.fullmatch(w[:k]) for k in range(n, len(w))))
+            assert accepts(c, f"<{w}>".encode()) == want, (g, w)
+
+
+def test_max_chars_where_xgrammar_is_best_effort():
+    """``v v`` with ``v[max_chars=3] ::= [a-c]+ "."?``: each ``v`` can end after 3 characters, so
+    it must (xgrammar's docs: the budget forces the end where the body can end), and no sentence
+    has more than 6 characters. xgrammar 0.2.9's matcher accepts ``aaaaaaa`` and longer (its budget
+    is best-effort for this body: alone, ``v`` refuses ``aaaa`` as it should); trellis keeps the
+    definition."""
+    from tests.constrain.test_gbnf import engine_compile, xgrammar_acceptor
+    from tests.constrain.test_grammars import accepts, byte_vocab
+
+    g = 'root ::= v v\nv[max_chars=3] ::= [a-c]+ "."?'
+    c = engine_compile(g, byte_vocab())
+    assert accepts(c, b"aa.aa.") and accepts(c, b"aaaaaa") and not accepts(c, b"aaaaaaa")
+    assert not accepts(c, b"aaa.a")  # "aaa" could end: its budget is spent
+    xg = xgrammar_acceptor(g)
+    assert xg("aaaaaaa") and not xg("aaa|")  # (pinned: change this if xgrammar changes)
+
+
+def test_max_chars_refusals():
+    with pytest.raises(GrammarError, match="max_chars must be an integer"):
+        Gbnf('root ::= a\na[max_chars=-1] ::= "x"').rules()
+    with pytest.raises(GrammarError, match="must be regular"):
+        Gbnf('root ::= a\na[max_chars=3] ::= "x" a | "y" a "z" | ""').rules()
+    from tests.constrain.test_grammars import byte_vocab
+    from trellis.constrain import compile
+
+    with pytest.raises(GrammarError, match="max_chars=2147483647 over a body"):
+        compile(Gbnf("root[max_chars=2147483647] ::= [a]*"), byte_vocab(), cache=False)
 
 
 # --- fuzzing against the installed xgrammar ---------------------------------------------------------

@@ -26,12 +26,15 @@ either route. An element's ids are resolved per vocabulary (``allowed``):
   trellis does not: EOS ends the output, and it is allowed exactly where the grammar can end.
 
 **Lazy terminals** are xgrammar's ``name[lazy] ::= body`` (committed-shortest matching): the
-strings of the regular body that no shorter string of it begins (``byte_dfa.shortest``).
+strings of the regular body that no shorter string of it begins (``dfa_minimise.shortest``).
+**Character-budgeted terminals** are xgrammar's ``name[max_chars=N] ::= body``: the body's strings
+of at most N code points, and longer ones only where the body could not end at N and they end
+at its first way to end after (``dfa_minimise.char_budget``).
 
 In Lark text (what the GBNF writer hands the engine) a token element is a ``%declare``d terminal
 with a reserved name (``_TRELLIS_TOKEN_2_4``, ``_TRELLIS_NOT_TOKEN_3``; ``TokenRef.name`` and
-``TokenRef.from_name`` are the one spelling) and a lazy terminal a terminal named
-``_TRELLIS_LAZY_<k>``. Only the Earley engine reads them.
+``TokenRef.from_name`` are the one spelling), a lazy terminal a terminal named ``_TRELLIS_LAZY_<k>``
+and a budgeted one ``_TRELLIS_CHARS_<N>_<k>``. Only the Earley engine reads them.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from trellis.constrain.errors import GrammarError
 _NAME = re.compile(r"_TRELLIS_(NOT_)?TOKEN((?:_\d+)*)((?:_T[0-9A-F]+)*)")
 RESERVED = "_TRELLIS_"  # the prefix of every reserved terminal name
 LAZY = RESERVED + "LAZY_"  # a lazy terminal's name: this and a number
+CHARS = RESERVED + "CHARS_"  # a character-budgeted terminal's name: this, the budget, "_", a number
 
 @dataclass(frozen=True)
 class TokenRef:

@@ -330,3 +330,44 @@ def shortest(dfa: ByteDFA) -> ByteDFA:
     trans = dfa.trans.copy()
     trans[dfa.final] = -1
     return minimal(trans, dfa.final.copy(), name="lazy terminal", pattern="")
+
+
+# States a character-budgeted terminal's automaton may have (``char_budget``): ~1 KB a state in
+# the [S, 256] table; xgrammar's ``[^]*`` with max_chars=2048 needs ~10,000.
+MAX_BUDGET_STATES = 50_000
+
+
+def char_budget(dfa: ByteDFA, limit: int, *, name: str) -> ByteDFA:
+    """The DFA of xgrammar's ``max_chars=limit`` on ``dfa``'s language L (a code point is counted at
+    each byte that is not a UTF-8 continuation byte): the strings of L of at most ``limit`` code
+    points, and a longer string of L only if no prefix of it with ``limit`` or more code points
+    is in L (the budget is spent where the body cannot end, so it ends at its first way to end
+    after: xgrammar's "earliest valid boundary"). States: (state of ``dfa``, code points read)
+    up to the budget, then ``dfa``'s states again with their accepting states made dead ends.
+    ``GrammarError`` naming ``name`` past ``MAX_BUDGET_STATES``."""
+    n = dfa.num_states
+    if n * (limit + 2) > MAX_BUDGET_STATES:
+        raise GrammarError(f"{name}: max_chars={limit} over a body whose automaton has {n} state(s) needs "
+                           f"~{n * (limit + 2):,} states (trellis' limit: {MAX_BUDGET_STATES:,})")
+    lead = np.ones(256, dtype=bool)
+    lead[0x80:0xC0] = False  # continuation bytes do not start a code point
+    over = (limit + 1) * n  # state q of dfa past the budget: over + q
+    trans = np.full(((limit + 2) * n, 256), -1, dtype=np.int32)
+    final = np.zeros((limit + 2) * n, dtype=bool)
+    for c in range(limit + 1):
+        rows = trans[c * n:(c + 1) * n]
+        nxt = dfa.trans
+        ok = nxt >= 0
+        # a continuation byte stays in layer c; a lead byte moves to c + 1, or past the budget
+        stay = np.where(ok & ~lead, c * n + nxt, -1)
+        if c < limit:
+            move = np.where(ok & lead, (c + 1) * n + nxt, -1)
+        else:  # the budget is spent: on only where the body could not end here
+            move = np.where(ok & lead & ~dfa.final[:, None], over + nxt, -1)
+        rows[:] = np.where(lead, move, stay)
+        final[c * n:(c + 1) * n] = dfa.final
+    tail = dfa.trans.copy()
+    tail[dfa.final] = -1  # past the budget: the first way to end is the end
+    trans[over:] = np.where(tail >= 0, over + tail, -1)
+    final[over:] = dfa.final
+    return minimal(trans, final, name=name, pattern=f"max_chars={limit}")

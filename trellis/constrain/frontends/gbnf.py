@@ -82,9 +82,16 @@ exception, ``[^]``, is noted), and each is given the language xgrammar's matcher
   ends the output and is allowed where the grammar can end;
 * the capture rule options ``name[capture, capture="x", capture_hidden_..., stop_capture="x"] ::=``
   (they say which span xgrammar's matcher records, not what it accepts; trellis records none);
-* refused by name with a located error: the rule options ``max_tokens`` (a token budget),
-  ``max_chars`` (a best-effort budget), ``lazy`` (committed-shortest matching) and ``temperature``
-  (sampling).
+* the rule options ``lazy`` (committed-shortest: the strings of the rule's regular body that no
+  shorter one begins) and ``max_chars=N`` (the body's strings of at most N code points, and longer
+  ones only where the body could not end at N, up to its first end after: xgrammar's "earliest
+  valid boundary"; exact, as an automaton of up to ``dfa_minimise.MAX_BUDGET_STATES`` states, a
+  larger one refused by name); a rule with either is one terminal (``terminal_kinds.py``), and its
+  body must be regular text (references inlined, recursion and token elements refused by name);
+* refused by name with a located error: the rule options ``max_tokens`` (a token budget) and
+  ``temperature`` (sampling).
+
+
 
 llama.cpp's token references (its ``llama_grammar_parser``): ``<[id]>`` is the token of that id,
 ``<text>`` the one token of the vocabulary whose text that is (a special token has no text in a
@@ -128,7 +135,7 @@ from trellis.constrain.frontends.gbnf_fusion import (PREC_ALT, PREC_ATOM, PREC_P
                                            inline_regular, lark_class, lark_string, regex_text)
 from trellis.constrain.frontends.gbnf_reader import (ANY, MAX_REPETITION, POSTFIX, Alt, Chars, GbnfParser, Lazy, Lit,
                                            Node, Ref, Repeat, Seq, Tok)
-from trellis.constrain.terminal_kinds import LAZY
+from trellis.constrain.terminal_kinds import CHARS, LAZY
 
 
 class Gbnf:
@@ -183,7 +190,7 @@ class _LarkWriter:
         self.fuse, self.root = fuse, root
         self.helpers: dict[str, str] = {}  # body -> name; identical bodies share one rule
         self.tokens: dict[str, None] = {}  # the token elements' reserved terminal names (terminal_kinds.py)
-        self.lazy: dict[str, str] = {}  # a lazy body's regex -> its terminal's name
+        self.lazy: dict[tuple, str] = {}  # a lazy or budgeted body's (regex, max_chars) -> its terminal's name
 
     def write(self) -> str:
         lines = ["start: " + lark_name(self.root)]
@@ -191,7 +198,7 @@ class _LarkWriter:
             lines.append(f"{lark_name(name)}: {self.expr(body)[0]}".rstrip())
         lines += [f"{name}: {body}" for body, name in self.helpers.items()]
         # (the comment keeps Lark from reading an equal anonymous regex elsewhere as this terminal)
-        lines += [f"{name}: /(?#lazy){rx}/" for rx, name in self.lazy.items()]
+        lines += [f"{name}: /(?#{name}){rx}/" for (rx, _), name in self.lazy.items()]
         if self.tokens:
             lines.append("%declare " + " ".join(self.tokens))
         return "\n".join(lines) + "\n"
@@ -220,8 +227,9 @@ class _LarkWriter:
             self.tokens[node.ref.name] = None
             return node.ref.name, PREC_ATOM
         if isinstance(node, Lazy):
-            rx = regex_text(node.body)
-            return self.lazy.setdefault(rx, f"{LAZY}{len(self.lazy) + 1}"), PREC_ATOM
+            key = (regex_text(node.body), node.max_chars)
+            prefix = LAZY if node.max_chars is None else f"{CHARS}{node.max_chars}_"
+            return self.lazy.setdefault(key, f"{prefix}{len(self.lazy) + 1}"), PREC_ATOM
         if isinstance(node, Repeat):
             return self.repeat(node)
         if isinstance(node, Seq):

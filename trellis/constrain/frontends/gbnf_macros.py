@@ -177,23 +177,26 @@ def token_tag_dispatch_macro(p: Any, start: int, args: list["MacroValue"], named
 
 
 def lazy_body(p: Any, name: str) -> Node:
-    """The ``Lazy`` node of rule ``name`` (xgrammar's ``lazy`` option): its body with every
-    reference replaced by that rule's body, which must end (xgrammar: "a single terminal-like
-    form"; recursion and token elements refused by name). A body that matches the empty
-    string commits to it: the rule is ``""``."""
+    """The ``Lazy`` node of rule ``name`` (xgrammar's ``lazy`` option, or ``max_chars``): its body
+    with every reference replaced by that rule's body, which must end (xgrammar: "a single
+    terminal-like form"; recursion and token elements refused by name). A lazy body that matches
+    the empty string commits to it: the rule is ``""``. With both options the rule is lazy: a
+    language no string of which begins another keeps all its strings under a budget."""
+    lazy = name in p.lazy
+    option, where = ("lazy", p.lazy[name]) if lazy else (f"max_chars={p.max_chars[name][0]}", p.max_chars[name][1])
 
     def inline(node: Node, busy: tuple) -> Node:
         if isinstance(node, Ref):
             if node.name in busy:
-                raise p.error(f"lazy rule {name!r} must be regular (one terminal), but rule {node.name!r} "
-                                 "is recursive", p.lazy[name])
+                raise p.error(f"rule {name!r} with {option} must be regular (one terminal), but rule "
+                              f"{node.name!r} is recursive", where)
             # a rule that only repeats itself at one edge is a repeat (xgrammar's normaliser too)
             body = linear_to_star(node.name, ungrouped(p.rules[node.name]), text_only)
             return inline(body, busy + (node.name,))
         if isinstance(node, (Tok, Lazy)):
-            raise p.error(f"lazy rule {name!r} must be regular text (one terminal): it uses "
-                             f"{'a token element' if isinstance(node, Tok) else 'another lazy rule'}",
-                             p.lazy[name])
+            raise p.error(f"rule {name!r} with {option} must be regular text (one terminal): it uses "
+                          f"{'a token element' if isinstance(node, Tok) else 'a rule with a lazy or max_chars option'}",
+                          where)
         if isinstance(node, Repeat):
             return Repeat(inline(node.item, busy), node.min, node.max)
         if isinstance(node, Seq):
@@ -203,7 +206,9 @@ def lazy_body(p: Any, name: str) -> Node:
         return node
 
     body = inline(p.rules[name], (name,))
-    return Lit("") if matches_empty(body) else Lazy(body)
+    if lazy:
+        return Lit("") if matches_empty(body) else Lazy(body)
+    return Lazy(body, max_chars=p.max_chars[name][0])
 
 
 MACRO_READERS = {"Regex": regex_macro, "Substring": substring_macro,

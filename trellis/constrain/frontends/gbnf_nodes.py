@@ -69,11 +69,12 @@ class Tok:
 
 @dataclass(frozen=True)
 class Lazy:
-    """xgrammar's ``name[lazy] ::= body``: the strings of the regular ``body`` that no shorter
-    string of it begins (the occurrence commits to its earliest end). One terminal of its own,
-    never fused with its neighbours (``gbnf.py`` names it ``_TRELLIS_LAZY_k``; the IR cuts its DFA,
-    ``byte_dfa.shortest``)."""
+    """xgrammar's ``name[lazy] ::= body`` (``max_chars`` None), or ``name[max_chars=N] ::= body``: a
+    rule option over a regular ``body``, one terminal of its own, never fused with its neighbours
+    (``gbnf.py`` names it ``_TRELLIS_LAZY_k`` / ``_TRELLIS_CHARS_N_k``; the IR cuts its DFA,
+    ``dfa_minimise.shortest`` / ``char_budget``: ``terminal_kinds.py`` says what each means)."""
     body: "Node"
+    max_chars: int | None = None
 
 
 Node = Union[Lit, Chars, Ref, Repeat, Seq, Alt, Tok, Lazy]

@@ -35,7 +35,6 @@ MACROS = ("TagDispatch", "TokenTagDispatch", "Token", "ExcludeToken", "Regex", "
 _CAPTURE_OPTIONS = frozenset({"capture", "capture_hidden_suffix_bytes", "capture_hidden_stop_bytes",
                               "capture_hidden_body_rule_id", "capture_hidden_marker_rule_id", "stop_capture"})
 _ATTRIBUTE_WHY = {"max_tokens": "a budget of tokens per occurrence (not a language of text)",
-                  "max_chars": "a best-effort budget of characters per occurrence",
                   "temperature": "a per-rule sampling temperature"}
 _ATTRIBUTES = re.compile(r'\[(?:[^\]"\n]|"(?:[^"\\\n]|\\.)*")*\]')  # name[max_tokens=4, capture="x"]
 
@@ -51,6 +50,7 @@ class GbnfParser:
         self.refs: list[Ref] = []
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.lazy: dict[str, int] = {}  # rules with xgrammar's ``lazy`` option -> where it is written
+        self.max_chars: dict[str, tuple[int, int]] = {}  # ... with ``max_chars=N`` -> (N, where)
         # names defined the llama.cpp way (at a line's start, before ::=): a macro name defined as a
         # rule keeps llama.cpp's meaning (a reference), any other use of one is xgrammar's macro
         self.declared = set(re.findall(r"(?m)^[ \t]*([A-Za-z0-9_-]+)[ \t]*::=", text))
@@ -118,7 +118,7 @@ class GbnfParser:
         if self.root not in self.rules:
             raise self.error(f"no {self.root!r} rule: a GBNF grammar starts at the rule named {self.root}",
                              min(self.defined_at.values(), default=0))
-        bodies = {name: lazy_body(self, name) for name in self.lazy}
+        bodies = {name: lazy_body(self, name) for name in {**self.max_chars, **self.lazy}}
         for name, body in bodies.items():
             self.rules[name] = Alt((Seq((body,)),))
         return self.rules
@@ -168,6 +168,13 @@ class GbnfParser:
                 continue
             if key == "lazy":
                 self.lazy[name] = pos + 1 + m.start(1)
+                continue
+            if key == "max_chars":
+                value = (m.group(2) or "").strip()
+                if not (value.isascii() and value.isdigit()) or int(value) > 2**31 - 1:
+                    raise self.error(f"max_chars must be an integer from 0 to 2147483647, got {value!r}",
+                                     pos + 1 + m.start(1))
+                self.max_chars[name] = (int(value), pos + 1 + m.start(1))
                 continue
             why = _ATTRIBUTE_WHY.get(key, "an unknown rule option")
             raise self.error(f"xgrammar rule attributes ({name}[{key}...]) are not supported: {key} is {why}",

@@ -25,11 +25,11 @@ import numpy as np
 from trellis.constrain.grammar import lark_reader
 from trellis.constrain.grammar.lark_reader import TermDef, literal_pattern
 from trellis.constrain.automata.byte_dfa import ByteDFA, literal_dfa
-from trellis.constrain.automata.dfa_minimise import shortest
+from trellis.constrain.automata.dfa_minimise import char_budget, shortest
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.automata.lookaround import FollowGuard
 from trellis.constrain.automata.regex import terminal_parts
-from trellis.constrain.terminal_kinds import LAZY, TokenRef
+from trellis.constrain.terminal_kinds import CHARS, LAZY, TokenRef
 
 
 @dataclass(eq=False)
@@ -271,6 +271,13 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
         if name.startswith(LAZY):  # committed-shortest: its matches that no shorter match begins
             assert len(parts) == 1 and parts[0][1] is None, name  # (GBNF text: no lookaround)
             parts = [(shortest(parts[0][0]), None)]
+        elif name.startswith(CHARS):  # xgrammar's max_chars (terminal_kinds.py)
+            assert len(parts) == 1 and parts[0][1] is None, name
+            limit = int(name[len(CHARS):].split("_")[0])
+            try:
+                parts = [(char_budget(parts[0][0], limit, name="xgrammar rule option"), None)]
+            except GrammarError as e:
+                raise GrammarError(e.message, source=source, text=text) from None
         value, prio = getattr(td.pattern, "value", ""), int(getattr(td, "priority", 0) or 0)
         if len(parts) > 1 or parts[0][1] is not None:
             parts_of[name] = []
