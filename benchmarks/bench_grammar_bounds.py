@@ -108,14 +108,15 @@ def _origins_starts() -> dict[str, str | None]:
 
 
 XGRAMMAR_TESTS = os.path.join(HERE, "data", "xgrammar_ebnf", "grammars.json")
-_MACRO = re.compile(r"\b(Regex|Substring|TagDispatch|Token|ExcludeToken|TokenTagDispatch)\s*\(|<\[|\blazy\b")
+_MACRO = re.compile(r"\b(Regex|Substring|TagDispatch|Token|ExcludeToken|TokenTagDispatch)\s*\(|<\[|\blazy\b|\bmax_chars\b")
 
 
 def xgrammar_macro_grammars(names: list[str] | None) -> list[tuple[str, Any, str]]:
     """(name, Gbnf spec, start rule) of xgrammar's own test grammars (``--xgrammar-macros``,
     ``data/xgrammar_ebnf``) that call its macros ``Regex``, ``Substring``, ``TagDispatch``, its token
     elements (``Token``, ``ExcludeToken``, ``TokenTagDispatch``: ids resolved against Gemma's
-    vocabulary, where 1 and 106 are EOS ids and a grammar naming one is refused) or a ``lazy`` rule:
+    vocabulary, where 1 and 106 are EOS ids and a grammar naming one is refused), a ``lazy`` or a
+    ``max_chars`` rule:
     the EBNF vLLM users send (structural tags), one per distinct (text, root rule)."""
     from trellis.constrain import Gbnf
 
