@@ -213,7 +213,28 @@ def test_capture_options_are_accepted_and_the_others_refused_by_name():
             Gbnf(f'root ::= a\na[capture, {option}] ::= "x"').rules()
 
 
-# --- lazy rules ----------------------------------------------------------------------------------
+# --- rule options: lazy and max_chars ----------------------------------------------------------
+
+MAX_CHARS = [
+    ('root ::= value ">"\nvalue[max_chars=2] ::= [^]*', "a\u4e2d>", 4),  # xgrammar's tests' form
+    ('root ::= s\ns[max_chars=2] ::= Substring("a", "b", "c")', "abc", 4),
+    ('root[max_chars=0] ::= [a]*', "ab", 3),
+    ('root ::= v ">"\nv[max_chars=1] ::= "ab" | "a" "bc"* "d"', "abcd>", 6),  # spent where it cannot end
+    ('root ::= v v\nv[max_chars=3] ::= [a-c]+', "ab.", 7),
+]
+
+
+def _random_body(rng: random.Random, atoms: list[str]) -> str:
+    """A random regular rule body: one to three atoms (sometimes a choice of two), each repeated
+    or not."""
+    parts = []
+    for _ in range(rng.randint(1, 3)):
+        a = rng.choice(atoms)
+        if rng.random() < 0.3:
+            a = f"({a} | {rng.choice(atoms)})"
+        parts.append(a + rng.choice(["", "", "*", "+", "?", "{1,2}"]))
+    return " ".join(parts)
+
 
 LAZY = [
     ('root ::= "<" r ">"\nr[lazy] ::= [a-z] [a-z]*', "ab<>", 5),  # xgrammar's docs: one letter
@@ -226,10 +247,11 @@ LAZY = [
 ]
 
 
-@pytest.mark.parametrize("g, alphabet, max_len", LAZY)
-def test_lazy_rules_agree_with_xgrammar(g, alphabet, max_len):
-    """xgrammar's ``lazy`` (committed-shortest: the occurrence ends at the first point its body can):
-    every string up to ``max_len``, xgrammar's matcher and the engine agree, and so do the masks."""
+@pytest.mark.parametrize("g, alphabet, max_len", LAZY + MAX_CHARS)
+def test_rule_options_agree_with_xgrammar(g, alphabet, max_len):
+    """xgrammar's ``lazy`` (committed-shortest: the occurrence ends at the first point its body can)
+    and ``max_chars=N`` (at most N code points, unless the body cannot end there): every string up
+    to ``max_len``, xgrammar's matcher and the engine agree, and so do the masks."""
     from tests.constrain.test_gbnf import engine_compile, xgrammar_acceptor
     from tests.constrain.test_grammars import accepts, byte_vocab
 
@@ -250,13 +272,8 @@ def test_a_lazy_rule_keeps_the_matches_no_shorter_match_begins():
     rng = random.Random(5)
     atoms = ['"a"', '"b"', '"ab"', "[ab]", '"ba"']
     for _ in range(40):
-        parts = []
-        for _ in range(rng.randint(1, 3)):
-            a = rng.choice(atoms)
-            if rng.random() < 0.3:
-                a = f"({a} | {rng.choice(atoms)})"
-            parts.append(a + rng.choice(["", "", "*", "+", "?", "{1,2}"]))
-        g = f'root ::= "<" r ">"\nr[lazy] ::= {" ".join(parts)}'
+        body = _random_body(rng, atoms)
+        g = f'root ::= "<" r ">"\nr[lazy] ::= {body}'
         body = Gbnf(g.replace("[lazy]", "")).rules()["r"]
         rx = re.compile(regex_text(body))
         c = compile(Gbnf(g), byte_vocab(), cache=False)
@@ -267,29 +284,8 @@ def test_a_lazy_rule_keeps_the_matches_no_shorter_match_begins():
             assert accepts(c, f"<{w}>".encode()) == first, (g, w)
 
 
-# --- max_chars -----------------------------------------------------------------------------------
+# --- max_chars: its definition, and where xgrammar is best-effort ----------------------------------
 
-MAX_CHARS = [
-    ('root ::= value ">"\nvalue[max_chars=2] ::= [^]*', "a\u4e2d>", 4),  # xgrammar's tests' form
-    ('root ::= s\ns[max_chars=2] ::= Substring("a", "b", "c")', "abc", 4),
-    ('root[max_chars=0] ::= [a]*', "ab", 3),
-    ('root ::= v ">"\nv[max_chars=1] ::= "ab" | "a" "bc"* "d"', "abcd>", 6),  # spent where it cannot end
-    ('root ::= v v\nv[max_chars=3] ::= [a-c]+', "ab.", 7),
-]
-
-
-@pytest.mark.parametrize("g, alphabet, max_len", MAX_CHARS)
-def test_max_chars_agrees_with_xgrammar(g, alphabet, max_len):
-    """xgrammar's ``max_chars=N``: every string up to ``max_len``, xgrammar's matcher and the
-    engine agree, and so do the masks."""
-    from tests.constrain.test_gbnf import engine_compile, xgrammar_acceptor
-    from tests.constrain.test_grammars import accepts, byte_vocab
-
-    xg, c = xgrammar_acceptor(g), engine_compile(g, byte_vocab())
-    got = {s for s in strings(alphabet, max_len) if accepts(c, s.encode())}
-    assert got == {s for s in strings(alphabet, max_len) if xg(s)}
-    assert got
-    assert assert_masks_equal_xgrammar(g) >= 3
 
 
 def test_max_chars_keeps_what_its_definition_keeps():
@@ -303,14 +299,9 @@ def test_max_chars_keeps_what_its_definition_keeps():
     rng = random.Random(7)
     atoms = ['"a"', '"b"', '"ab"', "[ab]", '"\u00e9"', '"ba"']
     for _ in range(40):
-        parts = []
-        for _ in range(rng.randint(1, 3)):
-            a = rng.choice(atoms)
-            if rng.random() < 0.3:
-                a = f"({a} | {rng.choice(atoms)})"
-            parts.append(a + rng.choice(["", "", "*", "+", "?", "{1,2}"]))
+        body = _random_body(rng, atoms)
         n = rng.randint(0, 4)
-        g = f'root ::= "<" r ">"\nr[max_chars={n}] ::= {" ".join(parts)}'
+        g = f'root ::= "<" r ">"\nr[max_chars={n}] ::= {body}'
         rx = re.compile(regex_text(Gbnf(g.replace(f"[max_chars={n}]", "")).rules()["r"]))
         c = compile(Gbnf(g), byte_vocab(), cache=False)
         for w in strings("ab\u00e9", 6):
