@@ -32,7 +32,7 @@ from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.frontends.json_schema import JsonSchema
 from trellis.constrain.grammar.grammar_ir import load_bnf, load_lark
-from trellis.constrain.terminal_kinds import RESERVED as TOKEN_NAME_PREFIX
+from trellis.constrain.terminal_kinds import RESERVED
 from trellis.constrain.regex_constraint import Regex, RegexConstraint
 from trellis.constrain.earley.scannerless import EarleyConstraint
 from trellis.errors import UsageError
@@ -243,9 +243,10 @@ def compile(grammar: GrammarSpec, vocab: Vocabulary, *, start: str = "start", ca
         raise UsageError("precompute=True applies to engine='lalr' only: the Earley engine builds its "
                          "vocabulary walks on first use and shares them across grammars and runs")
     precompute = bool(precompute)
-    if engine == "lalr" and TOKEN_NAME_PREFIX in text:
-        raise GrammarError("token elements (Token(...), <[id]>: terminals matched by token id) need engine='earley': "
-                           "the lalr engine's lexer reads text only", source=source)
+    if engine == "lalr" and RESERVED in text:
+        raise GrammarError(f"reserved terminal names ({RESERVED}...: token elements, lazy and max_chars terminals, "
+                           "terminal_kinds.py) are read by engine='earley' only: the lalr engine would take them "
+                           "for plain terminals", source=source)
     # One constraint per (grammar, vocabulary) per process: its tables and mask cache are the
     # expensive part, and states are immutable values, so callers can share it.
     key = (text, source, start, vocab.fingerprint(), precompute, engine, mask_work, advance_work) + (

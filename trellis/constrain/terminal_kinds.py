@@ -52,6 +52,7 @@ RESERVED = "_TRELLIS_"  # the prefix of every reserved terminal name
 LAZY = RESERVED + "LAZY_"  # a lazy terminal's name: this and a number
 CHARS = RESERVED + "CHARS_"  # a character-budgeted terminal's name: this, the budget, "_", a number
 
+
 @dataclass(frozen=True)
 class TokenRef:
     """One token whose id is in ``ids`` or whose text is one of ``texts`` (``exclude``: one token

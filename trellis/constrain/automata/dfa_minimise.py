@@ -327,9 +327,15 @@ def shortest(dfa: ByteDFA) -> ByteDFA:
     state loses its way on (xgrammar's ``lazy``: an occurrence commits to its earliest end). Each
     state still reaches acceptance (a shortest path to an accepting state passes no other), so
     nothing dies; states reached only through an accepting one are dropped by ``minimal``."""
+    return minimal(_finals_end(dfa), dfa.final.copy(), name="lazy terminal", pattern="")
+
+
+def _finals_end(dfa: ByteDFA) -> np.ndarray:
+    """``dfa``'s transitions with every accepting state made a dead end: a string ends at the
+    first accepting state it reaches (``shortest``; ``char_budget`` past its budget)."""
     trans = dfa.trans.copy()
     trans[dfa.final] = -1
-    return minimal(trans, dfa.final.copy(), name="lazy terminal", pattern="")
+    return trans
 
 
 # States a character-budgeted terminal's automaton may have (``char_budget``): ~1 KB a state in
@@ -354,20 +360,16 @@ def char_budget(dfa: ByteDFA, limit: int, *, name: str) -> ByteDFA:
     over = (limit + 1) * n  # state q of dfa past the budget: over + q
     trans = np.full(((limit + 2) * n, 256), -1, dtype=np.int32)
     final = np.zeros((limit + 2) * n, dtype=bool)
+    nxt = dfa.trans
+    ok = nxt >= 0
+    spent = ok & lead & ~dfa.final[:, None]  # the budget spent: on only where the body could not end
     for c in range(limit + 1):
-        rows = trans[c * n:(c + 1) * n]
-        nxt = dfa.trans
-        ok = nxt >= 0
         # a continuation byte stays in layer c; a lead byte moves to c + 1, or past the budget
         stay = np.where(ok & ~lead, c * n + nxt, -1)
-        if c < limit:
-            move = np.where(ok & lead, (c + 1) * n + nxt, -1)
-        else:  # the budget is spent: on only where the body could not end here
-            move = np.where(ok & lead & ~dfa.final[:, None], over + nxt, -1)
-        rows[:] = np.where(lead, move, stay)
+        move = np.where(ok & lead, (c + 1) * n + nxt, -1) if c < limit else np.where(spent, over + nxt, -1)
+        trans[c * n:(c + 1) * n] = np.where(lead, move, stay)
         final[c * n:(c + 1) * n] = dfa.final
-    tail = dfa.trans.copy()
-    tail[dfa.final] = -1  # past the budget: the first way to end is the end
+    tail = _finals_end(dfa)  # past the budget: the first way to end is the end
     trans[over:] = np.where(tail >= 0, over + tail, -1)
     final[over:] = dfa.final
     return minimal(trans, final, name=name, pattern=f"max_chars={limit}")

@@ -140,16 +140,11 @@ class EarleyConstraint:
         key = (state, token)
         if (hit := self._advance.get(key, False)) is not False:
             return hit  # type: ignore[return-value]
-        if not 0 <= token < self.tm.size:
+        if not 0 <= token < self.tm.size or not (self._token_ok or self.tm.valid[token]):
             return None
-        if self._token_ok:
-            with paused():
-                nxt = bounded(self, "advance", state, self._advance_both, token)
-        elif not self.tm.valid[token]:
-            return None
-        else:
-            with paused():
-                nxt = bounded(self, "advance", state, self.earley.walk, self._toks[token])
+        step, arg = (self._advance_both, token) if self._token_ok else (self.earley.walk, self._toks[token])
+        with paused():
+            nxt = bounded(self, "advance", state, step, arg)
         if len(self._advance) > 1 << 18 or self._over("advance", state, nxt):
             self._advance.clear()
         self._advance[key] = nxt
@@ -542,8 +537,8 @@ class EarleyConstraint:
         out = bytearray()
         st: ChartState = state  # type: ignore[assignment]
         while len(out) < limit and not st[1]:
-            if self.token_ids(st) is not None:
-                break  # a token element may come next: no byte is forced
+            if self._token_ok and any(self.earley.scan_term[d] in self._token_ok for d, _, _ in st[0]):
+                break  # a token element may come next: no byte is forced (a presence test, not token_ids' OR)
             live = np.flatnonzero(self._live(st))
             if len(live) != 1:
                 break
