@@ -131,7 +131,7 @@ COMMENT: /\/\/[^\n]*/
     masks = {}
     for on in (True, False):
         if not on:
-            monkeypatch.setattr("trellis.constrain.vocab.vocab_walk.slice_for", lambda *a: None)
+            monkeypatch.setattr("trellis.constrain.vocab.vocab_walk.cover_for", lambda *a: None)
         c = compile(grammar, vocab, cache=False)
         c.share = False  # no walk from the other run
         s, out = c.start(), []
@@ -141,3 +141,96 @@ COMMENT: /\/\/[^\n]*/
             assert s is not None
         masks[on] = out
     assert all((a == b).all() for a, b in zip(masks[True], masks[False]))
+
+
+BOUNDED = [
+    r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,9}"',  # a JSON string, maxLength 9
+    r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]){7}',  # a length-bounded string's chunk (crosses at its end)
+    r"//[^\n]{2,8}\n",
+    r"[^']{0,6}'x",
+    r"(?:ab|[^a]){0,5}",
+    r"[a-z ]{3,7}",
+]
+
+
+def _reach_brute(sl: slices.Slice, trans: np.ndarray, q: int) -> int:
+    """Breadth-first over the product of the slice DFA and ``trans`` from (0, q), one level of
+    byte strings at a time: the length of the shortest string the slice keeps alive that dies
+    from q, minus one (capped at the longest member)."""
+    level, seen, depth = {(0, q)}, {(0, q)}, 0
+    while level and depth < sl.longest:
+        nxt = set()
+        for s, p in level:
+            for b, t in zip(*sl.moves[s]):
+                tp = int(trans[p, int(b)])
+                if tp < 0:
+                    return depth
+                if (int(t), tp) not in seen:
+                    seen.add((int(t), tp))
+                    nxt.add((int(t), tp))
+        level, depth = nxt, depth + 1
+    return sl.longest
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_reach_is_the_depth_every_slice_string_stays_alive(seed: int) -> None:
+    tm = TokenMatrix.of(_vocab(seed))
+    toks = tm.tokens
+    for pat in PATTERNS + BOUNDED:
+        dfa = regex_to_byte_dfa(pat)
+        for sl in slices.slices(tm):
+            r = slices.reach(sl, dfa)
+            members = [toks[t] for t in RestSet.vocabulary(tm).tid[sl.inside].tolist()]
+            for q in range(dfa.num_states):
+                d = int(r[q])
+                assert d == _reach_brute(sl, dfa.trans, q), (pat, sl.pattern, q)
+                # the claim a cover rests on: every member of at most d bytes stays alive
+                assert all(_alive(dfa.trans, q, m) for m in members if len(m) <= d), (pat, q)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bounded_covers_walk_equal_the_whole_walk(seed: int, monkeypatch) -> None:
+    """States of length-bounded terminals reach a few bytes (the test vocabulary's members are
+    short, so the levels are lowered to match): walking the rest of a bounded cover gives the
+    whole walk, crossings included."""
+    monkeypatch.setattr(slices, "DEPTHS", (2, 3, 5))
+    tm = TokenMatrix.of(_vocab(seed))
+    rs = RestSet.vocabulary(tm)
+    rng = np.random.default_rng(seed)
+    bounded = 0
+    for pat in BOUNDED:
+        dfa = regex_to_byte_dfa(pat)
+        for q in range(dfa.num_states):
+            cov = slices.cover_for(tm, dfa, q)
+            if cov is None:
+                continue
+            bounded += isinstance(cov, slices.Cover)
+            for follow in (None, rng.random(256) < 0.5):
+                packed, w = walk_sliced(cov, dfa.trans, dfa.final, q, tm, follow)
+                whole = walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow)
+                assert _canon(w, rs) == _canon(whole, rs), (pat, q, cov.pattern)
+                assert (packed == tm.pack_ids(rs.tid[whole.inside])).all(), (pat, q)
+    assert bounded >= 10
+
+
+def test_reach_counts_the_characters_a_bounded_string_has_left() -> None:
+    tm = TokenMatrix.of(_vocab(0))
+    string = regex_to_byte_dfa(BOUNDED[0].replace("{0,9}", "{0,60}"))
+    json_body = slices.slices(tm)[1]
+    r = slices.reach(json_body, string)
+    path = [int(string.trans[0, ord('"')])]
+    for _ in range(60):
+        path.append(int(string.trans[path[-1], ord("a")]))
+    assert 5 < json_body.longest < 60
+    assert [int(r[p]) for p in path] == [min(60 - k, json_body.longest) for k in range(61)]
+    assert int(r[0]) == 0  # before the opening quote: 'a' dies
+
+
+@pytest.mark.skipif(slices.walkc is None, reason="the C kernel is not built")
+def test_reach_in_c_equals_the_numpy_table() -> None:
+    tm = TokenMatrix.of(_vocab(2))
+    for pat in PATTERNS + BOUNDED:
+        dfa = regex_to_byte_dfa(pat)
+        for sl in slices.slices(tm):
+            table = slices.reach(sl, dfa)
+            assert [slices.reach_at(sl, dfa, q) for q in range(dfa.num_states)] == table.tolist(), (pat, sl.pattern)

@@ -163,3 +163,16 @@ def test_c_marks_equal_the_numpy_sources(seed: int, monkeypatch: pytest.MonkeyPa
         ref = tm.pack_ids(ids)
     assert np.array_equal(tm.pack_ids(ids), ref)
     assert np.array_equal(tm.pack_ids(ids.astype(np.int32)), ref)
+
+
+def test_c_canonical_order_equals_the_python_one(monkeypatch) -> None:
+    """``dfa_shapes._bfs_shape`` in C (``bfs_order``) and in Python give the same bytes from every
+    state, including the refusal past ``CANON_MAX`` states (a 300-character bounded string)."""
+    from trellis.constrain.vocab import dfa_shapes
+
+    dfas = [regex_to_byte_dfa(p) for p in PATTERNS + MORE + [r'"[^"]{0,300}"', r"(?:ab|c){2,40}d"]]
+    fast = [[dfa_shapes._bfs_shape(d, q) for q in range(d.num_states)] for d in dfas]
+    monkeypatch.setattr(dfa_shapes, "walkc", None)
+    slow = [[dfa_shapes._bfs_shape(d, q) for q in range(d.num_states)] for d in dfas]
+    assert fast == slow
+    assert any(x is None for row in fast for x in row) and any(x is not None for row in fast for x in row)

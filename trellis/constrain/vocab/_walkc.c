@@ -674,7 +674,101 @@ done:
     return result;
 }
 
+/* reach(trans, n, slice, m, q, cap) -> int: the largest d <= cap such that every byte string of
+ * at most d bytes that the slice DFA (``slice`` int32 [m, 256], -1 dead, start 0) keeps alive stays
+ * alive in the DFA ``trans`` (int32 [n, 256]) from state q (slices.reach, one state). Breadth-first
+ * over the product, one level of strings at a time, each pair visited once: the first pair with a
+ * byte the slice moves on and the DFA does not ends it at that level's depth. */
+static PyObject *reach(PyObject *self, PyObject *args) {
+    Py_buffer tb, sb;
+    Py_ssize_t n, m, q, cap;
+    if (!PyArg_ParseTuple(args, "y*ny*nnn", &tb, &n, &sb, &m, &q, &cap)) return NULL;
+    const int32_t *trans = (const int32_t *)tb.buf, *sl = (const int32_t *)sb.buf;
+    if (tb.len < n * 256 * 4 || sb.len < m * 256 * 4 || q < 0 || q >= n) {
+        PyBuffer_Release(&tb);
+        PyBuffer_Release(&sb);
+        PyErr_SetString(PyExc_ValueError, "reach: table sizes or state out of range");
+        return NULL;
+    }
+    uint8_t *seen = (uint8_t *)calloc((size_t)(n * m), 1);
+    int64_t *cur = (int64_t *)malloc((size_t)(n * m) * sizeof(int64_t));
+    int64_t *nxt = (int64_t *)malloc((size_t)(n * m) * sizeof(int64_t));
+    if (!seen || !cur || !nxt) {
+        free(seen); free(cur); free(nxt);
+        PyBuffer_Release(&tb);
+        PyBuffer_Release(&sb);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t ncur = 1, depth = 0, result = cap;
+    cur[0] = q;  /* pair (s, p) as s * n + p; slice state 0 */
+    seen[q] = 1;
+    while (ncur && depth < cap && result == cap) {
+        Py_ssize_t nn = 0;
+        for (Py_ssize_t i = 0; i < ncur && result == cap; i++) {
+            int64_t s = cur[i] / n, p = cur[i] % n;
+            const int32_t *srow = sl + s * 256, *prow = trans + p * 256;
+            for (int b = 0; b < 256; b++) {
+                int32_t ts = srow[b];
+                if (ts < 0) continue;
+                int32_t tp = prow[b];
+                if (tp < 0) { result = depth; break; }
+                int64_t key = (int64_t)ts * n + tp;
+                if (!seen[key]) { seen[key] = 1; nxt[nn++] = key; }
+            }
+        }
+        int64_t *tmp = cur; cur = nxt; nxt = tmp;
+        ncur = nn;
+        depth++;
+    }
+    free(seen); free(cur); free(nxt);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&sb);
+    return PyLong_FromSsize_t(result);
+}
+
+/* bfs_order(trans, n, q, cap) -> bytes (int32) or None: the states reachable from q in
+ * breadth-first order of first appearance, each state's targets taken by byte (dfa_shapes'
+ * canonical numbering); None when there are more than cap. */
+static PyObject *bfs_order(PyObject *self, PyObject *args) {
+    Py_buffer tb;
+    Py_ssize_t n, q, cap;
+    if (!PyArg_ParseTuple(args, "y*nnn", &tb, &n, &q, &cap)) return NULL;
+    const int32_t *trans = (const int32_t *)tb.buf;
+    if (tb.len < n * 256 * 4 || q < 0 || q >= n || cap < 1) {
+        PyBuffer_Release(&tb);
+        PyErr_SetString(PyExc_ValueError, "bfs_order: table size or state out of range");
+        return NULL;
+    }
+    uint8_t *seen = (uint8_t *)calloc((size_t)n, 1);
+    int32_t *order = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
+    if (!seen || !order) {
+        free(seen); free(order);
+        PyBuffer_Release(&tb);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t len = 1, over = 0;
+    order[0] = (int32_t)q;
+    seen[q] = 1;
+    for (Py_ssize_t i = 0; i < len && !over; i++) {
+        const int32_t *row = trans + (Py_ssize_t)order[i] * 256;
+        for (int b = 0; b < 256; b++) {
+            int32_t t = row[b];
+            if (t < 0 || seen[t]) continue;
+            if (len >= cap) { over = 1; break; }
+            seen[t] = 1;
+            order[len++] = t;
+        }
+    }
+    PyObject *out = over ? (Py_INCREF(Py_None), Py_None)
+                         : PyBytes_FromStringAndSize((const char *)order, len * (Py_ssize_t)sizeof(int32_t));
+    free(seen); free(order);
+    PyBuffer_Release(&tb);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"bfs_order", bfs_order, METH_VARARGS, "A DFA state's reachable states in canonical breadth-first order."},
+    {"reach", reach, METH_VARARGS, "How deep every string a slice keeps alive stays alive from a DFA state."},
     {"walk_rests", walk_rests, METH_VARARGS, "One DFA state over a rest set (rest_walk.walk's loop)."},
     {"walk_trie", walk_trie, METH_VARARGS, "One DFA state over the token trie (trie_walk.walk_vocabulary's loop)."},
     {"set_bits", set_bits, METH_VARARGS, "OR token ids into a packed int32 bitmask row."},

@@ -23,6 +23,16 @@ unbounded slice anyway.
 Unlike llguidance the slices here are not a partition: each has its own complement, and the
 largest slice that the state contains is used (a comment's ``[^\\n]*`` contains printable text,
 a JSON string's interior only the text without ``"`` and ``\\``).
+
+Bounded slices. A string with a length bound (``maxLength: 64``: ``[^"\\]{0,64}"``) contains no
+slice, yet a state with 40 characters left keeps every member of at most 40 bytes alive, and no
+member is longer than the longest token (48 bytes on Gemma). ``reach(sl, dfa)`` gives, per DFA
+state, the depth ``D`` up to which every byte string the slice keeps alive stays alive; a state
+with ``D`` at least the longest member contains the slice for every purpose a walk has, and one
+with ``D`` at least ``DEPTHS[0]`` is walked over the complement plus the members longer than
+``D`` (rounded down to a ``DEPTHS`` level, so a few walked sets serve every state): the members of
+at most ``D`` bytes stay inside without a walk. llguidance gets the same effect from extra
+bounded slices (``[^"\\\x00-\x1F\x7F]{1,10}``, ``{1,30}``: ``earley/slicer.rs``).
 """
 
 from __future__ import annotations
@@ -33,9 +43,9 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.regex import regex_to_byte_dfa
-from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk
+from trellis.constrain.vocab.rest_walk import RestSet, Walk, c_table, walk
 from trellis.constrain.vocab.trie_walk import walk_vocabulary
-from trellis.constrain.vocab.walks import TokenMatrix
+from trellis.constrain.vocab.walks import TokenMatrix, walkc
 
 # Largest first: the first one a state contains is used. Control bytes and DEL are out of all of
 # them (a JSON string must escape them; most comment and text terminals stop at a newline).
@@ -63,6 +73,10 @@ class Slice:
     index: np.ndarray  # [len(rest)] int64
     moves: list[tuple[np.ndarray, np.ndarray]]  # per slice DFA state: (bytes with a move, targets)
     loop: int  # a byte b with b, bb, bbb, ... all kept alive by the slice DFA (``contains``' witness)
+    member_len: np.ndarray  # [N] int32: byte length of each member, 0 for the others
+    longest: int  # the longest member's byte length: a state with this reach contains the slice
+    members_upto: np.ndarray  # [longest + 1] int64: how many members have at most d bytes
+    bounded: dict  # quantised depth -> _Bounded (``bounded_for``)
 
 
 def slices(tm: TokenMatrix) -> tuple[Slice, ...]:
@@ -78,16 +92,17 @@ def _build(tm: TokenMatrix, pattern: str) -> Slice:
     dfa = regex_to_byte_dfa(pattern, name="slice")
     vocab = RestSet.vocabulary(tm)
     inside = walk_vocabulary(dfa.trans, dfa.final, 0, vocab, tm).inside
-    index = np.flatnonzero(~inside)
-    first = tm.mat_t.reshape(-1)[vocab.base[index]]  # still sorted: a subset of a sorted set
-    rest = RestSet(vocab.tid[index], vocab.base[index], vocab.length[index],
-                   np.searchsorted(first, np.arange(257)).astype(np.int64), True)
+    rest, index = _others(tm, inside)
     moves = []
     for s in range(dfa.num_states):
         b = np.flatnonzero(dfa.trans[s] >= 0)
         moves.append((b, dfa.trans[s, b].astype(np.int64)))
     inside.setflags(write=False)
-    return Slice(pattern, dfa, inside, tm.pack_ids(vocab.tid[inside]), rest, index, moves, _loop_byte(dfa))
+    member_len = np.where(inside, vocab.length, 0).astype(np.int32)
+    longest = int(member_len.max(initial=0))
+    upto = np.cumsum(np.bincount(member_len[inside], minlength=longest + 1))
+    return Slice(pattern, dfa, inside, tm.pack_ids(vocab.tid[inside]), rest, index, moves, _loop_byte(dfa),
+                 member_len, longest, upto, {})
 
 
 def _loop_byte(dfa: ByteDFA) -> int:
@@ -139,10 +154,151 @@ def slice_for(tm: TokenMatrix, trans: np.ndarray, q: int) -> Slice | None:
     return None
 
 
-def walk_sliced(sl: Slice, trans: np.ndarray, final: np.ndarray, q: int, tm: TokenMatrix,
+def _others(tm: TokenMatrix, inside: np.ndarray) -> tuple[RestSet, np.ndarray]:
+    """The valid tokens not in ``inside`` (bool over ``RestSet.vocabulary(tm)``) as a rest set,
+    and each one's index in the vocabulary's."""
+    vocab = RestSet.vocabulary(tm)
+    index = np.flatnonzero(~inside)
+    first = tm.mat_t.reshape(-1)[vocab.base[index]]  # still sorted: a subset of a sorted set
+    rest = RestSet(vocab.tid[index], vocab.base[index], vocab.length[index],
+                   np.searchsorted(first, np.arange(257)).astype(np.int64), True)
+    return rest, index
+
+
+# Bounded covers (module docstring): the member lengths a reach is rounded down to. Below the
+# first a bounded cover walks most of the vocabulary anyway (Gemma: 29,530 JSON-slice members
+# are longer than 12 bytes, 85,092 longer than 8), and the full walk's trie shares their prefixes.
+DEPTHS = (4, 8, 12, 16, 24, 32)
+# DFAs over this many states get no reach table in the numpy path (``reach``: one gather of
+# states x byte classes per depth level; the C kernel searches from one state instead): their
+# states are walked as before.
+REACH_MAX_STATES = 4096
+_NO_REACH = object()
+
+
+@dataclass(eq=False)
+class Cover:
+    """Tokens a DFA state surely keeps inside without a walk: ``inside`` / ``packed`` as in
+    ``Slice``, the other valid tokens as ``rest`` (``index`` into the vocabulary's rest set)."""
+
+    pattern: str  # names the cover in walk keys (the leftovers' order depends on ``rest``)
+    inside: np.ndarray
+    packed: np.ndarray
+    rest: RestSet
+    index: np.ndarray
+
+
+def reach(sl: Slice, dfa: ByteDFA) -> np.ndarray | None:
+    """[S] int32: per state q of ``dfa``, the largest ``D <= sl.longest`` such that every byte
+    string of at most ``D`` bytes that ``sl``'s DFA keeps alive stays alive in ``dfa`` from q
+    (``sl.longest``: every member does). None over ``REACH_MAX_STATES`` states. Memoised on the
+    DFA per slice.
+
+    Shortest paths to a violation in the product of the two DFAs: a pair (s, p) violates when a
+    byte with a move from slice state s has none from p (``reach`` 0); otherwise its reach is one
+    more than its successors' least. Bytes with equal DFA columns and equal slice targets move
+    every pair alike, so the product steps per such class; Bellman-Ford from the cap down
+    converges within ``sl.longest`` rounds."""
+    memo = dfa.__dict__.setdefault("_reach", {})
+    key = (sl.pattern, sl.longest)
+    hit = memo.get(key, _NO_REACH)
+    if hit is not _NO_REACH:
+        return hit
+    n, cap = dfa.num_states, sl.longest
+    if n > REACH_MAX_STATES:
+        memo[key] = None
+        return None
+    trans = dfa.trans
+    cls = memo.get("classes")
+    if cls is None:  # [256] the DFA's byte classes: equal columns (compared as raw bytes, exact)
+        cols = np.ascontiguousarray(trans.T).view(np.dtype((np.void, 4 * n))).reshape(-1)
+        cls = memo["classes"] = np.unique(cols, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    m = sl.dfa.num_states
+    size = m * n
+    sentinel = size  # a cell that stays at the cap: what a slice state without moves points at
+    ok = np.ones(size + 1, dtype=bool)
+    rows: list[list[np.ndarray]] = []
+    for s, (bs, ts) in enumerate(sl.moves):
+        reps = np.unique(cls[bs] * m + ts, return_index=True)[1] if len(bs) else []
+        col = [trans[:, bs[j]] for j in reps]
+        if col:
+            ok[s * n:(s + 1) * n] = np.logical_and.reduce([c >= 0 for c in col])
+        rows.append([ts[j] * n + np.maximum(c, 0) for j, c in zip(reps, col)] or [np.full(n, sentinel)])
+    width = max(len(r) for r in rows)
+    idx = np.stack([np.concatenate([r[min(j, len(r) - 1)] for r in rows]) for j in range(width)])
+    r_ = np.full(size + 1, cap, dtype=np.int32)
+    r_[~ok] = 0
+    for _ in range(cap):
+        nxt = np.minimum(r_[idx].min(axis=0) + 1, cap).astype(np.int32)
+        nxt = np.append(np.where(ok[:size], nxt, 0), cap).astype(np.int32)
+        if np.array_equal(nxt, r_):
+            break
+        r_ = nxt
+    out = memo[key] = r_[:n].copy()  # slice state 0 (its start) with each DFA state
+    out.setflags(write=False)
+    return out
+
+
+def reach_at(sl: Slice, dfa: ByteDFA, q: int) -> int | None:
+    """``reach(sl, dfa)[q]``: in C a breadth-first search from (start, q) alone (~10-100 us: the
+    pairs within ``sl.longest`` bytes), else from the numpy table (None over its size limit)."""
+    if walkc is not None:
+        return walkc.reach(c_table(dfa.trans), dfa.num_states, c_table(sl.dfa.trans), sl.dfa.num_states, q, sl.longest)
+    r = reach(sl, dfa)
+    return None if r is None else int(r[q])
+
+
+def cover_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> Cover | Slice | None:
+    """What ``vocab_walk`` may skip from state ``q``: the largest slice whose members all stay
+    alive from ``q`` (``slice_for``, or a reach of at least the longest member), else the bounded
+    cover of the slice with the most members of at most its reach, rounded down to a ``DEPTHS``
+    level; None when no slice reaches ``DEPTHS[0]`` bytes."""
+    if walkc is None:  # the numpy reach table is costly: unbounded containment first
+        sl = slice_for(tm, dfa.trans, q)
+        if sl is not None:
+            return sl
+    best: tuple[int, Slice, int] | None = None
+    trans = dfa.trans
+    for sl in slices(tm):
+        if (trans[q, sl.moves[0][0]] < 0).any():  # a byte the slice starts with dies: reach 0
+            continue
+        if walkc is None:  # the slice's loop byte repeated dies within DEPTHS[0] bytes
+            p = q
+            for _ in range(DEPTHS[0]):
+                p = int(trans[p, sl.loop])
+                if p < 0:
+                    break
+            if p < 0:
+                continue
+        d = reach_at(sl, dfa, q)
+        if d is None:
+            return None
+        if d >= sl.longest:  # every member stays alive: the slice itself
+            return sl
+        if d < DEPTHS[0]:
+            continue
+        level = max(x for x in DEPTHS if x <= d)
+        members = int(sl.members_upto[level])
+        if best is None or members > best[0]:
+            best = (members, sl, level)
+    if best is None:
+        return None
+    _, sl, level = best
+    hit = sl.bounded.get(level)
+    if hit is None:
+        inside = sl.inside & (sl.member_len <= level)
+        inside.setflags(write=False)
+        rest, index = _others(tm, inside)
+        vocab = RestSet.vocabulary(tm)
+        hit = sl.bounded[level] = Cover(f"{sl.pattern}{{,{level}}}", inside, tm.pack_ids(vocab.tid[inside]), rest, index)
+    return hit
+
+
+def walk_sliced(sl: Slice | Cover, trans: np.ndarray, final: np.ndarray, q: int, tm: TokenMatrix,
                 follow: np.ndarray | None = None) -> tuple[np.ndarray, Walk]:
     """``rest_walk.walk`` over ``RestSet.vocabulary(tm)`` from a state that contains ``sl``
-    (``slice_for``), and the packed bitset of its ``inside``: only the complement is walked."""
+    (``slice_for``, or a bounded ``cover_for``), and the packed bitset of its ``inside``: only
+    the rest is walked."""
     w = walk(trans, final, q, sl.rest, tm, follow)
     inside = sl.inside.copy()
     inside[sl.index] = w.inside

@@ -21,7 +21,7 @@ from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.byte_dfa import literal_at
 from trellis.constrain.vocab.literal_walk import words_at, words_vocabulary_ids
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk as flat_walk
-from trellis.constrain.vocab.slices import slice_for, walk_sliced
+from trellis.constrain.vocab.slices import cover_for, walk_sliced
 from trellis.constrain.vocab.trie_walk import walk_vocabulary
 from trellis.constrain.vocab.walk_cache import key_digest
 from trellis.constrain.vocab.walks import TokenMatrix
@@ -45,7 +45,7 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
     rs = RestSet.vocabulary(tm)
     lit = literal_at(dfa, q)
     words = (lit,) if lit is not None else words_at(dfa, q)
-    sl = None if words is not None else slice_for(tm, dfa.trans, q)
+    sl = None if words is not None else cover_for(tm, dfa, q)
     if words is not None:  # a keyword, key, punctuation or string enum: two bisects per prefix
         ids, w = words_vocabulary_ids(words, rs, tm, follow)
         packed, how = tm.pack_ids(rs.tid[ids]), "literal"
