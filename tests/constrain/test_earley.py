@@ -811,3 +811,28 @@ def test_a_trailing_anchor_sees_the_document_as_larks_lexers_do() -> None:
         for s in ("aa", "aaa", "a", "aa\n", ""):
             assert accepts(c, s.encode()) == lark_accepts(lk, s) is False, (lexer, s)
     assert lark_accepts(lark.Lark(text, parser="earley", lexer="dynamic_complete"), "aa")
+
+
+def test_large_terminal_tables_as_arrays_step_like_lists(monkeypatch) -> None:
+    """A terminal DFA over ``ARRAY_TABLE_STATES`` states is stepped from an int32 array, the
+    others from lists: the same masks and states along a walk through a 300-character bounded
+    string (the array path forced off, then on for every DFA)."""
+    from trellis.constrain.earley import earley as earley_mod
+
+    grammar = r'start: "<" /[a-c]{0,300}/ ">" | "<" /b{290,300}/ "!"'
+    vocab = byte_vocab()
+    text = b"<" + b"b" * 295 + b"!"
+    runs = []
+    for limit in (10 ** 9, 0):
+        monkeypatch.setattr(earley_mod, "ARRAY_TABLE_STATES", limit)
+        c = compile(grammar + f"\n// tables limit {limit}", vocab, cache=False)  # not the other run's object
+        s, masks = c.start(), []
+        for b in text:
+            masks.append(c.mask_array(s).copy())
+            s = c.advance(s, vocab.tokens.index(bytes([b])))
+            assert s is not None
+        assert c.is_accepting(s)
+        kinds = {type(t).__name__ for t in c.earley.trans if t is not None}
+        assert ("array" in kinds) == (limit == 0), kinds
+        runs.append(masks)
+    assert all((a == b).all() for a, b in zip(*runs))

@@ -42,7 +42,8 @@ copy is kept only while its DFA still reaches acceptance, so this holds with gua
 
 from __future__ import annotations
 
-from typing import Iterable
+from array import array
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -129,7 +130,7 @@ class Earley:
         self.scan_guard: list[FollowGuard | None] = []
         self._guard_scans: dict[tuple[int, FollowGuard, bool], int | None] = {}
         self._guarded_starts: dict[tuple[frozenset, FollowGuard], frozenset] = {}
-        self.trans: list[list[int]] = []
+        self.trans: list[Sequence[int]] = []
         self.final: list[list[bool]] = []
         self.has_out: list[list[bool]] = []
         for t in range(m):
@@ -523,11 +524,15 @@ class Earley:
         return b
 
 
-def scan_tables(dfa: ByteDFA) -> tuple[list[int], list[bool], list[bool]]:
-    """A DFA's tables as flat Python lists for ``Earley.step`` (transition ``(q << 8) | b``, final
-    and has-a-way-on per state). Cached on DFAs of at most ``SHARED_TABLE_STATES`` states: the
-    string, number and key DFAs every schema shares (``regex.DFA_MEMO``) are listed once per
-    process, not once per grammar (~15 us each; 14 per median maskbench schema)."""
+def scan_tables(dfa: ByteDFA) -> tuple[Sequence[int], list[bool], list[bool]]:
+    """A DFA's tables as flat Python sequences for ``Earley.step`` (transition ``(q << 8) | b``,
+    final and has-a-way-on per state). Cached on DFAs of at most ``SHARED_TABLE_STATES`` states:
+    the string, number and key DFAs every schema shares (``regex.DFA_MEMO``) are listed once per
+    process, not once per grammar (~15 us each; 14 per median maskbench schema). A DFA over
+    ``ARRAY_TABLE_STATES`` states (a length-bounded string's: ~1,700 for 128 characters) gets its
+    transitions as an ``array`` of int32, also cached: 4 bytes an entry where a list holds a
+    pointer and, past CPython's small ints, an int object each (a 1,666-state table listed was
+    ~5 ms and ~15 MB, every compile)."""
     hit = dfa.__dict__.get("_scan_tables")
     if hit is not None:
         return hit
@@ -537,12 +542,17 @@ def scan_tables(dfa: ByteDFA) -> tuple[list[int], list[bool], list[bool]]:
         for q, b in enumerate(dfa.literal):
             flat[(q << 8) | b] = q + 1
         hit = (flat, [False] * n + [True], [True] * n + [False])
+    elif dfa.num_states > ARRAY_TABLE_STATES:
+        flat = array("i")
+        flat.frombytes(np.ascontiguousarray(dfa.trans, dtype=np.int32).tobytes())
+        hit = (flat, dfa.final.tolist(), (dfa.trans >= 0).any(axis=1).tolist())
     else:
         hit = (dfa.trans.reshape(-1).tolist(), dfa.final.tolist(), (dfa.trans >= 0).any(axis=1).tolist())
-    if dfa.num_states <= SHARED_TABLE_STATES:
+    if dfa.num_states <= SHARED_TABLE_STATES or dfa.num_states > ARRAY_TABLE_STATES:
         dfa.__dict__["_scan_tables"] = hit  # never mutated: step only reads them
     return hit
 
 
 # DFAs up to this many states keep their step tables (``scan_tables``: ~2 KB a state as lists).
 SHARED_TABLE_STATES = 32
+ARRAY_TABLE_STATES = 256

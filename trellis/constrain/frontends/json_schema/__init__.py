@@ -125,7 +125,7 @@ from trellis.constrain.frontends.json_schema.complement import MAX_COMPLEMENT_DE
 from trellis.constrain.frontends.json_schema.documents import DEFAULT_BASE, SchemaDocument, load_schema
 from trellis.constrain.frontends.json_schema.emit import LarkEmitter
 from trellis.constrain.frontends.json_schema.keys import KEY_PRIORITY
-from trellis.constrain.frontends.json_schema.limits import (CHUNK, MAX_AUTOMATON, MAX_BOUND_EXPONENT, MAX_DEP_BRANCHES, MAX_ITEMS,
+from trellis.constrain.frontends.json_schema.limits import (CHUNK, EARLEY_CHUNK, MAX_AUTOMATON, MAX_BOUND_EXPONENT, MAX_DEP_BRANCHES, MAX_ITEMS,
                                                   MAX_RULES, MAX_STRING, MAX_WHITESPACE)
 from trellis.constrain.frontends.json_schema.nodes import IgnoredKeyword
 from trellis.constrain.frontends.json_schema.ordering import order_keys
@@ -175,7 +175,8 @@ class JsonSchema:
                                                    format_assertion=self.format_assertion,
                                                    unknown_formats=self.unknown_formats,
                                                    max_whitespace=self.max_whitespace,
-                                                   shared_sources=engine == "earley")
+                                                   shared_sources=engine == "earley",
+                                                   string_chunk=EARLEY_CHUNK if engine == "earley" else CHUNK)
         return self._out[engine]
 
     def to_lark(self, engine: str = "lalr") -> str:
@@ -197,10 +198,11 @@ class JsonSchema:
 def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = "compact", lenient: bool = False,
                    closed_objects: bool = True, format_assertion: bool = True,
                    unknown_formats: Literal["annotation", "refuse"] = "annotation",
-                   max_whitespace: int = MAX_WHITESPACE, shared_sources: bool = False
+                   max_whitespace: int = MAX_WHITESPACE, shared_sources: bool = False, string_chunk: int = CHUNK
                    ) -> tuple[str, tuple[IgnoredKeyword, ...]]:
     """(Lark grammar text, ignored keywords) of a JSON Schema; ``SchemaError`` when refused.
-    ``shared_sources``: ``JsonSchema.to_lark(engine="earley")``'s form."""
+    ``shared_sources`` and ``string_chunk=EARLEY_CHUNK``: ``JsonSchema.to_lark(engine="earley")``'s
+    form."""
     if whitespace not in ("compact", "flexible"):
         raise UsageError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
     if max_whitespace < 1:
@@ -214,5 +216,5 @@ def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = 
         b.refuse("$schema", "", "unknown dialect (custom metaschema); it is read as draft 2020-12")
     root = b.location(doc.root, "", doc.base)
     text = LarkEmitter(b, whitespace=whitespace, max_ws=max_whitespace,
-                       shared_sources=shared_sources).grammar(root)
+                       shared_sources=shared_sources, string_chunk=string_chunk).grammar(root)
     return text, tuple(b.ignored)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trellis.constrain.errors import SchemaError
+from trellis.constrain.frontends.json_schema.limits import CHUNK
 from trellis.constrain.frontends.json_schema.nodes import IgnoredKeyword, NodeTable
 from trellis.constrain.frontends.json_schema.specs import Shallow
 
@@ -42,8 +43,10 @@ class Automaton:
 class EmitterBase:
     """The emitter's state (filled by the stages), its refusals and its terminals."""
 
-    def __init__(self, b: NodeTable, *, whitespace: str, max_ws: int, shared_sources: bool = False) -> None:
+    def __init__(self, b: NodeTable, *, whitespace: str, max_ws: int, shared_sources: bool = False,
+                 string_chunk: int = CHUNK) -> None:
         self.b = b
+        self.string_chunk = string_chunk  # ScalarRules._chunk_rules: characters per chunk terminal
         self.flex = whitespace == "flexible"
         self.max_ws = max_ws
         self.shared_sources = shared_sources  # LarkEmitter._edge_rules: one union per source set

@@ -16,3 +16,11 @@ MAX_RULES = 40_000
 MAX_DEP_BRANCHES = 64  # object alternatives that dependencies/dependentRequired/dependentSchemas may create
 MAX_BOUND_EXPONENT = 100  # numeric bounds up to 1e100 in magnitude (and down to 1e-100): compile < 1 s
 CHUNK = 16  # length-bounded strings longer than this are split into CHUNK-character lexemes
+# The Earley engine's chunk for those strings (``ScalarRules._chunk_rules``): a string of up to
+# EARLEY_CHUNK characters is one terminal, longer ones EARLEY_CHUNK-character chunks. Each chunk
+# boundary cuts the tokens that cross it: a state with r < 12 characters left in a 16-character
+# chunk walked the whole vocabulary and split ~100-230k tokens there (4-17 ms a first visit,
+# sp_120's maxLength strings), while a state of a long chunk with 32 or more left is walked over
+# a slice's rest only (``slices.cover_for``). LALR keeps CHUNK: its lexer takes no bounded
+# slices and its table build grows with the terminals.
+EARLEY_CHUNK = 128

@@ -110,9 +110,12 @@ class ScalarRules(EmitterBase):
         if name in self._chunks:
             return name
         self._chunks.add(name)
-        k, u = CHUNK, regex_atom(JSON_UNIT)
-        dq, chunk = self._term("lit", '"'), self._term("re", f"{u}{{{k}}}")
-        top = hi // k if hi is not None else -(-lo // k)
+        k, u = self.string_chunk, regex_atom(JSON_UNIT)
+        # chunks before the tail: a tail reads up to k characters, so a bound of k or less is one
+        # terminal (no chunk DFA is built: EARLEY_CHUNK's is ~1,700 states)
+        top = max(0, (hi - 1) // k) if hi is not None else -(-lo // k)
+        dq = self._term("lit", '"')
+        chunk = self._term("re", f"{u}{{{k}}}") if top else ""
         if top > MAX_AUTOMATON:
             self.fail(f"string length bound above {k * MAX_AUTOMATON}")
         rules = [(f"{name}_0", dq)] + [(f"{name}_{c}", f"{name}_{c - 1} {chunk}") for c in range(1, top + 1)]
