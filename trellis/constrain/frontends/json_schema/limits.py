@@ -20,7 +20,8 @@ CHUNK = 16  # length-bounded strings longer than this are split into CHUNK-chara
 # EARLEY_CHUNK characters is one terminal, longer ones EARLEY_CHUNK-character chunks. Each chunk
 # boundary cuts the tokens that cross it: a state with r < 12 characters left in a 16-character
 # chunk walked the whole vocabulary and split ~100-230k tokens there (4-17 ms a first visit,
-# sp_120's maxLength strings), while a state of a long chunk with 32 or more left is walked over
-# a slice's rest only (``slices.cover_for``). LALR keeps CHUNK: its lexer takes no bounded
-# slices and its table build grows with the terminals.
+# sp_120's maxLength strings), while a state of a long chunk with 48 or more characters left is
+# walked over a slice's complement only, and one with 12-47 left over the complement and the
+# members longer than that (``slices.cover_for``). LALR keeps CHUNK: it is what its tests and
+# greedy-lexing argument were written for, and its table build grows with the terminals.
 EARLEY_CHUNK = 128
