@@ -60,23 +60,30 @@ PAIR_CAP = 256
 
 
 @dataclass(eq=False)
-class Slice:
-    """One slice over one vocabulary: its DFA, the packed bitset of its members (tokens whose
-    bytes stay alive in the DFA from its start), and the other valid tokens as a ``RestSet``
-    (``rest``) with each one's index in ``RestSet.vocabulary(tm)`` (``index``)."""
+class Cover:
+    """Tokens a DFA state surely keeps inside without a walk: ``inside`` ([N] bool over
+    ``RestSet.vocabulary(tm)``) and ``packed`` (their [W] int32 bitset), the other valid tokens as
+    ``rest`` with each one's index in ``RestSet.vocabulary(tm)`` (``index``). A ``Slice`` is the
+    cover of a state that keeps all its members alive; ``cover_for`` also makes bounded ones."""
 
-    pattern: str
-    dfa: ByteDFA
-    inside: np.ndarray  # [N] bool over RestSet.vocabulary(tm): the members
-    packed: np.ndarray  # [W] int32: the members' bitset
+    pattern: str  # names the cover in walk keys (the leftovers' order depends on ``rest``)
+    inside: np.ndarray
+    packed: np.ndarray
     rest: RestSet
     index: np.ndarray  # [len(rest)] int64
+
+
+@dataclass(eq=False)
+class Slice(Cover):
+    """One slice over one vocabulary: the cover of its members (tokens whose bytes stay alive in
+    its DFA from the start), its DFA, and what ``reach`` and ``cover_for`` need of it."""
+
+    dfa: ByteDFA
     moves: list[tuple[np.ndarray, np.ndarray]]  # per slice DFA state: (bytes with a move, targets)
     loop: int  # a byte b with b, bb, bbb, ... all kept alive by the slice DFA (``contains``' witness)
-    member_len: np.ndarray  # [N] int32: byte length of each member, 0 for the others
     longest: int  # the longest member's byte length: a state with this reach contains the slice
     members_upto: np.ndarray  # [longest + 1] int64: how many members have at most d bytes
-    bounded: dict  # quantised depth -> _Bounded (``bounded_for``)
+    bounded: dict  # depth level (``DEPTHS``) -> its bounded ``Cover`` (``cover_for``)
 
 
 def slices(tm: TokenMatrix) -> tuple[Slice, ...]:
@@ -98,11 +105,11 @@ def _build(tm: TokenMatrix, pattern: str) -> Slice:
         b = np.flatnonzero(dfa.trans[s] >= 0)
         moves.append((b, dfa.trans[s, b].astype(np.int64)))
     inside.setflags(write=False)
-    member_len = np.where(inside, vocab.length, 0).astype(np.int32)
+    member_len = vocab.length[inside]
     longest = int(member_len.max(initial=0))
-    upto = np.cumsum(np.bincount(member_len[inside], minlength=longest + 1))
-    return Slice(pattern, dfa, inside, tm.pack_ids(vocab.tid[inside]), rest, index, moves, _loop_byte(dfa),
-                 member_len, longest, upto, {})
+    upto = np.cumsum(np.bincount(member_len, minlength=longest + 1))
+    return Slice(pattern, inside, tm.pack_ids(vocab.tid[inside]), rest, index, dfa, moves, _loop_byte(dfa),
+                 longest, upto, {})
 
 
 def _loop_byte(dfa: ByteDFA) -> int:
@@ -177,18 +184,6 @@ REACH_MAX_STATES = 4096
 _NO_REACH = object()
 
 
-@dataclass(eq=False)
-class Cover:
-    """Tokens a DFA state surely keeps inside without a walk: ``inside`` / ``packed`` as in
-    ``Slice``, the other valid tokens as ``rest`` (``index`` into the vocabulary's rest set)."""
-
-    pattern: str  # names the cover in walk keys (the leftovers' order depends on ``rest``)
-    inside: np.ndarray
-    packed: np.ndarray
-    rest: RestSet
-    index: np.ndarray
-
-
 def reach(sl: Slice, dfa: ByteDFA) -> np.ndarray | None:
     """[S] int32: per state q of ``dfa``, the largest ``D <= sl.longest`` such that every byte
     string of at most ``D`` bytes that ``sl``'s DFA keeps alive stays alive in ``dfa`` from q
@@ -249,7 +244,7 @@ def reach_at(sl: Slice, dfa: ByteDFA, q: int) -> int | None:
     return None if r is None else int(r[q])
 
 
-def cover_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> Cover | Slice | None:
+def cover_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> Cover | None:
     """What ``vocab_walk`` may skip from state ``q``: the largest slice whose members all stay
     alive from ``q`` (``slice_for``, or a reach of at least the longest member), else the bounded
     cover of the slice with the most members of at most its reach, rounded down to a ``DEPTHS``
@@ -287,15 +282,15 @@ def cover_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> Cover | Slice | None:
     _, sl, level = best
     hit = sl.bounded.get(level)
     if hit is None:
-        inside = sl.inside & (sl.member_len <= level)
+        vocab = RestSet.vocabulary(tm)
+        inside = sl.inside & (vocab.length <= level)
         inside.setflags(write=False)
         rest, index = _others(tm, inside)
-        vocab = RestSet.vocabulary(tm)
         hit = sl.bounded[level] = Cover(f"{sl.pattern}{{,{level}}}", inside, tm.pack_ids(vocab.tid[inside]), rest, index)
     return hit
 
 
-def walk_sliced(sl: Slice | Cover, trans: np.ndarray, final: np.ndarray, q: int, tm: TokenMatrix,
+def walk_sliced(sl: Cover, trans: np.ndarray, final: np.ndarray, q: int, tm: TokenMatrix,
                 follow: np.ndarray | None = None) -> tuple[np.ndarray, Walk]:
     """``rest_walk.walk`` over ``RestSet.vocabulary(tm)`` from a state that contains ``sl``
     (``slice_for``, or a bounded ``cover_for``), and the packed bitset of its ``inside``: only
