@@ -53,6 +53,17 @@ LAZY = RESERVED + "LAZY_"  # a lazy terminal's name: this and a number
 CHARS = RESERVED + "CHARS_"  # a character-budgeted terminal's name: this, the budget, "_", a number
 
 
+def option_terminal_name(k: int, max_chars: int | None) -> str:
+    """The reserved name of the ``k``-th terminal made by a rule option: lazy (``max_chars`` None)
+    or character-budgeted (``budget_of`` reads the budget back)."""
+    return f"{LAZY}{k}" if max_chars is None else f"{CHARS}{max_chars}_{k}"
+
+
+def budget_of(name: str) -> int:
+    """The budget N of a character-budgeted terminal's name (``_TRELLIS_CHARS_<N>_<k>``)."""
+    return int(name[len(CHARS):].split("_")[0])
+
+
 @dataclass(frozen=True)
 class TokenRef:
     """One token whose id is in ``ids`` or whose text is one of ``texts`` (``exclude``: one token

@@ -91,8 +91,6 @@ exception, ``[^]``, is noted), and each is given the language xgrammar's matcher
 * refused by name with a located error: the rule options ``max_tokens`` (a token budget) and
   ``temperature`` (sampling).
 
-
-
 llama.cpp's token references (its ``llama_grammar_parser``): ``<[id]>`` is the token of that id,
 ``<text>`` the one token of the vocabulary whose text that is (a special token has no text in a
 trellis ``Vocabulary``: name it by id), and ``!<[id]>`` / ``!<text>`` one token that is not it: the
@@ -135,7 +133,7 @@ from trellis.constrain.frontends.gbnf_fusion import (PREC_ALT, PREC_ATOM, PREC_P
                                            inline_regular, lark_class, lark_string, regex_text)
 from trellis.constrain.frontends.gbnf_reader import (ANY, MAX_REPETITION, POSTFIX, Alt, Chars, GbnfParser, Lazy, Lit,
                                            Node, Ref, Repeat, Seq, Tok)
-from trellis.constrain.terminal_kinds import CHARS, LAZY
+from trellis.constrain.terminal_kinds import option_terminal_name
 
 
 class Gbnf:
@@ -228,8 +226,7 @@ class _LarkWriter:
             return node.ref.name, PREC_ATOM
         if isinstance(node, Lazy):
             key = (regex_text(node.body), node.max_chars)
-            prefix = LAZY if node.max_chars is None else f"{CHARS}{node.max_chars}_"
-            return self.lazy.setdefault(key, f"{prefix}{len(self.lazy) + 1}"), PREC_ATOM
+            return self.lazy.setdefault(key, option_terminal_name(len(self.lazy) + 1, node.max_chars)), PREC_ATOM
         if isinstance(node, Repeat):
             return self.repeat(node)
         if isinstance(node, Seq):

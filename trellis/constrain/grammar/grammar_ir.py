@@ -29,7 +29,7 @@ from trellis.constrain.automata.dfa_minimise import char_budget, shortest
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.automata.lookaround import FollowGuard
 from trellis.constrain.automata.regex import terminal_parts
-from trellis.constrain.terminal_kinds import CHARS, LAZY, TokenRef
+from trellis.constrain.terminal_kinds import CHARS, LAZY, TokenRef, budget_of
 
 
 @dataclass(eq=False)
@@ -273,9 +273,8 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
             parts = [(shortest(parts[0][0]), None)]
         elif name.startswith(CHARS):  # xgrammar's max_chars (terminal_kinds.py)
             assert len(parts) == 1 and parts[0][1] is None, name
-            limit = int(name[len(CHARS):].split("_")[0])
             try:
-                parts = [(char_budget(parts[0][0], limit, name="xgrammar rule option"), None)]
+                parts = [(char_budget(parts[0][0], budget_of(name), name="xgrammar rule option"), None)]
             except GrammarError as e:
                 raise GrammarError(e.message, source=source, text=text) from None
         value, prio = getattr(td.pattern, "value", ""), int(getattr(td, "priority", 0) or 0)
