@@ -112,3 +112,46 @@ def test_alphabet_union_is_interegulars_partition(seed: int) -> None:
         assert (mine[s] == mine[t]) == (theirs[s] == theirs[t])
     assert {k: set(v) for k, v in mine.by_transition.items()} == \
         {k: {s for s in symbols if mine[s] == k} for k in mine.by_transition}
+
+
+def test_union_memo_lives_for_one_translation() -> None:
+    """``_UNIONS`` pins every alphabet it saw (its keys are ids): it fills inside a translation and
+    is empty once the outermost ``translation_scope`` ends, also when the translation raises, so
+    a process serving schemas one after another keeps none of them (bench_gc.py)."""
+    from trellis.constrain.automata import fsm_product
+    from trellis.constrain.automata.fsm_product import translation_scope
+    from trellis.constrain.errors import SchemaError
+    from trellis.constrain.frontends.json_schema import schema_to_lark
+
+    a, b = _fsm("(?:ab|c)*x"), _fsm("[ab]+x?")
+    fsm_product._UNIONS.clear()
+    with translation_scope():
+        with translation_scope():
+            product(a, b, False)
+        assert fsm_product._UNIONS, "an inner scope's end keeps the outer translation's memo"
+    assert not fsm_product._UNIONS
+    with pytest.raises(ValueError), translation_scope():
+        product(a, b, True)
+        raise ValueError
+    assert not fsm_product._UNIONS
+    # a schema whose string Venn regions take products (patterns in properties and anyOf), and one refused
+    schema = {"type": "object", "patternProperties": {"^a[0-9]+$": {"type": "string", "pattern": "^[a-f]+$"},
+                                                      "^[a-z]+$": {"type": "integer"}},
+              "properties": {"a1": {"type": "string"}, "bee": {"anyOf": [{"type": "string", "pattern": "^x"},
+                                                                         {"type": "string", "pattern": "y$"}]}}}
+    seen = []
+    real = fsm_product._union
+
+    def spy(x, y):
+        seen.append(len(fsm_product._UNIONS))
+        return real(x, y)
+
+    fsm_product._union = spy
+    try:
+        text, _ = schema_to_lark(schema)
+        with pytest.raises(SchemaError):
+            schema_to_lark({"allOf": [schema, {"type": "array"}]})
+    finally:
+        fsm_product._union = real
+    assert "start" in text and seen, "the translation took products (the memo was used)"
+    assert not fsm_product._UNIONS

@@ -18,6 +18,7 @@ length-bounded pattern (1,926 states) went to ``reduce``'s ``list.index``.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Callable, Hashable, Iterator
 
 
@@ -61,7 +62,26 @@ def product(a: Any, b: Any, difference: bool) -> Any:
 # cProfile; with the memo, translation A/B in one process, other memos cold, min of 3:
 # monika-config 71 -> 50 ms, strmprivacy 189 -> 174 ms, o17072 unchanged, its unions mostly of new
 # pairs). The entry holds A and B, so their ids cannot be reused while it lives.
+# It lives for one translation (``translation_scope``): across schemas it saved nothing (100
+# maskbench schemas translated with the other schemas' unions vs none, min of 3 alternating: 552 vs
+# 553 ms in all, median ratio 1.00), and kept it held every alphabet it pinned (1,658 entries, ~120k
+# objects the collector tracks, after 100 schemas): each full collection walked them, and they
+# were the growth that triggered those collections (``benchmarks/bench_gc.py``).
 _UNIONS: dict[tuple[int, int], list] = {}
+_scopes = 0  # translations in progress (``translation_scope``); threads share the count
+
+
+@contextmanager
+def translation_scope() -> Iterator[None]:
+    """The extent of one translation: ``_UNIONS`` is emptied when the outermost one ends."""
+    global _scopes
+    _scopes += 1
+    try:
+        yield
+    finally:
+        _scopes -= 1
+        if _scopes == 0:
+            _UNIONS.clear()
 
 
 def _union(a: Any, b: Any) -> tuple[Any, dict]:

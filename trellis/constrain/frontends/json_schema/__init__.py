@@ -119,6 +119,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trellis.constrain.errors import SchemaError
+from trellis.constrain.automata.fsm_product import translation_scope
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.frontends.json_schema.builder import NodeBuilder
 from trellis.constrain.frontends.json_schema.complement import MAX_COMPLEMENT_DEPTH
@@ -207,9 +208,17 @@ def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = 
         raise UsageError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
     if max_whitespace < 1:
         raise UsageError("max_whitespace must be >= 1")
-    doc = SchemaDocument(load_schema(schema))
     if unknown_formats not in ("annotation", "refuse"):
         raise UsageError(f"unknown_formats must be 'annotation' or 'refuse', not {unknown_formats!r}")
+    with translation_scope():  # the FSM products' memo lives for one translation (fsm_product.py)
+        return _schema_to_lark(schema, whitespace, lenient, closed_objects, format_assertion, unknown_formats,
+                               max_whitespace, shared_sources, string_chunk)
+
+
+def _schema_to_lark(schema: Any, whitespace: Literal["compact", "flexible"], lenient: bool, closed_objects: bool,
+                    format_assertion: bool, unknown_formats: Literal["annotation", "refuse"], max_whitespace: int,
+                    shared_sources: bool, string_chunk: int) -> tuple[str, tuple[IgnoredKeyword, ...]]:
+    doc = SchemaDocument(load_schema(schema))
     b = NodeBuilder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion,
                     unknown_formats=unknown_formats)
     if not doc.dialect_known:
