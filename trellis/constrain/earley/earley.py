@@ -43,7 +43,7 @@ copy is kept only while its DFA still reaches acceptance, so this holds with gua
 from __future__ import annotations
 
 from array import array
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 
@@ -119,8 +119,8 @@ class Earley:
         self.nullable = ir.nullable
         # Scans run DFAs by scan id: 0..m-1 the terminals, m.. the %ignore terminals, then the
         # terminals cut by higher-priority ones expected beside them (``lexical_priority``),
-        # added as they are met. Tables are flat Python lists: one list index per byte is ~3x
-        # faster than indexing a numpy array from Python.
+        # added as they are met. Tables are flat ``array``s and ``bytes`` (``scan_tables``): an
+        # index per byte from Python, not numpy's per-call overhead, and nothing for the collector.
         self.scan_dfa: list[ByteDFA] = []
         self.scan_term: list[int] = []  # the terminal a scan completes
         self.scan_ignore: list[bool] = []
@@ -130,9 +130,9 @@ class Earley:
         self.scan_guard: list[FollowGuard | None] = []
         self._guard_scans: dict[tuple[int, FollowGuard, bool], int | None] = {}
         self._guarded_starts: dict[tuple[frozenset, FollowGuard], frozenset] = {}
-        self.trans: list[Sequence[int]] = []
-        self.final: list[list[bool]] = []
-        self.has_out: list[list[bool]] = []
+        self.trans: list[array] = []
+        self.final: list[bytes] = []
+        self.has_out: list[bytes] = []
         for t in range(m):
             self._add_scan(ir.terminals[t].dfa, t, False)
         self.ignore_scans = tuple(self._add_scan(ir.terminals[t].dfa, t, True) for t in ir.ignore)
@@ -524,35 +524,30 @@ class Earley:
         return b
 
 
-def scan_tables(dfa: ByteDFA) -> tuple[Sequence[int], list[bool], list[bool]]:
-    """A DFA's tables as flat Python sequences for ``Earley.step`` (transition ``(q << 8) | b``,
-    final and has-a-way-on per state). Cached on DFAs of at most ``SHARED_TABLE_STATES`` states:
-    the string, number and key DFAs every schema shares (``regex.DFA_MEMO``) are listed once per
-    process, not once per grammar (~15 us each; 14 per median maskbench schema). A DFA over
-    ``ARRAY_TABLE_STATES`` states (a length-bounded string's: ~1,700 for 128 characters) gets its
-    transitions as an ``array`` of int32, also cached: 4 bytes an entry where a list holds a
-    pointer and, past CPython's small ints, an int object each (a 1,666-state table listed was
-    ~5 ms and ~15 MB, every compile)."""
+def scan_tables(dfa: ByteDFA) -> tuple[array, bytes, bytes]:
+    """A DFA's tables for ``Earley.step``: the transitions as a flat ``array`` of int32 (state
+    ``trans[(q << 8) | b]``, -1 for none), and per state whether it is final and whether any byte
+    moves it on (``bytes`` of 0/1). Cached on the DFA: the string, number and key DFAs every schema
+    shares (``regex.DFA_MEMO``) are tabled once per process, not once per grammar.
+
+    Not lists: the collector does not track an ``array`` or ``bytes``, while a list of n * 256
+    entries is one object it traverses entry by entry in every collection that reaches it. After
+    200 fresh maskbench schemas, such lists held 5.2 of the 5.3 million references a full
+    collection followed (``benchmarks/bench_gc.py``). An index into an ``array`` costs ~20 ns more
+    than into a list (timeit, ~40 vs ~22 ns); a step makes one per scan. A 1,666-state table listed
+    was also ~5 ms and ~15 MB every compile."""
     hit = dfa.__dict__.get("_scan_tables")
     if hit is not None:
         return hit
-    if dfa.literal is not None:  # a JSON key's chain: n entries set, not n * 256 listed
+    if dfa.literal is not None:  # a JSON key's chain: n entries set, not n * 256 copied
         n = len(dfa.literal)
-        flat = [-1] * ((n + 1) << 8)
+        flat = array("i", [-1]) * ((n + 1) << 8)
         for q, b in enumerate(dfa.literal):
             flat[(q << 8) | b] = q + 1
-        hit = (flat, [False] * n + [True], [True] * n + [False])
-    elif dfa.num_states > ARRAY_TABLE_STATES:
+        hit = (flat, bytes(n) + b"\x01", b"\x01" * n + b"\x00")
+    else:
         flat = array("i")
         flat.frombytes(np.ascontiguousarray(dfa.trans, dtype=np.int32).tobytes())
-        hit = (flat, dfa.final.tolist(), (dfa.trans >= 0).any(axis=1).tolist())
-    else:
-        hit = (dfa.trans.reshape(-1).tolist(), dfa.final.tolist(), (dfa.trans >= 0).any(axis=1).tolist())
-    if dfa.num_states <= SHARED_TABLE_STATES or dfa.num_states > ARRAY_TABLE_STATES:
-        dfa.__dict__["_scan_tables"] = hit  # never mutated: step only reads them
+        hit = (flat, dfa.final.astype(np.uint8).tobytes(), (dfa.trans >= 0).any(axis=1).astype(np.uint8).tobytes())
+    dfa.__dict__["_scan_tables"] = hit  # never mutated: step only reads them
     return hit
-
-
-# DFAs up to this many states keep their step tables (``scan_tables``: ~2 KB a state as lists).
-SHARED_TABLE_STATES = 32
-ARRAY_TABLE_STATES = 256
