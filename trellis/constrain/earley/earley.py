@@ -42,8 +42,9 @@ copy is kept only while its DFA still reaches acceptance, so this holds with gua
 
 from __future__ import annotations
 
+import os
 from array import array
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -52,7 +53,26 @@ from trellis.constrain.automata.charsets import cs_diff
 from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, state_bits
 from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 
-ChartState = tuple  # (frozenset[(t, q, ESet)], bool)
+# A chart state: ``_statec.State`` where that C module is built (one object the cyclic collector
+# never tracks: its scans in a C array), else the tuple ``(frozenset of (t, q, ESet), accepting)``.
+# Both read alike: ``state[0]`` the scans (iterable, ``len``), ``state[1]`` accepting; both are
+# immutable and hashable, equal when their scans and flag are (tests/constrain/test_chart_state.py).
+# ``TRELLIS_STATE_KERNEL=python`` forces the tuple.
+try:
+    from trellis.constrain.earley._statec import State as _CState
+except ImportError:  # pragma: no cover - depends on the install
+    _CState = None
+if os.environ.get("TRELLIS_STATE_KERNEL", "").lower() == "python":
+    _CState = None
+ChartState = Any
+
+
+def _tuple_state(scans: Iterable[tuple[int, int, "ESet"]], accepting: bool) -> tuple:
+    return (frozenset(scans), bool(accepting))
+
+
+chart_state = _CState if _CState is not None else _tuple_state
+STATE_KERNEL = "c" if _CState is not None else "python"
 
 # Scans (~100 bytes each: a 3-tuple and its set slot) that the step memo may hold, keys and values
 # summed: ~400 MB at most, whatever the size of the states.
@@ -160,6 +180,8 @@ class Earley:
         self.work = 0
         self.work_limit = UNBOUNDED
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
+        self._start = chart_state(self.initial.starts, self.initial.accepting)
+        self._boundaries: dict[tuple[ESet, int], ChartState] = {}  # (set, scan) -> state (``boundary``)
         self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
         self._steps_scans = 0  # scans summed over the states _steps holds (STEP_CACHE_SCANS)
 
@@ -370,6 +392,7 @@ class Earley:
         self._sets.clear()
         self._futures.clear()
         self._guarded_starts.clear()
+        self._boundaries.clear()
         self._after_many.clear()
         self._steps.clear()
         self._steps_scans = 0
@@ -383,9 +406,18 @@ class Earley:
         return hit
 
     def boundary(self, e: ESet, scan: int) -> ChartState:
-        """The chart state just after scan ``scan`` (started at ``e``) completes: the new
-        boundary's scans, or for an ignored terminal ``e``'s own scans again (restricted by the
-        scan's follow guard, if it has one)."""
+        """The chart state just after scan ``scan`` (started at ``e``) completes (memoised)."""
+        key = (e, scan)
+        hit = self._boundaries.get(key)
+        if hit is None:
+            if len(self._boundaries) > MAX_SETS:
+                self._boundaries.clear()
+            hit = self._boundaries[key] = chart_state(*self.boundary_scans(e, scan))
+        return hit
+
+    def boundary_scans(self, e: ESet, scan: int) -> tuple[frozenset, bool]:
+        """``boundary``'s scans and accepting flag: the new boundary's scans, or for an ignored
+        terminal ``e``'s own scans again (restricted by the scan's follow guard, if it has one)."""
         a = e if self.scan_ignore[scan] else self.after(e, self.scan_term[scan])
         g = self.scan_guard[scan]
         if g is None:
@@ -436,7 +468,7 @@ class Earley:
 
     # -- chart states
     def start(self) -> ChartState:
-        return (self.initial.starts, self.initial.accepting)
+        return self._start
 
     def step(self, state: ChartState, b: int) -> ChartState | None:
         """The state after byte ``b``, or None when no scan can take it (memoised)."""
@@ -458,7 +490,7 @@ class Earley:
                 out.add((t, q2, e))
             if final[t][q2]:
                 if guard[t] is not None:  # its own boundary: what follows must pass the guard
-                    starts, a_acc = self.boundary(e, t)
+                    starts, a_acc = self.boundary_scans(e, t)
                     out |= starts
                     acc |= a_acc
                 elif self.scan_ignore[t]:
@@ -481,7 +513,7 @@ class Earley:
                 a = self._after_many[key] = self._close(self._next_kernel(done))
             out |= a.starts
             acc |= a.accepting
-        res = (frozenset(out), acc) if out or acc else None
+        res = chart_state(out, acc) if out or acc else None
         # States are many in long runs and a step is cheap to redo. Bounded by entries AND by the
         # scans they hold: lark.lark's ambiguous %ignore makes states of hundreds of scans, and
         # 2^18 of them took 11 GB in the 10,000-decode fuzz (fuzz_grammars --corpus).

@@ -71,7 +71,7 @@ from torch import Tensor
 
 from trellis.constrain.vocab.cut_walk import Simulation, patch
 from trellis.constrain.vocab.dfa_shapes import canonical
-from trellis.constrain.earley.earley import ChartState, Earley
+from trellis.constrain.earley.earley import ChartState, Earley, chart_state
 from trellis.constrain.earley.work_bound import ADVANCE_WORK, MASK_WORK, bounded
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
@@ -161,15 +161,15 @@ class EarleyConstraint:
         for d, _, e in state[0]:
             allowed = ok.get(term[d])
             if allowed is not None and allowed[token]:
-                starts, a = self.earley.boundary(e, d)
+                starts, a = self.earley.boundary_scans(e, d)
                 scans |= starts
                 acc |= a
         if not scans and not acc:
             return nxt
         if nxt is not None:
-            scans |= nxt[0]
+            scans.update(nxt[0])
             acc |= nxt[1]
-        return (frozenset(scans), acc)
+        return chart_state(scans, acc)
 
     def _token_elements(self) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
         """Per token-element terminal, the ids it matches in this vocabulary ([V] bool, and

@@ -1,0 +1,187 @@
+"""Earley chart states: the C ``State`` (``trellis/constrain/earley/_statec.c``, one object the
+cyclic collector never tracks) and the pure-Python tuple ``(frozenset of scans, accepting)`` that
+runs where the C module is not built. The type on its own (equality, hashing, the tuple's face,
+references released, untracked), then equal masks, accepting flags and advances from both forms
+along walks through every corpus grammar and 300 maskbench schemas."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trellis.constrain import JsonSchema, compile
+from trellis.constrain.earley import earley as earley_mod
+from trellis.constrain.earley import scannerless as scannerless_mod
+from trellis.constrain.errors import GrammarError, SchemaError
+from trellis.tokens import Vocabulary
+
+from tests.constrain.test_fuzz import compile_corpus, corpus_grammars, corpus_tiny_vocab
+
+compile_mod = importlib.import_module("trellis.constrain.compile")  # the module (the package exports the function)
+
+State = earley_mod._CState
+needs_c = pytest.mark.skipif(State is None, reason="the C chart state is not built in this install")
+MASKBENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench"
+
+
+class _Set:  # stands for an item set (ESet): identity, no equality of its own
+    pass
+
+
+@needs_c
+def test_state_is_a_value() -> None:
+    a, b = _Set(), _Set()
+    s = State({(1, 2, a), (0, 5, b)}, True)
+    assert s == State([(0, 5, b), (1, 2, a), (0, 5, b)], 1)  # any order, duplicates dropped
+    assert hash(s) == hash(State(iter([(1, 2, a), (0, 5, b)]), True))
+    assert s != State([(1, 2, a), (0, 5, b)], False) and s != State([(1, 2, a), (0, 5, a)], True)
+    assert s != State([(1, 2, a)], True) and s != (frozenset({(1, 2, a), (0, 5, b)}), True)
+    assert State([], False) == State(set(), 0) and len(State([], True)[0]) == 0
+    # the tuple's face: [0] the scans, [1] accepting, unpacking, len 2
+    assert len(s) == 2 and s[1] is True and s[-1] is True and len(s[0]) == 2
+    assert set(s[0]) == {(1, 2, a), (0, 5, b)}
+    scans, acc = s
+    assert acc is True and set(scans) == set(s[0])
+    with pytest.raises(IndexError):
+        s[2]
+    with pytest.raises(TypeError):
+        State([(1, 2)], True)
+    with pytest.raises(OverflowError):
+        State([(1 << 40, 0, a)], True)
+    assert State([(7, 3, b)], False) in {State([(7, 3, b)], False): 1}
+
+
+@needs_c
+def test_state_releases_its_item_sets_and_stays_untracked() -> None:
+    a = _Set()
+    before = sys.getrefcount(a)
+    states = [State([(1, 2, a), (1, 2, a), (3, 4, a)], True) for _ in range(10)]
+    assert sys.getrefcount(a) == before + 20  # two distinct scans each, the duplicate dropped
+    del states
+    assert sys.getrefcount(a) == before
+    with pytest.raises(TypeError):
+        State([(1, 2, a), "not a scan"], True)
+    assert sys.getrefcount(a) == before  # nothing leaked on the error path
+    s = State([(1, 2, a)], False)
+    assert not gc.is_tracked(s)
+    key = (s, 65)  # a step memo key: untracked by the first collection that sees it
+    gc.collect()
+    assert not gc.is_tracked(key)
+
+
+def _both(make) -> tuple:
+    """(constraint with C states, constraint with tuple states) from ``make()``."""
+    out = []
+    for form in ("c", "python"):
+        compile_mod.COMPILED.clear()  # one object per grammar text and vocabulary otherwise
+        mp = pytest.MonkeyPatch()
+        if form == "python":
+            mp.setattr(earley_mod, "chart_state", earley_mod._tuple_state)
+            mp.setattr(scannerless_mod, "chart_state", earley_mod._tuple_state)
+        try:
+            out.append(make())
+        finally:
+            mp.undo()
+    compile_mod.COMPILED.clear()
+    return tuple(out)
+
+
+def _walk_equal(c1, c2, rng: random.Random, steps: int, forced: list[int] | None = None) -> int:
+    """Masks, accepting flags and advances equal along one walk (``forced`` tokens, else random
+    allowed ones); the number of positions compared."""
+    s1, s2 = c1.start(), c2.start()
+    assert type(s1) is not type(s2)
+    n = 0
+    for k in range(len(forced) + 1 if forced is not None else steps):
+        m1, m2 = c1.mask_array(s1), c2.mask_array(s2)
+        assert np.array_equal(m1, m2), k
+        assert c1.is_accepting(s1) == c2.is_accepting(s2)
+        n += 1
+        if forced is not None:
+            if k == len(forced):
+                break
+            tok = forced[k]
+        else:
+            bits = np.unpackbits(m1.view(np.uint8), bitorder="little")[: c1.tm.size]
+            ids = [i for i in np.flatnonzero(bits) if i not in c1.tm.eos]
+            if not ids:
+                break
+            tok = rng.choice(ids)
+        s1, s2 = c1.advance(s1, tok), c2.advance(s2, tok)
+        assert (s1 is None) == (s2 is None)
+        if s1 is None:
+            break
+    return n
+
+
+@needs_c
+@pytest.mark.parametrize("gid", corpus_grammars())
+def test_corpus_grammars_same_masks_either_form(gid: str) -> None:
+    try:
+        vocab = corpus_tiny_vocab(gid)
+    except Exception:  # noqa: BLE001 - Lark cannot build the file (a start rule of another name...): bytes
+        toks = tuple(bytes([b]) for b in range(256)) + (b"",)
+        vocab = Vocabulary(toks, eos=frozenset([256]))
+    try:
+        c1, c2 = _both(lambda: compile_corpus(gid, vocab, cache=False))
+    except GrammarError:
+        pytest.skip("refused (the fuzz tests check which refusals are expected)")
+    rng = random.Random(gid)
+    assert sum(_walk_equal(c1, c2, rng, 30) for _ in range(3)) >= 3
+
+
+def _maskbench(n: int) -> list[tuple[str, dict, str]]:
+    """``n`` schemas spread over the whole split (every k-th file: all its sources), each with its
+    first valid document, keys in the schema's order (trellis' documented narrowing)."""
+    from trellis.constrain.frontends.json_schema import order_keys
+
+    files = sorted(MASKBENCH.glob("*.json"))
+    out = []
+    for p in files[:: max(1, len(files) // (n + n // 4))]:
+        try:
+            case = json.loads(p.read_text(encoding="utf-8"))
+            schema = case["schema"]
+            data = next(t["data"] for t in case.get("tests", []) if t.get("valid"))
+            doc = json.dumps(order_keys(schema, data), separators=(",", ":"))
+        except Exception:  # noqa: BLE001 - no valid document, or one the helper cannot order
+            continue
+        if isinstance(schema, dict):
+            out.append((p.stem, schema, doc))
+        if len(out) == n:
+            break
+    return out
+
+
+@needs_c
+def test_maskbench_schemas_same_masks_either_form() -> None:
+    """300 maskbench schemas, each walked along its first valid document (bytes as tokens, with
+    JSON's punctuation pairs as multi-byte tokens so that masks have tokens that cross terminals)."""
+    cases = _maskbench(300)
+    if len(cases) < 300:
+        pytest.skip(f"maskbench data not found at {MASKBENCH}")
+    extra = [b'":', b'",', b'"}', b'":"', b"},", b'{"', b'["', b"],", b"true", b"null", b'","', b"00"]
+    toks = tuple(bytes([b]) for b in range(256)) + tuple(extra) + (b"",)
+    vocab = Vocabulary(toks, eos=frozenset([len(toks) - 1]))
+    ids = {t: i for i, t in enumerate(toks[:-1])}
+    compared = walked = 0
+    for name, schema, doc in cases:
+        try:
+            c1, c2 = _both(lambda: compile(JsonSchema(schema, closed_objects=False), vocab, cache=False))
+        except (GrammarError, SchemaError):
+            continue
+        data = doc.encode()
+        forced, i = [], 0
+        while i < len(data):  # longest token first
+            t = next((x for x in extra if data.startswith(x, i)), data[i:i + 1])
+            forced.append(ids[t])
+            i += len(t)
+        compared += _walk_equal(c1, c2, random.Random(name), 0, forced)
+        walked += 1
+    assert walked >= 250 and compared > 10_000, (walked, compared)

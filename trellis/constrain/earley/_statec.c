@@ -1,0 +1,358 @@
+/* Earley chart states as one object that Python's cyclic garbage collector does not track.
+ *
+ * Why: a chart state was a tuple (frozenset of scan tuples (t, q, E), accepting), 2 + k objects
+ * the collector tracks, and the memos keep them (the step memo's keys hold them too, so those key
+ * tuples stay tracked as well). A process serving new schemas one after another promoted ~4,000
+ * such objects a schema into the oldest generation, and each ~110k promoted objects trigger a full
+ * collection, which in a process holding torch and transformers walks ~440k objects (300-500 ms
+ * on a 2-core VM): ~half of those promotions were chart states, their scans and the step memo's
+ * keys (benchmarks/bench_gc.py; README of benchmarks/).
+ *
+ * A State holds its scans in one C array, sorted by (t, q, address of E) so that equal sets of
+ * scans make equal states, and a strong reference to each E (an item set, ``earley.ESet``). The
+ * type has no Py_TPFLAGS_HAVE_GC, so it is never tracked, and a tuple or dict key that holds only
+ * States and ints is untracked by the collector as well. That is safe because no cycle can pass
+ * through a State: item sets never refer to chart states (their ``starts`` are frozensets of scan
+ * tuples), and a State refers only to item sets; the collector sees each E's reference from a State
+ * as one from outside, which it is.
+ *
+ * The Python face is the tuple's: ``state[0]`` its scans (a view, iterable over (t, q, E) tuples,
+ * ``len`` the number of scans) and ``state[1]`` whether it accepts, so the engine's code reads
+ * either form; ``earley.chart_state`` makes one or the other (the pure-Python
+ * form where this module is not built; tests/constrain/test_chart_state.py: equal masks).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t t, q;
+    PyObject *e;
+} Scan;
+
+typedef struct {
+    PyObject_VAR_HEAD
+    Py_hash_t hash;
+    int acc;
+    Scan scans[1];
+} StateObject;
+
+static PyTypeObject StateType;
+static PyTypeObject StateIterType;
+
+static int scan_cmp(const void *pa, const void *pb) {
+    const Scan *a = (const Scan *)pa, *b = (const Scan *)pb;
+    if (a->t != b->t) return a->t < b->t ? -1 : 1;
+    if (a->q != b->q) return a->q < b->q ? -1 : 1;
+    if (a->e != b->e) return (uintptr_t)a->e < (uintptr_t)b->e ? -1 : 1;
+    return 0;
+}
+
+/* xxHash-style mix over the scans (as CPython's tuple hash does over its items). */
+static Py_hash_t state_hash_of(const Scan *s, Py_ssize_t n, int acc) {
+    const uint64_t P1 = 11400714785074694791ULL, P2 = 14029467366897019727ULL, P5 = 2870177450012600261ULL;
+    uint64_t h = P5 + (uint64_t)acc;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t lane = ((uint64_t)(uint32_t)s[i].t << 32 | (uint32_t)s[i].q) ^ ((uint64_t)(uintptr_t)s[i].e >> 4) * P2;
+        h += lane * P2;
+        h = (h << 31) | (h >> 33);
+        h *= P1;
+    }
+    h += (uint64_t)n ^ (P5 ^ 3527539UL);
+    Py_hash_t r = (Py_hash_t)h;
+    return r == -1 ? 1546275796 : r;
+}
+
+/* State(scans, acc): scans an iterable of (t, q, E) tuples (duplicates allowed). */
+static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *scans, *accobj;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "State takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OO:State", &scans, &accobj)) return NULL;
+    int acc = PyObject_IsTrue(accobj);
+    if (acc < 0) return NULL;
+    PyObject *it = PyObject_GetIter(scans);
+    if (!it) return NULL;
+    Py_ssize_t cap = 16, n = 0;
+    Scan *buf = (Scan *)malloc(cap * sizeof(Scan));
+    if (!buf) {
+        Py_DECREF(it);
+        return PyErr_NoMemory();
+    }
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            Py_DECREF(item);
+            PyErr_SetString(PyExc_TypeError, "a scan is a (t, q, E) tuple");
+            goto fail;
+        }
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+        long q = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+        if ((t == -1 || q == -1) && PyErr_Occurred()) {
+            Py_DECREF(item);
+            goto fail;
+        }
+        if (t < INT32_MIN || t > INT32_MAX || q < INT32_MIN || q > INT32_MAX) {
+            Py_DECREF(item);
+            PyErr_SetString(PyExc_OverflowError, "a scan id or DFA state beyond 32 bits");
+            goto fail;
+        }
+        if (n == cap) {
+            Scan *b2 = (Scan *)realloc(buf, 2 * cap * sizeof(Scan));
+            if (!b2) {
+                Py_DECREF(item);
+                PyErr_NoMemory();
+                goto fail;
+            }
+            buf = b2;
+            cap *= 2;
+        }
+        buf[n].t = (int32_t)t;
+        buf[n].q = (int32_t)q;
+        buf[n].e = PyTuple_GET_ITEM(item, 2);
+        Py_INCREF(buf[n].e);
+        n++;
+        Py_DECREF(item);
+    }
+    if (PyErr_Occurred()) goto fail;
+    Py_DECREF(it);
+    it = NULL;
+    qsort(buf, (size_t)n, sizeof(Scan), scan_cmp);
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (m == 0 || scan_cmp(&buf[m - 1], &buf[i]) != 0)
+            buf[m++] = buf[i];
+        else
+            Py_DECREF(buf[i].e);  /* a duplicate scan */
+    }
+    n = m;
+    StateObject *self = PyObject_NewVar(StateObject, type, m ? m : 1);
+    if (!self) goto fail;
+    Py_SET_SIZE(self, m);
+    memset(self->scans, 0, (size_t)(m ? m : 1) * sizeof(Scan));
+    memcpy(self->scans, buf, (size_t)m * sizeof(Scan));  /* the references move with the scans */
+    free(buf);
+    self->acc = acc;
+    self->hash = state_hash_of(self->scans, m, acc);
+    return (PyObject *)self;
+fail:
+    Py_XDECREF(it);
+    for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
+    free(buf);
+    return NULL;
+}
+
+static void state_dealloc(StateObject *self) {
+    for (Py_ssize_t i = 0; i < Py_SIZE(self); i++) Py_DECREF(self->scans[i].e);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_hash_t state_hash(StateObject *self) { return self->hash; }
+
+static PyObject *state_richcompare(PyObject *a, PyObject *b, int op) {
+    if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(b, &StateType) || !PyObject_TypeCheck(a, &StateType))
+        Py_RETURN_NOTIMPLEMENTED;
+    StateObject *x = (StateObject *)a, *y = (StateObject *)b;
+    int eq = x == y || (Py_SIZE(x) == Py_SIZE(y) && x->acc == y->acc && x->hash == y->hash &&
+                        memcmp(x->scans, y->scans, (size_t)Py_SIZE(x) * sizeof(Scan)) == 0);
+    if (op == Py_NE) eq = !eq;
+    if (eq) Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+typedef struct {
+    PyObject_HEAD
+    StateObject *state;
+} ScansObject;
+
+static PyTypeObject ScansType;
+
+/* A State reads as the tuple (scans, accepting) did: len 2, state[0] the scans (a view: iterable
+ * over (t, q, E) tuples, len the number of scans), state[1] whether it accepts, and
+ * ``scans, acc = state`` unpacks (through the sequence protocol: items 0, 1, then IndexError). */
+static Py_ssize_t state_len(StateObject *self) { return 2; }
+
+static PyObject *state_item(StateObject *self, Py_ssize_t i) {
+    if (i == 0) {
+        ScansObject *v = PyObject_New(ScansObject, &ScansType);
+        if (!v) return NULL;
+        Py_INCREF(self);
+        v->state = self;
+        return (PyObject *)v;
+    }
+    if (i == 1) return PyBool_FromLong(self->acc);
+    PyErr_SetString(PyExc_IndexError, "a chart state is (scans, accepting): index 0 or 1");
+    return NULL;
+}
+
+static PyObject *state_subscript(StateObject *self, PyObject *key) {
+    Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    return state_item(self, i < 0 ? i + 2 : i);
+}
+
+static PyObject *state_tuple_of(StateObject *self, Py_ssize_t i) {
+    Scan *s = &self->scans[i];
+    PyObject *t = PyLong_FromLong(s->t), *q = PyLong_FromLong(s->q);
+    if (!t || !q) {
+        Py_XDECREF(t);
+        Py_XDECREF(q);
+        return NULL;
+    }
+    PyObject *tup = PyTuple_New(3);
+    if (!tup) {
+        Py_DECREF(t);
+        Py_DECREF(q);
+        return NULL;
+    }
+    Py_INCREF(s->e);
+    PyTuple_SET_ITEM(tup, 0, t);
+    PyTuple_SET_ITEM(tup, 1, q);
+    PyTuple_SET_ITEM(tup, 2, s->e);
+    return tup;
+}
+
+typedef struct {
+    PyObject_HEAD
+    StateObject *state;
+    Py_ssize_t i;
+} StateIterObject;
+
+static PyObject *scans_iter(ScansObject *v) {
+    StateIterObject *it = PyObject_New(StateIterObject, &StateIterType);
+    if (!it) return NULL;
+    Py_INCREF(v->state);
+    it->state = v->state;
+    it->i = 0;
+    return (PyObject *)it;
+}
+
+static Py_ssize_t scans_len(ScansObject *v) { return Py_SIZE(v->state); }
+
+static void scans_dealloc(ScansObject *v) {
+    Py_DECREF(v->state);
+    PyObject_Free(v);
+}
+
+static void stateiter_dealloc(StateIterObject *it) {
+    Py_DECREF(it->state);
+    PyObject_Free(it);
+}
+
+static PyObject *stateiter_next(StateIterObject *it) {
+    if (it->i >= Py_SIZE(it->state)) return NULL;
+    return state_tuple_of(it->state, it->i++);
+}
+
+static PyObject *state_accepting(StateObject *self, void *closure) { return PyBool_FromLong(self->acc); }
+
+static PyObject *state_reduce(StateObject *self, PyObject *unused) {
+    PyObject *scans = PyTuple_New(Py_SIZE(self));
+    if (!scans) return NULL;
+    for (Py_ssize_t i = 0; i < Py_SIZE(self); i++) {
+        PyObject *tup = state_tuple_of(self, i);
+        if (!tup) {
+            Py_DECREF(scans);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(scans, i, tup);
+    }
+    return Py_BuildValue("(O(NO))", (PyObject *)Py_TYPE(self), scans, self->acc ? Py_True : Py_False);
+}
+
+static PyObject *state_self(PyObject *self, PyObject *unused) {
+    Py_INCREF(self);
+    return self;
+}
+
+static PyObject *state_repr(StateObject *self) {
+    return PyUnicode_FromFormat("State(%zd scans, accepting=%s)", Py_SIZE(self), self->acc ? "True" : "False");
+}
+
+static PySequenceMethods state_as_sequence = {
+    .sq_length = (lenfunc)state_len,
+    .sq_item = (ssizeargfunc)state_item,
+};
+
+static PyMappingMethods state_as_mapping = {
+    .mp_length = (lenfunc)state_len,
+    .mp_subscript = (binaryfunc)state_subscript,
+};
+
+static PyGetSetDef state_getset[] = {
+    {"accepting", (getter)state_accepting, NULL, "whether the text so far is a sentence", NULL},
+    {NULL},
+};
+
+static PyMethodDef state_methods[] = {
+    {"__reduce__", (PyCFunction)state_reduce, METH_NOARGS, NULL},
+    {"__copy__", (PyCFunction)state_self, METH_NOARGS, "immutable: itself"},
+    {"__deepcopy__", (PyCFunction)state_self, METH_O, "immutable: itself (its item sets are the engine's)"},
+    {NULL},
+};
+
+static PyTypeObject StateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "trellis.constrain.earley._statec.State",
+    .tp_basicsize = offsetof(StateObject, scans),
+    .tp_itemsize = sizeof(Scan),
+    .tp_dealloc = (destructor)state_dealloc,
+    .tp_repr = (reprfunc)state_repr,
+    .tp_as_sequence = &state_as_sequence,
+    .tp_as_mapping = &state_as_mapping,
+    .tp_hash = (hashfunc)state_hash,
+    .tp_flags = Py_TPFLAGS_DEFAULT, /* no Py_TPFLAGS_HAVE_GC: never tracked (module comment) */
+    .tp_doc = "An Earley chart state: its scans (t, q, E) and whether it accepts (see the module comment).",
+    .tp_richcompare = state_richcompare,
+    .tp_methods = state_methods,
+    .tp_getset = state_getset,
+    .tp_new = state_new,
+    .tp_free = PyObject_Free,
+};
+
+static PySequenceMethods scans_as_sequence = {
+    .sq_length = (lenfunc)scans_len,
+};
+
+static PyTypeObject ScansType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "trellis.constrain.earley._statec.Scans",
+    .tp_basicsize = sizeof(ScansObject),
+    .tp_dealloc = (destructor)scans_dealloc,
+    .tp_as_sequence = &scans_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A chart state's scans (t, q, E), in a canonical order.",
+    .tp_iter = (getiterfunc)scans_iter,
+};
+
+static PyTypeObject StateIterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "trellis.constrain.earley._statec.StateIterator",
+    .tp_basicsize = sizeof(StateIterObject),
+    .tp_dealloc = (destructor)stateiter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)stateiter_next,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_statec", "Earley chart states outside the cyclic collector (see the C source).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__statec(void) {
+    if (PyType_Ready(&StateType) < 0 || PyType_Ready(&StateIterType) < 0 || PyType_Ready(&ScansType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&StateType);
+    if (PyModule_AddObject(m, "State", (PyObject *)&StateType) < 0) {
+        Py_DECREF(&StateType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
