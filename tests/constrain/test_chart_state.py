@@ -26,7 +26,7 @@ from tests.constrain.test_fuzz import compile_corpus, corpus_grammars, corpus_ti
 
 compile_mod = importlib.import_module("trellis.constrain.compile")  # the module (the package exports the function)
 
-State = earley_mod._CState
+State = earley_mod.NativeState
 needs_c = pytest.mark.skipif(State is None, reason="the C chart state is not built in this install")
 MASKBENCH = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench"
 

@@ -59,11 +59,11 @@ from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 # immutable and hashable, equal when their scans and flag are (tests/constrain/test_chart_state.py).
 # ``TRELLIS_STATE_KERNEL=python`` forces the tuple.
 try:
-    from trellis.constrain.earley._statec import State as _CState
+    from trellis.constrain.earley._statec import State as NativeState
 except ImportError:  # pragma: no cover - depends on the install
-    _CState = None
+    NativeState = None
 if os.environ.get("TRELLIS_STATE_KERNEL", "").lower() == "python":
-    _CState = None
+    NativeState = None
 ChartState = Any
 
 
@@ -71,8 +71,8 @@ def _tuple_state(scans: Iterable[tuple[int, int, "ESet"]], accepting: bool) -> t
     return (frozenset(scans), bool(accepting))
 
 
-chart_state = _CState if _CState is not None else _tuple_state
-STATE_KERNEL = "c" if _CState is not None else "python"
+chart_state = NativeState if NativeState is not None else _tuple_state
+STATE_KERNEL = "c" if NativeState is not None else "python"
 
 # Scans (~100 bytes each: a 3-tuple and its set slot) that the step memo may hold, keys and values
 # summed: ~400 MB at most, whatever the size of the states.
