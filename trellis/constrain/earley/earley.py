@@ -15,7 +15,8 @@ Objects
   which nonterminals it predicts: they are closed once and shared by every such set
   (``Predicted``, plain ints); a set holds its own items with origins (``waiting``/``expects``)
   and its ``Predicted`` (``static``).
-A *chart state* is ``(scans, accepting)``: ``scans`` a frozenset of ``(t, q, E)``: terminal ``t``
+A *chart state* is ``(scans, accepting)`` (``chart_state``: one C object, ``_statec.State``, where
+  that module is built, else a tuple with the scans as a frozenset): ``scans`` a set of ``(t, q, E)``: terminal ``t``
   is being scanned, its DFA is in state ``q``, it started at boundary ``E`` (whose items wait for
   it). Ignored terminals have their own scan ids ``>= M`` (``Earley.ignore_scans``); completing one
   restarts the scans of the boundary it began at, so ``%ignore`` text may stand between any two
