@@ -18,6 +18,7 @@ length-bounded pattern (1,926 states) went to ``reduce``'s ``list.index``.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Hashable, Iterator
 
@@ -69,19 +70,23 @@ def product(a: Any, b: Any, difference: bool) -> Any:
 # were the growth that triggered those collections (``benchmarks/bench_gc.py``).
 _UNIONS: dict[tuple[int, int], list] = {}
 _scopes = 0  # translations in progress (``translation_scope``); threads share the count
+_scopes_lock = threading.Lock()
 
 
 @contextmanager
 def translation_scope() -> Iterator[None]:
-    """The extent of one translation: ``_UNIONS`` is emptied when the outermost one ends."""
+    """The extent of one translation: ``_UNIONS`` is emptied when the outermost one ends (the
+    last of those running, when threads translate at once)."""
     global _scopes
-    _scopes += 1
+    with _scopes_lock:
+        _scopes += 1
     try:
         yield
     finally:
-        _scopes -= 1
-        if _scopes == 0:
-            _UNIONS.clear()
+        with _scopes_lock:
+            _scopes -= 1
+            if _scopes == 0:
+                _UNIONS.clear()
 
 
 def _union(a: Any, b: Any) -> tuple[Any, dict]:
