@@ -211,19 +211,12 @@ def schema_to_lark(schema: Any, *, whitespace: Literal["compact", "flexible"] = 
     if unknown_formats not in ("annotation", "refuse"):
         raise UsageError(f"unknown_formats must be 'annotation' or 'refuse', not {unknown_formats!r}")
     with translation_scope():  # the FSM products' memo lives for one translation (fsm_product.py)
-        return _schema_to_lark(schema, whitespace, lenient, closed_objects, format_assertion, unknown_formats,
-                               max_whitespace, shared_sources, string_chunk)
-
-
-def _schema_to_lark(schema: Any, whitespace: Literal["compact", "flexible"], lenient: bool, closed_objects: bool,
-                    format_assertion: bool, unknown_formats: Literal["annotation", "refuse"], max_whitespace: int,
-                    shared_sources: bool, string_chunk: int) -> tuple[str, tuple[IgnoredKeyword, ...]]:
-    doc = SchemaDocument(load_schema(schema))
-    b = NodeBuilder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion,
-                    unknown_formats=unknown_formats)
-    if not doc.dialect_known:
-        b.refuse("$schema", "", "unknown dialect (custom metaschema); it is read as draft 2020-12")
-    root = b.location(doc.root, "", doc.base)
-    text = LarkEmitter(b, whitespace=whitespace, max_ws=max_whitespace,
-                       shared_sources=shared_sources, string_chunk=string_chunk).grammar(root)
+        doc = SchemaDocument(load_schema(schema))
+        b = NodeBuilder(doc, lenient=lenient, closed_objects=closed_objects, format_assertion=format_assertion,
+                        unknown_formats=unknown_formats)
+        if not doc.dialect_known:
+            b.refuse("$schema", "", "unknown dialect (custom metaschema); it is read as draft 2020-12")
+        root = b.location(doc.root, "", doc.base)
+        text = LarkEmitter(b, whitespace=whitespace, max_ws=max_whitespace,
+                           shared_sources=shared_sources, string_chunk=string_chunk).grammar(root)
     return text, tuple(b.ignored)
