@@ -498,23 +498,31 @@ def schema_cases() -> list[dict]:
     return [c for c in cases if not c["source"].startswith(("Handwritten", "Synthesized"))]
 
 
-def schema_input(case: dict) -> Input:
-    import llguidance
-
-    from trellis.constrain import JsonSchema
+def schema_docs(case: dict) -> list[str]:
+    """A maskbench case's valid documents, compact, keys in the schema's order (trellis' documented
+    narrowing) where the helper can read the schema, else as given."""
     from trellis.constrain.frontends.json_schema import order_keys
 
-    schema = case["schema"]
-    text = json.dumps(schema)
     docs = []
     for t in case["tests"]:
         if not t.get("valid"):
             continue
         try:
-            data = order_keys(schema, t["data"])
+            data = order_keys(case["schema"], t["data"])
         except Exception:  # noqa: BLE001 - a schema the helper cannot read: keep the given order
             data = t["data"]
         docs.append(json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+    return docs
+
+
+def schema_input(case: dict) -> Input:
+    import llguidance
+
+    from trellis.constrain import JsonSchema
+
+    schema = case["schema"]
+    text = json.dumps(schema)
+    docs = schema_docs(case)
 
     def xgr_make(comp: Any) -> Any:
         return comp.compile_json_schema(text, any_whitespace=False, separators=(",", ":"), strict_mode=False)

@@ -44,21 +44,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from bench_fresh import schema_cases  # noqa: E402
+from bench_fresh import schema_cases, schema_docs  # noqa: E402
 
 
 def inputs(tok, n: int) -> list[tuple[str, object, list[int]]]:
-    from trellis.constrain.frontends.json_schema import order_keys
-
+    """The first ``n`` schemas with a valid document (``bench_fresh.schema_docs``) whose tokens
+    decode back to it: (name, schema, token ids)."""
     out = []
     for c in schema_cases():
-        docs = []
-        for t in c["tests"]:
-            if t.get("valid"):
-                try:
-                    docs.append(json.dumps(order_keys(c["schema"], t["data"]), separators=(",", ":"), ensure_ascii=False))
-                except Exception:  # noqa: BLE001 - a schema the helper cannot read: the next one
-                    pass
+        docs = schema_docs(c)
         if not docs:
             continue
         ids = tok.encode(docs[0], add_special_tokens=False)
@@ -137,6 +131,8 @@ def serve_trellis(schema, ids, masks, vocab, row) -> bool:
         masks.append(time.perf_counter() - a)
         if i < len(ids):
             s = c.advance(s, ids[i])
+            if s is None:  # a document the engine rejects (as llguidance's consume_token can)
+                return False
     return True
 
 
