@@ -185,3 +185,31 @@ def test_maskbench_schemas_same_masks_either_form() -> None:
         compared += _walk_equal(c1, c2, random.Random(name), 0, forced)
         walked += 1
     assert walked >= 250 and compared > 10_000, (walked, compared)
+
+
+def test_a_dropped_constraint_leaves_no_item_sets() -> None:
+    """The C states are invisible to the cyclic collector, which is safe only while no cycle
+    passes through one: item sets must never refer to chart states (an ``ESet`` holding the
+    ``State`` after one of its scans made every dropped grammar's item sets uncollectable). A
+    constraint used and dropped leaves no item set behind once the collector has run."""
+    from trellis.constrain.earley.earley import ESet
+
+    def live_sets() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is ESet)
+
+    compile_mod.COMPILED.clear()
+    before = live_sets()
+    toks = tuple(bytes([b]) for b in range(256)) + (b'":', b'",', b'{"', b"",)
+    vocab = Vocabulary(toks, eos=frozenset([len(toks) - 1]))
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "array", "items": {"type": "integer"}}}}
+    c = compile(JsonSchema(schema), vocab, cache=False)
+    s = c.start()
+    for t in [toks.index(x) for x in (b'{"', b"a", b'":', b'"', b"x", b'",', b'"', b"b", b'":', b"[", b"1", b"]", b"}")]:
+        c.mask_array(s)
+        s = c.advance(s, t)
+        assert s is not None
+    assert c.is_accepting(s) and live_sets() > before
+    del c, s
+    compile_mod.COMPILED.clear()
+    assert live_sets() == before

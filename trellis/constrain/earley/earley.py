@@ -407,7 +407,10 @@ class Earley:
         return hit
 
     def boundary(self, e: ESet, scan: int) -> ChartState:
-        """The chart state just after scan ``scan`` (started at ``e``) completes (memoised)."""
+        """The chart state just after scan ``scan`` (started at ``e``) completes (memoised here,
+        not on ``e``: a C ``State`` is invisible to the cyclic collector, so an item set must never
+        hold one, or a cycle through it would keep a dropped grammar's sets alive for good;
+        tests/constrain/test_chart_state.py::test_a_dropped_constraint_leaves_no_item_sets)."""
         key = (e, scan)
         hit = self._boundaries.get(key)
         if hit is None:
