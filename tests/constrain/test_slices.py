@@ -4,6 +4,7 @@ same crossings. ``contains`` must never claim a slice a state does not keep aliv
 
 from __future__ import annotations
 
+import importlib
 import random
 
 import numpy as np
@@ -11,14 +12,16 @@ import pytest
 
 from tests.constrain.test_trie_walk import _canon
 from tests.constrain.test_trie_walk import _vocab as trie_vocab
-from trellis.constrain import compile
+from trellis.constrain import JsonSchema, compile
 from trellis.constrain.vocab import slices
 from trellis.constrain.automata.regex import regex_to_byte_dfa
 from trellis.constrain.vocab.rest_walk import RestSet
 from trellis.constrain.vocab.slices import contains, slice_for, walk_sliced
-from trellis.constrain.vocab.trie_walk import walk_vocabulary
+from trellis.constrain.vocab.trie_walk import TokenTrie, walk_vocabulary
 from trellis.constrain.vocab.walks import TokenMatrix
 from trellis.tokens import Vocabulary
+
+COMPILED = importlib.import_module("trellis.constrain.compile").COMPILED  # (the module, not the function)
 
 PATTERNS = [
     r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"',  # a JSON string
@@ -140,8 +143,9 @@ COMMENT: /\/\/[^\n]*/
     for on in (True, False):
         if not on:
             monkeypatch.setattr("trellis.constrain.vocab.vocab_walk.cover_for", lambda *a: None)
+        COMPILED.clear()  # a new constraint: no mask from the other run (compile memoises them)
         c = compile(grammar, vocab, cache=False)
-        c.share = False  # no walk from the other run
+        assert not c.share  # no walk from the other run
         s, out = c.start(), []
         for b in text:
             out.append(c.mask_array(s).copy())
@@ -227,3 +231,76 @@ def test_reach_in_c_equals_the_numpy_table() -> None:
         for sl in slices.slices(tm):
             table = slices.reach(sl, dfa)
             assert [slices.reach_at(sl, dfa, q) for q in range(dfa.num_states)] == table.tolist(), (pat, sl.pattern)
+
+
+@pytest.mark.skipif(slices.walkc is None, reason="the C kernel is not built")
+@pytest.mark.parametrize("seed", range(3))
+def test_trie_cuts_walk_equal_the_uncut_walk(seed: int, monkeypatch) -> None:
+    """A trie walk that jumps over the subtrees a cut marks (members the state's reach keeps
+    inside) is the uncut walk element for element: the same inside flags and the same crossings
+    in the same order (the leftovers' order is part of their cache key). The test vocabulary's
+    members are short, so the levels are lowered to match."""
+    monkeypatch.setattr(slices, "CUT_LEVELS", (1, 2, 3, 4))
+    tm = TokenMatrix.of(_vocab(seed))
+    rs = RestSet.vocabulary(tm)
+    rng = np.random.default_rng(seed)
+    cut_nodes = 0
+    for pat in BOUNDED + PATTERNS:
+        dfa = regex_to_byte_dfa(pat)
+        for q in range(dfa.num_states):
+            cut = slices.trie_cut_for(tm, dfa, q)
+            if cut is None:
+                continue
+            cut_nodes += int(cut.nodes.sum())
+            for follow in (None, rng.random(256) < 0.5):
+                a = walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow, cut)
+                b = walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow)
+                assert (a.inside == b.inside).all(), (pat, q)
+                assert a.src.tolist() == b.src.tolist() and a.inv.tolist() == b.inv.tolist(), (pat, q)
+                assert (a.cross is None) == (b.cross is None)
+                if a.cross is not None:
+                    for f in ("tid", "base", "length", "lo"):
+                        assert getattr(a.cross, f).tolist() == getattr(b.cross, f).tolist(), (pat, q, f)
+    assert cut_nodes > 100  # subtrees were jumped over
+
+
+def test_a_trie_cut_marks_exactly_the_subtrees_of_short_members() -> None:
+    tm = TokenMatrix.of(_vocab(0))
+    toks = tm.tokens
+    rs = RestSet.vocabulary(tm)
+    trie = TokenTrie.of(tm)
+    _, _, _, tlo, thi, _, _, _ = trie.preorder()
+    json_body = slices.slices(tm)[1]
+    for level in (1, 2, 3):
+        cut = slices.trie_cut(tm, json_body, level)
+        known = [bool(json_body.inside[i]) and len(toks[t]) <= level for i, t in enumerate(rs.tid.tolist())]
+        assert cut.known.tolist() == known
+        for i in range(len(tlo)):
+            below = trie.lex[tlo[i]:thi[i]].tolist()
+            assert bool(cut.nodes[i]) == all(known[r] for r in below), (level, i)
+        assert 0 < cut.nodes.sum() < len(tlo)
+
+
+def test_masks_along_a_bounded_string_are_unchanged_by_trie_cuts(monkeypatch) -> None:
+    """Whole masks of a schema's length-bounded strings (their last characters are where a cut
+    applies) with and without trie cuts."""
+    monkeypatch.setattr(slices, "CUT_LEVELS", (1, 2, 3))
+    vocab = _vocab(2)
+    schema = JsonSchema({"type": "object", "properties": {"a": {"type": "string", "maxLength": 6},
+                                                          "b": {"type": "string", "minLength": 2, "maxLength": 9}}})
+    text = '{"a":"x y\\"z","b":"\u00e9t\u00e9 ok"}'.encode()
+    masks = {}
+    for on in (True, False):
+        if not on:
+            monkeypatch.setattr("trellis.constrain.vocab.vocab_walk.trie_cut_for", lambda *a: None)
+        COMPILED.clear()  # a new constraint: no mask from the other run (compile memoises them)
+        c = compile(schema, vocab, cache=False)
+        assert not c.share  # no walk from the other run
+        s, out = c.start(), []
+        for b in text:
+            out.append(c.mask_array(s).copy())
+            s = c.advance(s, vocab.tokens.index(bytes([b])))
+            assert s is not None, (on, b)
+        assert c.is_accepting(s)
+        masks[on] = out
+    assert all((a == b).all() for a, b in zip(masks[True], masks[False]))

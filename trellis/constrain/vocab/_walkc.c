@@ -225,23 +225,34 @@ done:
  * Writes inside[t] = 1 for the tokens the DFA survives from q; returns (lo, hi, j) as int64 bytes:
  * the runs of tokens that can end the terminal after j bytes (the next byte allowed by follow), by
  * j, then in lexicographic order (trie_walk.walk_vocabulary's order). A dead node's subtree is
- * skipped in one jump. */
+ * skipped in one jump. cut (optional, uint8 per node, or None): a node marked 1 roots a subtree
+ * whose tokens the caller knows the DFA survives (slices.trie_cut) and marks inside itself: the
+ * subtree is jumped over unwalked and no crossing of its tokens is reported (an inside token's
+ * crossings are dropped anyway: rest_walk.drop_inside). */
 static PyObject *walk_trie(PyObject *self, PyObject *args) {
     Py_buffer trans_b, final_b, byte_b, depth_b, skip_b, tlo_b, thi_b, elo_b, etok_b, inside_b;
-    PyObject *follow_o;
+    PyObject *follow_o, *cut_o = Py_None;
     long long q, dtop;
-    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*L", &trans_b, &final_b, &q, &byte_b, &depth_b, &skip_b,
-                          &tlo_b, &thi_b, &elo_b, &etok_b, &follow_o, &inside_b, &dtop))
+    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*L|O", &trans_b, &final_b, &q, &byte_b, &depth_b, &skip_b,
+                          &tlo_b, &thi_b, &elo_b, &etok_b, &follow_o, &inside_b, &dtop, &cut_o))
         return NULL;
     PyObject *result = NULL;
-    Py_buffer follow_b;
-    int have_follow = 0;
+    Py_buffer follow_b, cut_b;
+    int have_follow = 0, have_cut = 0;
     vec node = {0}, jv = {0};
     int64_t *jorder = NULL, *out = NULL;
     int32_t *stack = NULL;
     if (follow_o != Py_None) {
         if (PyObject_GetBuffer(follow_o, &follow_b, PyBUF_SIMPLE) < 0) goto done;
         have_follow = 1;
+    }
+    if (cut_o != Py_None) {
+        if (PyObject_GetBuffer(cut_o, &cut_b, PyBUF_SIMPLE) < 0) goto done;
+        have_cut = 1;
+    }
+    if (cut_o != Py_None) {
+        if (PyObject_GetBuffer(cut_o, &cut_b, PyBUF_SIMPLE) < 0) goto done;
+        have_cut = 1;
     }
     {
         const int32_t *trans = (const int32_t *)trans_b.buf;
@@ -254,11 +265,12 @@ static PyObject *walk_trie(PyObject *self, PyObject *args) {
         const int64_t *end_lo = (const int64_t *)elo_b.buf;
         const int64_t *end_tok = (const int64_t *)etok_b.buf;
         const uint8_t *follow = have_follow ? (const uint8_t *)follow_b.buf : NULL;
+        const uint8_t *cut = have_cut ? (const uint8_t *)cut_b.buf : NULL;
         uint8_t *inside = (uint8_t *)inside_b.buf;
         Py_ssize_t nodes = byte_b.len, states = final_b.len;
         if (depth_b.len != 4 * nodes || skip_b.len != 4 * nodes || tlo_b.len != 8 * nodes || thi_b.len != 8 * nodes ||
             elo_b.len != 8 * (nodes + 1) || trans_b.len != 1024 * states || q < 0 || q >= states || dtop < 0 ||
-            (have_follow && follow_b.len != 256)) {
+            (have_follow && follow_b.len != 256) || (have_cut && cut_b.len != nodes)) {
             PyErr_SetString(PyExc_ValueError, "walk_trie: arrays of the wrong size or dtype");
             goto done;
         }
@@ -270,6 +282,10 @@ static PyObject *walk_trie(PyObject *self, PyObject *args) {
         }
         stack[0] = (int32_t)q;
         for (Py_ssize_t i = 0; i < nodes;) {
+            if (cut && cut[i]) {
+                i = skip[i];
+                continue;
+            }
             int32_t d = depth[i];
             int32_t ps = stack[d - 1];
             uint8_t b = byte[i];
@@ -314,6 +330,7 @@ done:
     free(jorder);
     free(out);
     if (have_follow) PyBuffer_Release(&follow_b);
+    if (have_cut) PyBuffer_Release(&cut_b);
     PyBuffer_Release(&trans_b);
     PyBuffer_Release(&final_b);
     PyBuffer_Release(&byte_b);

@@ -37,14 +37,14 @@ bounded slices (``[^"\\\x00-\x1F\x7F]{1,10}``, ``{1,30}``: ``earley/slicer.rs``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.regex import regex_to_byte_dfa
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, c_table, walk
-from trellis.constrain.vocab.trie_walk import walk_vocabulary
+from trellis.constrain.vocab.trie_walk import TokenTrie, walk_vocabulary
 from trellis.constrain.vocab.walks import TokenMatrix, walkc
 
 # Largest first: the first one a state contains is used. Control bytes and DEL are out of all of
@@ -84,6 +84,7 @@ class Slice(Cover):
     longest: int  # the longest member's byte length: a state with this reach contains the slice
     members_upto: np.ndarray  # [longest + 1] int64: how many members have at most d bytes
     bounded: dict  # depth level (``DEPTHS``) -> its bounded ``Cover`` (``cover_for``)
+    cuts: dict = field(default_factory=dict)  # depth level (``CUT_LEVELS``) -> ``trie_cut``
 
 
 def slices(tm: TokenMatrix) -> tuple[Slice, ...]:
@@ -279,7 +280,11 @@ def cover_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> Cover | None:
             best = (members, sl, level)
     if best is None:
         return None
-    _, sl, level = best
+    return bounded_cover(tm, best[1], best[2])
+
+
+def bounded_cover(tm: TokenMatrix, sl: Slice, level: int) -> Cover:
+    """The cover of ``sl``'s members of at most ``level`` bytes (memoised on the slice)."""
     hit = sl.bounded.get(level)
     if hit is None:
         vocab = RestSet.vocabulary(tm)
@@ -288,6 +293,76 @@ def cover_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> Cover | None:
         rest, index = _others(tm, inside)
         hit = sl.bounded[level] = Cover(f"{sl.pattern}{{,{level}}}", inside, tm.pack_ids(vocab.tid[inside]), rest, index)
     return hit
+
+
+def prebuild(tm: TokenMatrix) -> None:
+    """Build the JSON body slice's bounded covers and trie cuts now (``tables.prepare``: kept on
+    disk with the other tables), so that no mask pays for them: each took 1.5-2 ms the first time
+    a length-bounded string reached its level in a process (bench_fresh's schemas)."""
+    json_body = slices(tm)[1]
+    for level in DEPTHS:
+        bounded_cover(tm, json_body, level)
+    for level in CUT_LEVELS:
+        trie_cut(tm, json_body, level)
+
+
+# Trie cuts: below ``DEPTHS[0]`` a bounded cover's flat walk costs more than the trie (the members
+# longer than the reach are most of the vocabulary), yet the trie walk can still skip what the
+# reach guarantees: every subtree whose tokens are all members of at most the reach's bytes stays
+# inside whole (``_walkc.walk_trie``'s ``cut``). Gemma 3's vocabulary, a JSON string of at most 48
+# characters with 8 / 10 left: 3.8 -> 3.1 / 3.9 -> 2.7 ms a walk (with 4 left no gain, at 12 and
+# more a bounded cover's walk is 2-6x faster than a cut one). Over bench_fresh's 100 schemas
+# in one process, the two alternating per schema (/tmp/q/ab.py in the session note): fresh masks
+# 2,027 -> 1,927 ms in sum, over 1 ms 247 -> 200.
+CUT_LEVELS = (6, 8, 10)
+
+
+def trie_cut_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> TrieCut | None:
+    """The ``trie_cut`` a whole-vocabulary trie walk from state ``q`` may take: of the slice that
+    lets it skip the most members (the most members of at most its ``CUT_LEVELS`` level of the
+    state's reach), or None when no slice reaches ``CUT_LEVELS[0]`` bytes (or without the C
+    kernel, whose walk is the only one that cuts)."""
+    if walkc is None:
+        return None
+    best: tuple[int, Slice, int] | None = None
+    for sl in slices(tm):
+        if (dfa.trans[q, sl.moves[0][0]] < 0).any():  # a byte the slice starts with dies: reach 0
+            continue
+        d = reach_at(sl, dfa, q)
+        if d is None or d < CUT_LEVELS[0]:
+            continue
+        level = max(x for x in CUT_LEVELS if x <= d)
+        members = int(sl.members_upto[min(level, sl.longest)])
+        if best is None or members > best[0]:
+            best = (members, sl, level)
+    return None if best is None else trie_cut(tm, best[1], best[2])
+
+
+def trie_cut(tm: TokenMatrix, sl: Slice, level: int) -> TrieCut:
+    """The ``TrieCut`` of ``sl``'s members of at most ``level`` bytes (memoised on the slice: ~2 ms
+    to build on Gemma's vocabulary, 0.9 MB)."""
+    hit = sl.cuts.get(level)
+    if hit is None:
+        trie = TokenTrie.of(tm)
+        _, _, _, tlo, thi, _, _, _ = trie.preorder()
+        known = sl.inside & (RestSet.vocabulary(tm).length <= level)
+        bad = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(~known[trie.lex])])  # lexicographic
+        nodes = ((bad[thi] - bad[tlo]) == 0).astype(np.uint8)
+        for a in (known, nodes):
+            a.setflags(write=False)
+        hit = sl.cuts[level] = TrieCut(nodes, known)
+    return hit
+
+
+@dataclass(frozen=True, eq=False)
+class TrieCut:
+    """Tokens a trie walk need not visit: ``known`` ([N] bool over ``RestSet.vocabulary``) stay
+    inside, and ``nodes`` (uint8 per node of the trie in preorder) marks the nodes all of whose
+    tokens are known: ``trie_walk.walk_vocabulary`` jumps over their subtrees and marks ``known``
+    inside instead."""
+
+    nodes: np.ndarray
+    known: np.ndarray
 
 
 def walk_sliced(sl: Cover, trans: np.ndarray, final: np.ndarray, q: int, tm: TokenMatrix,

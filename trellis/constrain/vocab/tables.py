@@ -3,7 +3,8 @@
 ``prepare(vocab)`` makes sure every table the walks need that depends on the vocabulary alone is
 built: the token matrix (``walks.TokenMatrix``), the token trie and its depth-first form
 (``trie_walk``), the lexicographic order (``literal_walk.SortedVocab``), the vocabulary rest set
-and its rows (``rest_walk``), the token slices (``slices``). Like xgrammar's ``TokenizerInfo`` and
+and its rows (``rest_walk``), the token slices with the JSON body's bounded covers and trie cuts
+(``slices``). Like xgrammar's ``TokenizerInfo`` and
 llguidance's ``LLTokenizer``, but read back from the disk cache (``disk_cache``, keyed by the
 vocabulary's fingerprint and ``cache_version()``) instead of rebuilt in every process: on Gemma
 3's 262,144 tokens ~1.2 s to build, ~0.1 s to read (~94 MB; ``benchmarks/bench_first_mask.py``).
@@ -16,7 +17,7 @@ from trellis.constrain.disk_cache import (cache_key, cache_version, grammar_cach
                                           write_cache_later)
 from trellis.constrain.vocab.literal_walk import SortedVocab
 from trellis.constrain.vocab.rest_walk import RestSet, rows
-from trellis.constrain.vocab.slices import slices
+from trellis.constrain.vocab.slices import prebuild, slices
 from trellis.constrain.vocab.trie_walk import TokenTrie
 from trellis.constrain.vocab.walks import TokenMatrix
 from trellis.tokens import Vocabulary
@@ -40,6 +41,7 @@ def prepare(vocab: Vocabulary, *, cache: bool = True) -> TokenMatrix:
     RestSet.vocabulary(tm)
     rows(tm)
     slices(tm)
+    prebuild(tm)
     if path is not None:
         # pickled here, not on the writer's thread: later masks add memos to these objects
         write_cache_later(path, pickled(tm.tables()))

@@ -18,12 +18,16 @@ the few tokens that start a literal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trellis.constrain.vocab import rest_walk
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, scaled_dfa, with_crossings, c_bool, c_table, concat_ranges, drop_inside
 from trellis.constrain.vocab.walks import TokenMatrix
+
+if TYPE_CHECKING:
+    from trellis.constrain.vocab.slices import TrieCut
 
 
 @dataclass(eq=False)
@@ -125,11 +129,12 @@ class TokenTrie:
 
 
 def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
-                    follow: np.ndarray | None = None) -> Walk:
+                    follow: np.ndarray | None = None, cut: "TrieCut | None" = None) -> Walk:
     """``rest_walk.walk(trans, final, q, rs, tm, follow)`` for ``rs = RestSet.vocabulary(tm)``.
 
     In C where the kernel is built (``walk_vocabulary_numpy``'s result, element for element): a
-    depth-first walk of the trie that jumps over a dead node's subtree."""
+    depth-first walk of the trie that jumps over a dead node's subtree, and over a subtree ``cut``
+    marks (``slices.trie_cut``: tokens known to stay inside from ``q``; the same result)."""
     walkc = rest_walk.walkc
     if walkc is None:
         return walk_vocabulary_numpy(trans, final, q, rs, tm, follow)
@@ -140,7 +145,10 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
         return Walk(inside, None, none, none)
     byte, depth, skip, tlo, thi, end_lo, end_tok, levels = trie.preorder()
     a, b, c = walkc.walk_trie(c_table(trans), c_bool(final), int(q), byte, depth, skip, tlo, thi, end_lo, end_tok,
-                              None if follow is None else c_bool(follow), inside, levels)
+                              None if follow is None else c_bool(follow), inside, levels,
+                              None if cut is None else cut.nodes)
+    if cut is not None:  # the tokens under the subtrees it jumped over, and the others it knows
+        inside |= cut.known
     lo, hi = np.frombuffer(a, dtype=np.int64), np.frombuffer(b, dtype=np.int64)
     ci, cj = drop_inside(inside, trie.lex[concat_ranges(lo, hi)], np.repeat(np.frombuffer(c, dtype=np.int64), hi - lo))
     return with_crossings(inside, ci, cj, rs, tm)

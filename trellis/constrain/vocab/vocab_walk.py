@@ -21,7 +21,7 @@ from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.byte_dfa import literal_at
 from trellis.constrain.vocab.literal_walk import words_at, words_vocabulary_ids
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk as flat_walk
-from trellis.constrain.vocab.slices import cover_for, walk_sliced
+from trellis.constrain.vocab.slices import cover_for, trie_cut_for, walk_sliced
 from trellis.constrain.vocab.trie_walk import walk_vocabulary
 from trellis.constrain.vocab.walk_cache import key_digest
 from trellis.constrain.vocab.walks import TokenMatrix
@@ -53,8 +53,11 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
         (packed, w), how = walk_sliced(sl, dfa.trans, dfa.final, q, tm, follow), "slice " + sl.pattern
     else:
         starting = int(np.diff(rs.lo)[dfa.trans[q] >= 0].sum())
-        how = "trie" if starting >= TRIE_MIN_SHARE * len(rs) else "flat"
-        w = (walk_vocabulary if how == "trie" else flat_walk)(dfa.trans, dfa.final, q, rs, tm, follow)
+        if starting >= TRIE_MIN_SHARE * len(rs):
+            # (a cut changes which nodes are visited, not the walk: the method's name stays "trie")
+            how, w = "trie", walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow, trie_cut_for(tm, dfa, q))
+        else:
+            how, w = "flat", flat_walk(dfa.trans, dfa.final, q, rs, tm, follow)
         packed = tm.pack_ids(rs.tid[w.inside])
     w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
     if w.cross is not None:
