@@ -18,7 +18,6 @@ import pytest
 
 from trellis.constrain import JsonSchema, compile
 from trellis.constrain.earley import earley as earley_mod
-from trellis.constrain.earley import scannerless as scannerless_mod
 from trellis.constrain.errors import GrammarError, SchemaError
 from trellis.tokens import Vocabulary
 
@@ -82,9 +81,8 @@ def _both(make) -> tuple:
     for form in ("c", "python"):
         compile_mod.COMPILED.clear()  # one object per grammar text and vocabulary otherwise
         mp = pytest.MonkeyPatch()
-        if form == "python":
+        if form == "python":  # (an Earley recogniser reads its form once, when it is made)
             mp.setattr(earley_mod, "chart_state", earley_mod._tuple_state)
-            mp.setattr(scannerless_mod, "chart_state", earley_mod._tuple_state)
         try:
             out.append(make())
         finally:
@@ -118,6 +116,7 @@ def _walk_equal(c1, c2, rng: random.Random, steps: int, forced: list[int] | None
         assert (s1 is None) == (s2 is None)
         if s1 is None:
             break
+        assert type(s1) is not type(s2)  # each constraint keeps its form (and the C step its states)
     return n
 
 
@@ -213,3 +212,42 @@ def test_a_dropped_constraint_leaves_no_item_sets() -> None:
     del c, s
     compile_mod.COMPILED.clear()
     assert live_sets() == before
+
+
+@needs_c
+@pytest.mark.parametrize("gid", ["lark/lark.lark", "outlines/arithmetic.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
+def test_the_c_step_is_the_python_step_or_declines(gid: str) -> None:
+    """``_statec.step`` (Earley.step's scan loop in C) returns exactly ``Earley._step``'s state,
+    or False where it declines (two terminals complete at one byte, a follow guard, a boundary
+    not memoised yet): every byte from every state along random walks over grammars with
+    ``%ignore`` terminals and lookahead guards. Both outcomes occur."""
+    from trellis.constrain.earley._statec import step as native_step
+
+    try:
+        vocab = corpus_tiny_vocab(gid)
+        c = compile_corpus(gid, vocab, cache=False)
+    except GrammarError:
+        pytest.skip("refused")
+    e = c.earley
+    rng = random.Random(gid)
+    taken = declined = 0
+    for _ in range(3):
+        s = c.start()
+        for _ in range(25):
+            for b in range(256):
+                got = native_step(s, b, e.trans, e.final, e.has_out, e.scan_guard, e.scan_ignore, e.scan_term)
+                want = e._step(s, b)
+                if got is False:
+                    declined += 1
+                    got = native_step(s, b, e.trans, e.final, e.has_out, e.scan_guard, e.scan_ignore, e.scan_term)
+                    assert got is False or got == want  # _step memoised the boundary: taken now, or still declined
+                else:
+                    taken += 1
+                    assert got == want, (b, s)
+            m = c.mask_array(s)
+            bits = np.unpackbits(m.view(np.uint8), bitorder="little")[: c.tm.size]
+            ids = [i for i in np.flatnonzero(bits) if i not in c.tm.eos]
+            if not ids:
+                break
+            s = c.advance(s, rng.choice(ids))
+    assert taken > 1000 and declined > 0, (taken, declined)

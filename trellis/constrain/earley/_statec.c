@@ -66,6 +66,32 @@ static Py_hash_t state_hash_of(const Scan *s, Py_ssize_t n, int acc) {
     return r == -1 ? 1546275796 : r;
 }
 
+/* A State of the n scans in buf (each holding a reference to its E, which moves into the State or
+ * is released; duplicates allowed) and acc; buf is freed in every case. */
+static PyObject *state_from_buf(PyTypeObject *type, Scan *buf, Py_ssize_t n, int acc) {
+    qsort(buf, (size_t)n, sizeof(Scan), scan_cmp);
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (m == 0 || scan_cmp(&buf[m - 1], &buf[i]) != 0)
+            buf[m++] = buf[i];
+        else
+            Py_DECREF(buf[i].e);  /* a duplicate scan */
+    }
+    StateObject *self = PyObject_NewVar(StateObject, type, m ? m : 1);
+    if (!self) {
+        for (Py_ssize_t i = 0; i < m; i++) Py_DECREF(buf[i].e);
+        free(buf);
+        return NULL;
+    }
+    Py_SET_SIZE(self, m);
+    memset(self->scans, 0, (size_t)(m ? m : 1) * sizeof(Scan));
+    memcpy(self->scans, buf, (size_t)m * sizeof(Scan));  /* the references move with the scans */
+    free(buf);
+    self->acc = acc;
+    self->hash = state_hash_of(self->scans, m, acc);
+    return (PyObject *)self;
+}
+
 /* State(scans, acc): scans an iterable of (t, q, E) tuples (duplicates allowed). */
 static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *scans, *accobj;
@@ -121,25 +147,7 @@ static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     }
     if (PyErr_Occurred()) goto fail;
     Py_DECREF(it);
-    it = NULL;
-    qsort(buf, (size_t)n, sizeof(Scan), scan_cmp);
-    Py_ssize_t m = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (m == 0 || scan_cmp(&buf[m - 1], &buf[i]) != 0)
-            buf[m++] = buf[i];
-        else
-            Py_DECREF(buf[i].e);  /* a duplicate scan */
-    }
-    n = m;
-    StateObject *self = PyObject_NewVar(StateObject, type, m ? m : 1);
-    if (!self) goto fail;
-    Py_SET_SIZE(self, m);
-    memset(self->scans, 0, (size_t)(m ? m : 1) * sizeof(Scan));
-    memcpy(self->scans, buf, (size_t)m * sizeof(Scan));  /* the references move with the scans */
-    free(buf);
-    self->acc = acc;
-    self->hash = state_hash_of(self->scans, m, acc);
-    return (PyObject *)self;
+    return state_from_buf(type, buf, n, acc);
 fail:
     Py_XDECREF(it);
     for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
@@ -340,12 +348,213 @@ static PyTypeObject StateIterType = {
     .tp_iternext = (iternextfunc)stateiter_next,
 };
 
+
+/* -- Earley.step's scan loop (earley.Earley.step; the Python body is the reference and the
+ * fallback). Why: stepping a chart state over one byte is the innermost operation of every mask
+ * that resolves a token split at a terminal's end (``_take``, ``_chart_walk``) and of every
+ * advance; in Python it was ~3-6 us a step (a tuple and a set entry per scan, the output set,
+ * then the State built from it), ~8% of the fresh masks of bench_fresh's schemas (cProfile).
+ *
+ * step(state, b, trans, final, has_out, guard, ignore, term) -> State | None | False
+ *   trans/final/has_out/guard/ignore/term: Earley's per-scan-id lists (int32 array tables, bytes,
+ *   bytes, FollowGuard or None, bool, terminal id). The state after byte b (None: no scan takes
+ *   it), where at most one scan completes a terminal that is not ignored, its boundary is
+ *   already memoised in its item set (``ESet.after``), and no completing scan has a follow
+ *   guard; False otherwise (then Earley.step runs its Python body, which memoises the boundary,
+ *   so the next such step is taken here). */
+
+static PyObject *str_after, *str_starts, *str_accepting;
+
+/* Append the scans of the frozenset `starts` ((t, q, E) tuples) to buf; -1 on error. */
+static int push_starts(PyObject *starts, Scan **buf, Py_ssize_t *n, Py_ssize_t *cap) {
+    PyObject *it = PyObject_GetIter(starts);
+    if (!it) return -1;
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            Py_DECREF(item);
+            Py_DECREF(it);
+            PyErr_SetString(PyExc_TypeError, "a scan is a (t, q, E) tuple");
+            return -1;
+        }
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(item, 0)), q = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+        if ((t == -1 || q == -1) && PyErr_Occurred()) {
+            Py_DECREF(item);
+            Py_DECREF(it);
+            return -1;
+        }
+        if (*n == *cap) {
+            Scan *b2 = (Scan *)realloc(*buf, 2 * (size_t)*cap * sizeof(Scan));
+            if (!b2) {
+                Py_DECREF(item);
+                Py_DECREF(it);
+                PyErr_NoMemory();
+                return -1;
+            }
+            *buf = b2;
+            *cap *= 2;
+        }
+        (*buf)[*n].t = (int32_t)t;
+        (*buf)[*n].q = (int32_t)q;
+        (*buf)[*n].e = PyTuple_GET_ITEM(item, 2);
+        Py_INCREF((*buf)[*n].e);
+        (*n)++;
+        Py_DECREF(item);
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* Add E's `starts` and OR its `accepting` into *acc; -1 on error. */
+static int push_set(PyObject *e, Scan **buf, Py_ssize_t *n, Py_ssize_t *cap, int *acc) {
+    PyObject *starts = PyObject_GetAttr(e, str_starts);
+    if (!starts) return -1;
+    int r = push_starts(starts, buf, n, cap);
+    Py_DECREF(starts);
+    if (r < 0) return -1;
+    PyObject *a = PyObject_GetAttr(e, str_accepting);
+    if (!a) return -1;
+    int ok = PyObject_IsTrue(a);
+    Py_DECREF(a);
+    if (ok < 0) return -1;
+    *acc |= ok;
+    return 0;
+}
+
+static PyObject *state_step(PyObject *module, PyObject *args) {
+    StateObject *st;
+    int b;
+    PyObject *trans, *final, *has_out, *guard, *ignore, *term;
+    if (!PyArg_ParseTuple(args, "O!iO!O!O!O!O!O!:step", &StateType, &st, &b, &PyList_Type, &trans, &PyList_Type, &final,
+                          &PyList_Type, &has_out, &PyList_Type, &guard, &PyList_Type, &ignore, &PyList_Type, &term))
+        return NULL;
+    if (b < 0 || b > 255) {
+        PyErr_SetString(PyExc_ValueError, "step: a byte is 0-255");
+        return NULL;
+    }
+    Py_ssize_t n = 0, cap = Py_SIZE(st) + 8;
+    Scan *buf = (Scan *)malloc((size_t)cap * sizeof(Scan));
+    if (!buf) return PyErr_NoMemory();
+    int acc = 0, fallback = 0;
+    PyObject *done_e = NULL;
+    Py_ssize_t done_t = -1;
+    Py_buffer view = {0};
+    Py_ssize_t view_t = -1;  /* the scan id whose table `view` holds (scans are sorted by id) */
+    for (Py_ssize_t i = 0; i < Py_SIZE(st) && !fallback; i++) {
+        Py_ssize_t t = st->scans[i].t;
+        int32_t q = st->scans[i].q;
+        if (t < 0 || t >= PyList_GET_SIZE(trans) || t >= PyList_GET_SIZE(final) || t >= PyList_GET_SIZE(has_out) ||
+            t >= PyList_GET_SIZE(guard) || t >= PyList_GET_SIZE(ignore) || t >= PyList_GET_SIZE(term)) {
+            fallback = 1;
+            break;
+        }
+        if (t != view_t) {
+            if (view_t >= 0) PyBuffer_Release(&view);
+            view_t = -1;
+            if (PyObject_GetBuffer(PyList_GET_ITEM(trans, t), &view, PyBUF_SIMPLE) < 0) {
+                PyErr_Clear();
+                fallback = 1;  /* a table not loaded (None): Python says why */
+                break;
+            }
+            view_t = t;
+        }
+        PyObject *fo = PyList_GET_ITEM(final, t), *ho = PyList_GET_ITEM(has_out, t);
+        Py_ssize_t idx = ((Py_ssize_t)q << 8) | b;
+        if (!PyBytes_Check(fo) || !PyBytes_Check(ho) || (idx + 1) * 4 > view.len) {
+            fallback = 1;
+            break;
+        }
+        int32_t q2 = ((const int32_t *)view.buf)[idx];
+        if (q2 < 0) continue;
+        if (q2 >= PyBytes_GET_SIZE(fo) || q2 >= PyBytes_GET_SIZE(ho)) {
+            fallback = 1;
+            break;
+        }
+        PyObject *e = st->scans[i].e;
+        if (PyBytes_AS_STRING(ho)[q2]) {
+            if (n == cap) {
+                Scan *b2 = (Scan *)realloc(buf, 2 * (size_t)cap * sizeof(Scan));
+                if (!b2) {
+                    PyErr_NoMemory();
+                    goto error;
+                }
+                buf = b2;
+                cap *= 2;
+            }
+            buf[n].t = (int32_t)t;
+            buf[n].q = q2;
+            buf[n].e = e;
+            Py_INCREF(e);
+            n++;
+        }
+        if (PyBytes_AS_STRING(fo)[q2]) {
+            if (PyList_GET_ITEM(guard, t) != Py_None) {
+                fallback = 1;  /* its own boundary under a follow guard */
+                break;
+            }
+            int ig = PyObject_IsTrue(PyList_GET_ITEM(ignore, t));
+            if (ig < 0) goto error;
+            if (ig) {  /* an ignored terminal: the same set again */
+                if (push_set(e, &buf, &n, &cap, &acc) < 0) goto error;
+            } else if (done_e != NULL) {
+                fallback = 1;  /* two terminals complete here: one Earley set (Python's _after_many) */
+                break;
+            } else {
+                done_e = e;
+                done_t = i;
+            }
+        }
+    }
+    if (view_t >= 0) PyBuffer_Release(&view);
+    view_t = -1;
+    if (!fallback && done_e != NULL) {
+        PyObject *after = PyObject_GetAttr(done_e, str_after);
+        if (!after) goto error;
+        PyObject *a = PyDict_Check(after) ? PyDict_GetItemWithError(after, PyList_GET_ITEM(term, st->scans[done_t].t)) : NULL;
+        Py_XINCREF(a);
+        Py_DECREF(after);
+        if (a == NULL) {
+            if (PyErr_Occurred()) goto error;
+            fallback = 1;  /* the boundary is not memoised yet: Python makes it */
+        } else {
+            int r = push_set(a, &buf, &n, &cap, &acc);
+            Py_DECREF(a);
+            if (r < 0) goto error;
+        }
+    }
+    if (fallback) {
+        for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
+        free(buf);
+        Py_RETURN_FALSE;
+    }
+    if (n == 0 && !acc) {
+        free(buf);
+        Py_RETURN_NONE;
+    }
+    return state_from_buf(&StateType, buf, n, acc);
+error:
+    if (view_t >= 0) PyBuffer_Release(&view);
+    for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
+    free(buf);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"step", state_step, METH_VARARGS, "Earley.step's scan loop over a State (see the C source)."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_statec", "Earley chart states outside the cyclic collector (see the C source).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_statec", "Earley chart states outside the cyclic collector (see the C source).", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__statec(void) {
     if (PyType_Ready(&StateType) < 0 || PyType_Ready(&StateIterType) < 0 || PyType_Ready(&ScansType) < 0) return NULL;
+    str_after = PyUnicode_InternFromString("after");
+    str_starts = PyUnicode_InternFromString("starts");
+    str_accepting = PyUnicode_InternFromString("accepting");
+    if (!str_after || !str_starts || !str_accepting) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&StateType);

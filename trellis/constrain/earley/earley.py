@@ -60,11 +60,11 @@ from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 # immutable and hashable, equal when their scans and flag are (tests/constrain/test_chart_state.py).
 # ``TRELLIS_STATE_KERNEL=python`` forces the tuple.
 try:
-    from trellis.constrain.earley._statec import State as NativeState
+    from trellis.constrain.earley._statec import State as NativeState, step as native_step
 except ImportError:  # pragma: no cover - depends on the install
-    NativeState = None
+    NativeState = native_step = None
 if os.environ.get("TRELLIS_STATE_KERNEL", "").lower() == "python":
-    NativeState = None
+    NativeState = native_step = None
 ChartState = Any
 
 
@@ -125,6 +125,10 @@ class Earley:
 
     def __init__(self, ir: GrammarIR) -> None:
         self.ir = ir
+        # One form of chart state for this recogniser's whole life (read once: a test can build one
+        # of each), and the C step only over C states.
+        self.make_state = chart_state
+        self._native_step = native_step if chart_state is NativeState else None
         m = len(ir.terminals)
         # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on.
         self.next_sym: list[int | None] = []
@@ -181,7 +185,7 @@ class Earley:
         self.work = 0
         self.work_limit = UNBOUNDED
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
-        self._start = chart_state(self.initial.starts, self.initial.accepting)
+        self._start = self.make_state(self.initial.starts, self.initial.accepting)
         self._boundaries: dict[tuple[ESet, int], ChartState] = {}  # (set, scan) -> state (``boundary``)
         self._steps: dict[tuple[ChartState, int], ChartState | None] = {}
         self._steps_scans = 0  # scans summed over the states _steps holds (STEP_CACHE_SCANS)
@@ -416,7 +420,7 @@ class Earley:
         if hit is None:
             if len(self._boundaries) > MAX_SETS:
                 self._boundaries.clear()
-            hit = self._boundaries[key] = chart_state(*self.boundary_scans(e, scan))
+            hit = self._boundaries[key] = self.make_state(*self.boundary_scans(e, scan))
         return hit
 
     def boundary_scans(self, e: ESet, scan: int) -> tuple[frozenset, bool]:
@@ -482,6 +486,22 @@ class Earley:
         except KeyError:
             pass
         self.charge(len(state[0]) + 1)
+        res = False if self._native_step is None else self._native_step(
+            state, b, self.trans, self.final, self.has_out, self.scan_guard, self.scan_ignore, self.scan_term)
+        if res is False:  # (the C loop declines what it does not take: see _statec.c)
+            res = self._step(state, b)
+        # States are many in long runs and a step is cheap to redo. Bounded by entries AND by the
+        # scans they hold: lark.lark's ambiguous %ignore makes states of hundreds of scans, and
+        # 2^18 of them took 11 GB in the 10,000-decode fuzz (fuzz_grammars --corpus).
+        if len(self._steps) > 1 << 18 or self._steps_scans > STEP_CACHE_SCANS:
+            self._steps.clear()
+            self._steps_scans = 0
+        self._steps[key] = res
+        self._steps_scans += len(state[0]) + (len(res[0]) if res is not None else 0)
+        return res
+
+    def _step(self, state: ChartState, b: int) -> ChartState | None:
+        """``step`` unmemoised, in Python (``_statec.step`` takes the common case in C)."""
         out: set = set()
         acc = False
         done: list[tuple[int, ESet]] = []
@@ -517,16 +537,7 @@ class Earley:
                 a = self._after_many[key] = self._close(self._next_kernel(done))
             out |= a.starts
             acc |= a.accepting
-        res = chart_state(out, acc) if out or acc else None
-        # States are many in long runs and a step is cheap to redo. Bounded by entries AND by the
-        # scans they hold: lark.lark's ambiguous %ignore makes states of hundreds of scans, and
-        # 2^18 of them took 11 GB in the 10,000-decode fuzz (fuzz_grammars --corpus).
-        if len(self._steps) > 1 << 18 or self._steps_scans > STEP_CACHE_SCANS:
-            self._steps.clear()
-            self._steps_scans = 0
-        self._steps[key] = res
-        self._steps_scans += len(state[0]) + (len(out) if res is not None else 0)
-        return res
+        return self.make_state(out, acc) if out or acc else None
 
     def charge(self, units: int) -> None:
         """Count ``units`` of work (see ``__init__``) against ``work_limit``."""

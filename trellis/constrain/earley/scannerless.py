@@ -71,7 +71,7 @@ from torch import Tensor
 
 from trellis.constrain.vocab.cut_walk import Simulation, patch
 from trellis.constrain.vocab.dfa_shapes import canonical
-from trellis.constrain.earley.earley import ChartState, Earley, chart_state
+from trellis.constrain.earley.earley import ChartState, Earley
 from trellis.constrain.earley.work_bound import ADVANCE_WORK, MASK_WORK, bounded
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
@@ -169,7 +169,7 @@ class EarleyConstraint:
         if nxt is not None:
             scans.update(nxt[0])
             acc |= nxt[1]
-        return chart_state(scans, acc)
+        return self.earley.make_state(scans, acc)
 
     def _token_elements(self) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
         """Per token-element terminal, the ids it matches in this vocabulary ([V] bool, and
