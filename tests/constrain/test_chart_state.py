@@ -223,6 +223,7 @@ def test_the_c_step_is_the_python_step_or_declines(gid: str) -> None:
     ``%ignore`` terminals and lookahead guards. Both outcomes occur."""
     from trellis.constrain.earley._statec import step as native_step
 
+    compile_mod.COMPILED.clear()  # a new constraint: its item sets are all made by this walk
     try:
         vocab = corpus_tiny_vocab(gid)
         c = compile_corpus(gid, vocab, cache=False)
@@ -251,3 +252,43 @@ def test_the_c_step_is_the_python_step_or_declines(gid: str) -> None:
                 break
             s = c.advance(s, rng.choice(ids))
     assert taken > 1000 and declined > 0, (taken, declined)
+
+
+@needs_c
+@pytest.mark.parametrize("gid", ["lark/lark.lark", "outlines/arithmetic.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
+def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
+    """``_statec.close`` (``Earley._close``'s agenda in C) gives what ``Earley._agenda`` gives for
+    every kernel closed along random walks: the same items, the same symbols waited for and
+    expected by the same items, the same predictions, accepting flag and pending items."""
+    compile_mod.COMPILED.clear()  # a new constraint: its item sets are all made by this walk
+    try:
+        vocab = corpus_tiny_vocab(gid)
+        c = compile_corpus(gid, vocab, cache=False)
+    except GrammarError:
+        pytest.skip("refused")
+    e = c.earley
+    compared = []
+    native = e._native_close
+
+    def both(kernel, *tables):  # type: ignore[no-untyped-def]
+        got = native(kernel, *tables)
+        want = e._agenda(kernel)
+        assert got[0] == want[0] and got[3:] == want[3:], kernel
+        for g, w in zip(got[1:3], want[1:3]):
+            assert {k: set(v) for k, v in g.items()} == {k: set(v) for k, v in w.items()}
+            assert all(len(v) == len(set(v)) for v in g.values())
+        compared.append(len(got[0]))
+        return got
+
+    monkeypatch.setattr(e, "_native_close", both)
+    rng = random.Random(gid)
+    for _ in range(3):
+        s = c.start()
+        for _ in range(30):
+            m = c.mask_array(s)
+            bits = np.unpackbits(m.view(np.uint8), bitorder="little")[: c.tm.size]
+            ids = [i for i in np.flatnonzero(bits) if i not in c.tm.eos]
+            if not ids:
+                break
+            s = c.advance(s, rng.choice(ids))
+    assert len(compared) >= 5 and max(compared) > 3, compared

@@ -539,8 +539,198 @@ error:
     return NULL;
 }
 
+
+/* -- Earley._close's agenda (earley.Earley._close; the Python loop is the reference and the
+ * fallback). Why: the closure of a new item set (completer and predictor bookkeeping) was the
+ * largest single function of bench_fresh's median schemas' fresh masks (~7% of them, cProfile),
+ * a tuple and a set entry per item in the interpreter.
+ *
+ * close(kernel, next_sym, lhs, nullable, accept_item)
+ *     -> (items, waiting, expects, predicted, accepting, future)
+ *   kernel: the (item, origin set) pairs, every origin an ESet; next_sym / lhs: int32 per item
+ *   (next_sym INT32_MIN where the item is complete); nullable: one byte per nonterminal. The
+ *   items closed under completion (an origin's ``waiting`` and ``static.waiting``) and nullable
+ *   symbols, as Python's loop makes them: ``items`` (a set), ``waiting`` and ``expects`` (dicts
+ *   of lists of (item, origin), by nonterminal and by terminal), ``predicted`` (a frozenset of
+ *   nonterminals), whether ``accept_item`` completed, and ``future``: the frozenset of the items
+ *   still waiting for a symbol. */
+
+static PyObject *str_waiting, *str_static;
+
+/* items.add(pair) and agenda.append(pair) unless already in; steals nothing. -1 on error. */
+static int close_push(PyObject *items, PyObject *agenda, long i, PyObject *o) {
+    PyObject *io = PyLong_FromLong(i);
+    if (!io) return -1;
+    PyObject *it = PyTuple_Pack(2, io, o);
+    Py_DECREF(io);
+    if (!it) return -1;
+    int in = PySet_Contains(items, it);
+    int r = 0;
+    if (in < 0) r = -1;
+    else if (!in) r = (PySet_Add(items, it) < 0 || PyList_Append(agenda, it) < 0) ? -1 : 0;
+    Py_DECREF(it);
+    return r;
+}
+
+/* d.setdefault(key, []).append(it). -1 on error. */
+static int close_file(PyObject *d, long key, PyObject *it) {
+    PyObject *k = PyLong_FromLong(key);
+    if (!k) return -1;
+    PyObject *lst = PyDict_GetItemWithError(d, k);
+    int r;
+    if (lst) {
+        r = PyList_Append(lst, it);
+    } else if (PyErr_Occurred()) {
+        r = -1;
+    } else {
+        lst = PyList_New(1);
+        if (!lst) {
+            Py_DECREF(k);
+            return -1;
+        }
+        Py_INCREF(it);
+        PyList_SET_ITEM(lst, 0, it);
+        r = PyDict_SetItem(d, k, lst);
+        Py_DECREF(lst);
+    }
+    Py_DECREF(k);
+    return r;
+}
+
+static PyObject *items_close(PyObject *module, PyObject *args) {
+    PyObject *kernel;
+    Py_buffer ns_b, lhs_b, nul_b;
+    long accept_item;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*l:close", &kernel, &ns_b, &lhs_b, &nul_b, &accept_item)) return NULL;
+    const int32_t *next_sym = (const int32_t *)ns_b.buf, *lhs = (const int32_t *)lhs_b.buf;
+    const uint8_t *nullable = (const uint8_t *)nul_b.buf;
+    Py_ssize_t n_items = ns_b.len / 4, n_nt = nul_b.len;
+    PyObject *items = NULL, *agenda = NULL, *waiting = NULL, *expects = NULL, *predicted = NULL, *future = NULL,
+             *result = NULL;
+    int accepting = 0;
+    if (lhs_b.len != ns_b.len) {
+        PyErr_SetString(PyExc_ValueError, "close: next_sym and lhs differ in length");
+        goto done;
+    }
+    items = PySet_New(kernel);
+    agenda = items ? PySequence_List(items) : NULL;
+    waiting = PyDict_New();
+    expects = PyDict_New();
+    predicted = PySet_New(NULL);
+    if (!items || !agenda || !waiting || !expects || !predicted) goto done;
+    while (PyList_GET_SIZE(agenda)) {
+        Py_ssize_t last = PyList_GET_SIZE(agenda) - 1;
+        PyObject *it = PyList_GET_ITEM(agenda, last);
+        Py_INCREF(it);
+        if (PyList_SetSlice(agenda, last, last + 1, NULL) < 0) {
+            Py_DECREF(it);
+            goto done;
+        }
+        long i = PyTuple_Check(it) && PyTuple_GET_SIZE(it) == 2 ? PyLong_AsLong(PyTuple_GET_ITEM(it, 0)) : -1;
+        if (i < 0 || i >= n_items) {
+            Py_DECREF(it);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "close: an item is an (index, origin) pair");
+            goto done;
+        }
+        PyObject *o = PyTuple_GET_ITEM(it, 1);
+        int32_t s = next_sym[i];
+        int err = 0;
+        if (s == INT32_MIN) {  /* complete: advance what waits for its left-hand side in its origin */
+            if (i == accept_item) accepting = 1;
+            PyObject *key = PyLong_FromLong(lhs[i]);
+            PyObject *ow = key ? PyObject_GetAttr(o, str_waiting) : NULL;
+            PyObject *lst = ow ? PyDict_GetItemWithError(ow, key) : NULL;  /* [(j, o2)] */
+            if (lst && !PyList_Check(lst)) {
+                err = 1;
+            } else if (lst) {
+                for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lst) && !err; k++) {
+                    PyObject *w = PyList_GET_ITEM(lst, k);
+                    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 2) {
+                        err = 1;
+                        break;
+                    }
+                    long j = PyLong_AsLong(PyTuple_GET_ITEM(w, 0));
+                    err = (j == -1 && PyErr_Occurred()) || close_push(items, agenda, j + 1, PyTuple_GET_ITEM(w, 1)) < 0;
+                }
+            } else if (PyErr_Occurred()) {
+                err = 1;
+            }
+            PyObject *st = !err && ow ? PyObject_GetAttr(o, str_static) : NULL;
+            PyObject *sw = st ? PyObject_GetAttr(st, str_waiting) : NULL;
+            PyObject *tup = sw ? PyDict_GetItemWithError(sw, key) : NULL;  /* (j, ...) */
+            if (tup && !PyTuple_Check(tup)) {
+                err = 1;
+            } else if (tup) {
+                for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(tup) && !err; k++) {
+                    long j = PyLong_AsLong(PyTuple_GET_ITEM(tup, k));
+                    err = (j == -1 && PyErr_Occurred()) || close_push(items, agenda, j + 1, o) < 0;
+                }
+            } else if (PyErr_Occurred() || !sw) {
+                err = 1;
+            }
+            Py_XDECREF(key);
+            Py_XDECREF(ow);
+            Py_XDECREF(st);
+            Py_XDECREF(sw);
+        } else if (s >= 0) {  /* waits for a nonterminal: predicted here (``_static``) */
+            PyObject *k = PyLong_FromLong(s);
+            err = !k || close_file(waiting, s, it) < 0 || PySet_Add(predicted, k) < 0;
+            Py_XDECREF(k);
+            if (!err && s < n_nt && nullable[s]) err = close_push(items, agenda, i + 1, o) < 0;
+        } else {  /* expects a terminal */
+            err = close_file(expects, -1 - (long)s, it) < 0;
+        }
+        Py_DECREF(it);
+        if (err) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "close: an origin set without waiting/static");
+            goto done;
+        }
+    }
+    {
+        PyObject *fl = PyList_New(0);
+        if (!fl) goto done;
+        PyObject *iter = PyObject_GetIter(items), *it;
+        if (!iter) {
+            Py_DECREF(fl);
+            goto done;
+        }
+        while ((it = PyIter_Next(iter)) != NULL) {
+            long i = PyLong_AsLong(PyTuple_GET_ITEM(it, 0));
+            int r = (i >= 0 && i < n_items && next_sym[i] != INT32_MIN) ? PyList_Append(fl, it) : 0;
+            Py_DECREF(it);
+            if (r < 0) break;
+        }
+        Py_DECREF(iter);
+        if (PyErr_Occurred()) {
+            Py_DECREF(fl);
+            goto done;
+        }
+        future = PyFrozenSet_New(fl);
+        Py_DECREF(fl);
+        if (!future) goto done;
+    }
+    {
+        PyObject *pf = PyFrozenSet_New(predicted);
+        if (!pf) goto done;
+        result = Py_BuildValue("(OOONON)", items, waiting, expects, pf, PyBool_FromLong(accepting), future);
+        future = NULL;  /* stolen by N */
+    }
+done:
+    Py_XDECREF(items);
+    Py_XDECREF(agenda);
+    Py_XDECREF(waiting);
+    Py_XDECREF(expects);
+    Py_XDECREF(predicted);
+    Py_XDECREF(future);
+    PyBuffer_Release(&ns_b);
+    PyBuffer_Release(&lhs_b);
+    PyBuffer_Release(&nul_b);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"step", state_step, METH_VARARGS, "Earley.step's scan loop over a State (see the C source)."},
+    {"close", items_close, METH_VARARGS, "Earley._close's agenda over (item, origin) pairs (see the C source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -554,7 +744,9 @@ PyMODINIT_FUNC PyInit__statec(void) {
     str_after = PyUnicode_InternFromString("after");
     str_starts = PyUnicode_InternFromString("starts");
     str_accepting = PyUnicode_InternFromString("accepting");
-    if (!str_after || !str_starts || !str_accepting) return NULL;
+    str_waiting = PyUnicode_InternFromString("waiting");
+    str_static = PyUnicode_InternFromString("static");
+    if (!str_after || !str_starts || !str_accepting || !str_waiting || !str_static) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&StateType);

@@ -60,11 +60,11 @@ from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 # immutable and hashable, equal when their scans and flag are (tests/constrain/test_chart_state.py).
 # ``TRELLIS_STATE_KERNEL=python`` forces the tuple.
 try:
-    from trellis.constrain.earley._statec import State as NativeState, step as native_step
+    from trellis.constrain.earley._statec import State as NativeState, close as native_close, step as native_step
 except ImportError:  # pragma: no cover - depends on the install
-    NativeState = native_step = None
+    NativeState = native_step = native_close = None
 if os.environ.get("TRELLIS_STATE_KERNEL", "").lower() == "python":
-    NativeState = native_step = None
+    NativeState = native_step = native_close = None
 ChartState = Any
 
 
@@ -142,6 +142,11 @@ class Earley:
                 self.next_sym.append(rhs[k] if k < len(rhs) else None)
                 self.lhs.append(lhs)
         self.nullable = ir.nullable
+        # The same tables as C arrays for ``_statec.close`` (next_sym's None as INT32_MIN).
+        self._native_close = native_close if chart_state is NativeState else None
+        self._next_sym_c = array("i", [-(1 << 31) if s is None else s for s in self.next_sym])
+        self._lhs_c = array("i", self.lhs)
+        self._nullable_c = bytes(bool(x) for x in self.nullable)
         # Scans run DFAs by scan id: 0..m-1 the terminals, m.. the %ignore terminals, then the
         # terminals cut by higher-priority ones expected beside them (``lexical_priority``),
         # added as they are met. Tables are flat ``array``s and ``bytes`` (``scan_tables``): an
@@ -285,18 +290,47 @@ class Earley:
         self._made += 1
         if self._made > MAX_SETS:
             self._forget()
-        nxt, lhs_of, nullable = self.next_sym, self.lhs, self.nullable
         # Items with an origin set are closed here; the items this boundary predicts (origin
         # None) come from ``_static``, shared by every boundary that predicts the same: on
         # sql_select.lark a boundary predicts ~100 items (tracked objects retained over 3
         # documents 290,735 -> 235,478, commit 2a8cb92). Items closed here always have an origin.
-        # (Plain loops, no comprehensions per completion: most kernels are one item, and the
-        # closure is then ~12 us of bookkeeping; 50 median maskbench schemas, 1,486 closures.)
-        items = set(kernel)
+        # The agenda runs in C where _statec is built (``_agenda`` is its Python twin).
         roots = _NO_ROOTS
-        if (self.accept_item - 1, None) in items:  # only the initial kernel has rootless items
+        if (self.accept_item - 1, None) in kernel:  # only the initial kernel has rootless items
             roots = frozenset(i for i, o in kernel if o is None)
-            items = {it for it in kernel if it[1] is not None}
+            kernel_items = frozenset(it for it in kernel if it[1] is not None)
+        else:
+            kernel_items = kernel
+        if self._native_close is not None:
+            items, waiting, expects, predicted, accepting, pending = self._native_close(
+                kernel_items, self._next_sym_c, self._lhs_c, self._nullable_c, self.accept_item)
+        else:
+            items, waiting, expects, predicted, accepting, pending = self._agenda(kernel_items)
+        self.charge(len(items))
+        static = self._static(roots, predicted)
+        accepting |= static.accepting
+        # Sets with the same future (the items still waiting for a symbol, with their origins)
+        # are one set, whatever completed items led to them: after a word that can split into
+        # words at every byte, each split's boundary is the same set (composition_csv.lark).
+        future = (pending, static.content, accepting)
+        same = self._futures.get(future)
+        if same is not None:
+            self._sets[kernel] = same
+            return same
+        e = ESet()
+        e.kernel = kernel
+        e.waiting = waiting
+        e.expects = expects
+        e.static = static
+        e.accepting = accepting
+        return self._scans(e, kernel, future)
+
+    def _agenda(self, kernel: frozenset) -> tuple[set, dict, dict, frozenset, bool, frozenset]:
+        """``_close``'s closure of ``kernel`` (items with an origin set) in Python (``_statec.close``
+        in C): the items, ``waiting`` and ``expects`` by symbol, the nonterminals predicted,
+        whether the accept item completed, and the items still waiting for a symbol."""
+        nxt, lhs_of, nullable = self.next_sym, self.lhs, self.nullable
+        items = set(kernel)
         agenda = list(items)
         waiting: dict[int, list] = {}
         expects: dict[int, list] = {}
@@ -337,23 +371,12 @@ class Earley:
                     expects[s].append(it)
                 else:
                     expects[s] = [it]
-        self.charge(len(items))
-        static = self._static(roots, frozenset(predicted))
-        accepting |= static.accepting
-        # Sets with the same future (the items still waiting for a symbol, with their origins)
-        # are one set, whatever completed items led to them: after a word that can split into
-        # words at every byte, each split's boundary is the same set (composition_csv.lark).
-        future = (frozenset([it for it in items if nxt[it[0]] is not None]), static.content, accepting)
-        same = self._futures.get(future)
-        if same is not None:
-            self._sets[kernel] = same
-            return same
-        e = ESet()
-        e.kernel = kernel
-        e.waiting = waiting
-        e.expects = expects
-        e.static = static
-        e.accepting = accepting
+        return (items, waiting, expects, frozenset(predicted), accepting,
+                frozenset([it for it in items if nxt[it[0]] is not None]))
+
+    def _scans(self, e: "ESet", kernel: frozenset, future: tuple) -> "ESet":
+        """The new item set ``e``'s scans (``starts``), and ``e`` interned by kernel and future."""
+        expects, static = e.expects, e.static
         terms = list(expects)
         terms += [t for t in static.expects if t not in expects]
         prio = self._prio
