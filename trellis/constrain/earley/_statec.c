@@ -728,9 +728,106 @@ done:
     return result;
 }
 
+
+/* -- scannerless._take's loop: token suffixes stepped through the chart from one state, a byte at
+ * a time through the step memo (``Earley.step`` on a miss). Why: resolving the tokens split at a
+ * terminal's end (``",`` ``"}`` after a string) steps a few bytes per token through memo hits;
+ * the interpreter's loop around each lookup was ~10% of the median schema's fresh masks
+ * (cProfile of bench_fresh's median schemas: _take, Earley.walk).
+ *
+ * take(state, idx, tids, lengths, done, tokens, steps, step) -> (taken, units)
+ *   For each j: the rest idx[j], the last lengths[j] bytes of tokens[tids[j]], after its first
+ *   done[j]: stepped from state through steps[(state, byte)] (step(state, byte) where the memo has
+ *   no entry). taken: the idx[j] whose bytes the chart takes whole (in order); units: the work
+ *   Earley.walk charges for those walks (len >> 3 each), for the caller to charge. */
+/* The state after bytes p[0:m] from state through the step memo (None: a byte no scan takes); a
+ * new reference, NULL on error. */
+static PyObject *walk_bytes(PyObject *state, const unsigned char *p, Py_ssize_t m, PyObject *steps, PyObject *step) {
+    PyObject *cur = state;
+    Py_INCREF(cur);
+    for (Py_ssize_t i = 0; i < m && cur != Py_None; i++) {
+        PyObject *b = PyLong_FromLong(p[i]);  /* a small int: cached, no allocation */
+        PyObject *key = b ? PyTuple_Pack(2, cur, b) : NULL;
+        PyObject *nxt = key ? PyDict_GetItemWithError(steps, key) : NULL;
+        if (nxt) {
+            Py_INCREF(nxt);
+        } else if (key && !PyErr_Occurred()) {
+            nxt = PyObject_CallFunctionObjArgs(step, cur, b, NULL);
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(b);
+        Py_DECREF(cur);
+        if (!nxt) return NULL;
+        cur = nxt;
+    }
+    return cur;
+}
+
+/* walk(state, data, steps, step) -> the state after the bytes of data (None: they are not taken):
+ * Earley.walk's loop (the caller charges the work). */
+static PyObject *chart_walk(PyObject *module, PyObject *args) {
+    PyObject *state, *steps, *step;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "Oy*O!O:walk", &state, &data, &PyDict_Type, &steps, &step)) return NULL;
+    PyObject *r = walk_bytes(state, (const unsigned char *)data.buf, data.len, steps, step);
+    PyBuffer_Release(&data);
+    return r;
+}
+
+static PyObject *chart_take(PyObject *module, PyObject *args) {
+    PyObject *state, *idx, *tids, *lengths, *done, *tokens, *steps, *step;
+    if (!PyArg_ParseTuple(args, "OOOOOO!O!O:take", &state, &idx, &tids, &lengths, &done, &PyTuple_Type, &tokens,
+                          &PyDict_Type, &steps, &step))
+        return NULL;
+    PyObject *fi = PySequence_Fast(idx, "take: idx"), *ft = PySequence_Fast(tids, "take: tids"),
+             *fl = PySequence_Fast(lengths, "take: lengths"), *fd = PySequence_Fast(done, "take: done");
+    PyObject *out = PyList_New(0), *result = NULL;
+    long long units = 0;
+    if (!fi || !ft || !fl || !fd || !out) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fi);
+    if (PySequence_Fast_GET_SIZE(ft) != n || PySequence_Fast_GET_SIZE(fl) != n || PySequence_Fast_GET_SIZE(fd) != n) {
+        PyErr_SetString(PyExc_ValueError, "take: idx, tids, lengths and done differ in length");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t t = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ft, k));
+        Py_ssize_t len = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fl, k));
+        Py_ssize_t j = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fd, k));
+        if (PyErr_Occurred()) goto done;
+        if (t < 0 || t >= PyTuple_GET_SIZE(tokens) || !PyBytes_Check(PyTuple_GET_ITEM(tokens, t))) {
+            PyErr_SetString(PyExc_ValueError, "take: a token id out of range");
+            goto done;
+        }
+        PyObject *tok = PyTuple_GET_ITEM(tokens, t);
+        Py_ssize_t tl = PyBytes_GET_SIZE(tok);
+        if (len < 0 || len > tl || j < 0 || j > len) {
+            PyErr_SetString(PyExc_ValueError, "take: a rest beyond its token");
+            goto done;
+        }
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(tok) + (tl - len + j);
+        Py_ssize_t m = len - j;
+        units += m >> 3;
+        PyObject *cur = walk_bytes(state, p, m, steps, step);
+        if (!cur) goto done;
+        int ok = cur != Py_None;
+        Py_DECREF(cur);
+        if (ok && PyList_Append(out, PySequence_Fast_GET_ITEM(fi, k)) < 0) goto done;
+    }
+    result = Py_BuildValue("(OL)", out, units);
+done:
+    Py_XDECREF(fi);
+    Py_XDECREF(ft);
+    Py_XDECREF(fl);
+    Py_XDECREF(fd);
+    Py_XDECREF(out);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"step", state_step, METH_VARARGS, "Earley.step's scan loop over a State (see the C source)."},
     {"close", items_close, METH_VARARGS, "Earley._close's agenda over (item, origin) pairs (see the C source)."},
+    {"take", chart_take, METH_VARARGS, "scannerless._take's loop: token suffixes through the step memo (see the C source)."},
+    {"walk", chart_walk, METH_VARARGS, "Earley.walk's loop: bytes through the step memo (see the C source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -60,11 +60,12 @@ from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 # immutable and hashable, equal when their scans and flag are (tests/constrain/test_chart_state.py).
 # ``TRELLIS_STATE_KERNEL=python`` forces the tuple.
 try:
-    from trellis.constrain.earley._statec import State as NativeState, close as native_close, step as native_step
+    from trellis.constrain.earley._statec import State as NativeState, close as native_close, step as native_step, \
+        take as native_take, walk as native_walk
 except ImportError:  # pragma: no cover - depends on the install
-    NativeState = native_step = native_close = None
+    NativeState = native_step = native_close = native_take = native_walk = None
 if os.environ.get("TRELLIS_STATE_KERNEL", "").lower() == "python":
-    NativeState = native_step = native_close = None
+    NativeState = native_step = native_close = native_take = native_walk = None
 ChartState = Any
 
 
@@ -129,6 +130,8 @@ class Earley:
         # of each), and the C step only over C states.
         self.make_state = chart_state
         self._native_step = native_step if chart_state is NativeState else None
+        self.native_take = native_take if chart_state is NativeState else None  # (scannerless._take)
+        self._native_walk = native_walk if chart_state is NativeState else None
         m = len(ir.terminals)
         # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on.
         self.next_sym: list[int | None] = []
@@ -571,6 +574,8 @@ class Earley:
     def walk(self, state: ChartState, data: bytes) -> ChartState | None:
         steps = self._steps  # (memo hits looked up here: no call per byte; the dict is only cleared)
         self.charge(len(data) >> 3)
+        if self._native_walk is not None:
+            return self._native_walk(state, data, steps, self.step)
         for b in data:
             nxt = steps.get((state, b), _MISS)
             state = self.step(state, b) if nxt is _MISS else nxt  # type: ignore[assignment]

@@ -105,7 +105,7 @@ class EarleyConstraint:
         self.ir = ir
         self.earley = Earley(ir)
         self.tm = TokenMatrix.of(vocab)
-        self._toks = vocab.tokens
+        self._toks = tuple(vocab.tokens)  # (a tuple for _statec.take; no copy when it is one)
         self._vocab_rests = RestSet.vocabulary(self.tm)
         self._dfa = self.earley.scan_dfa  # per scan id (grows as cut terminals are met)
         # Bytes that can start what follows each terminal (FOLLOW sets): a token split after a
@@ -485,7 +485,13 @@ class EarleyConstraint:
     def _take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int],
               done: list[int]) -> list[int]:
         """The rests ``idx`` (tokens ``tids``, the last ``lengths`` bytes of each) whose bytes after the first
-        ``done[j]`` the chart takes whole from ``state``, in order; equal suffixes are stepped once."""
+        ``done[j]`` the chart takes whole from ``state``, in order; equal suffixes are stepped once
+        (in C: each through the step memo, ``_statec.take``)."""
+        if self.earley.native_take is not None:
+            taken, units = self.earley.native_take(state, idx, tids, lengths, done, self._toks, self.earley._steps,
+                                                   self.earley.step)
+            self.earley.charge(units)
+            return taken
         toks, walk = self._toks, self.earley.walk
         seen: dict[bytes, bool] = {}
         out = []
