@@ -180,3 +180,42 @@ def test_subset_construction_refuses_past_the_work_bound(monkeypatch: pytest.Mon
             kernel(edges, finals, 0)
     monkeypatch.setattr(dfa_minimise, "COMPILE_WORK", 50 * work)
     _same_tables(subset_construction(edges, finals, 0), subset_construction_numpy(edges, finals, 0))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_minus_words_in_c_is_the_python_product(seed: int, monkeypatch) -> None:
+    """``byte_dfa._minus_words`` (a terminal minus a set of words: an object's "other keys" regex
+    minus its declared keys) in C: the same DFA state for state, the same origins and tree size
+    (``Cut``, which ``cut_walk`` reads), and None alike when nothing is left. Words share prefixes,
+    hold escapes, non-ASCII bytes and quotes, and can be the whole language (``[a-c]+`` minus all
+    its short words)."""
+    import random
+
+    from trellis.constrain.automata import byte_dfa
+    from trellis.constrain.automata.regex import regex_to_byte_dfa
+
+    assert byte_dfa._dfac is not None
+    rng = random.Random(seed)
+    bases = [regex_to_byte_dfa(PATTERNS[0]), regex_to_byte_dfa(r'"[a-z_]{0,12}"'), regex_to_byte_dfa(r"[a-c]{1,2}")]
+    compared = empty = 0
+    for a in bases:
+        for _ in range(120):
+            words = [("".join(rng.choice('abcé_"\\') for _ in range(rng.randint(0, 6)))).encode()
+                     for _ in range(rng.randint(1, 30))]
+            if a is not bases[2]:
+                words = [b'"' + w + b'"' for w in words]
+            else:  # sometimes every word of the language, so that nothing is left
+                words += [bytes([x]) for x in b"abc"] + [bytes([x, y]) for x in b"abc" for y in b"abc"] if rng.random() < 0.3 else []
+            got = byte_dfa._minus_words(a, words)
+            monkeypatch.setattr(byte_dfa, "_dfac", None)
+            want = byte_dfa._minus_words(a, words)
+            monkeypatch.undo()
+            assert (got is None) == (want is None), words
+            if got is None:
+                empty += 1
+                continue
+            assert np.array_equal(got.trans, want.trans) and np.array_equal(got.final, want.final), words
+            assert np.array_equal(got.cut.origin, want.cut.origin) and got.cut.inner == want.cut.inner
+            assert got.cut.base is a
+            compared += 1
+    assert compared > 300 and empty > 0, (compared, empty)

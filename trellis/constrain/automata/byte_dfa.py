@@ -11,10 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import os
+
 import numpy as np
 
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.automata.utf8 import utf8_dawg
+
+# The C kernel of ``_minus_words`` (``_dfac.c``, built by setup.py beside ``dfa_minimise``'s), or None
+# (``TRELLIS_DFA_KERNEL=numpy`` forces Python, as it does there).
+try:
+    from trellis.constrain.automata import _dfac
+except ImportError:  # pragma: no cover - depends on the install
+    _dfac = None
+if os.environ.get("TRELLIS_DFA_KERNEL", "").lower() == "numpy":
+    _dfac = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,8 +233,11 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> ByteDFA | None:
     is one pass over it in reverse breadth-first order and reachability one search over ``a``'s
     successor sets, in Python on ``a``'s rows as lists (cached on ``a``): the 28 cuts met along
     50 median maskbench schemas' documents, 547 -> 160 us each with ``trim`` (numpy fixpoints
-    before; timeit, same outputs)."""
+    before; timeit, same outputs). In C where ``_dfac`` is built (``minus_words``: the same
+    DFA, state for state; tests/constrain/test_dfa_kernel.py)."""
     children, end = word_trie(words)
+    if _dfac is not None:
+        return _minus_words_c(a, children, end)
     rows_a, succ_a, live_a = _row_lists(a)
     fin_a = a.final.tolist()
     ids = {(0, 0): 0}
@@ -288,6 +302,27 @@ def _minus_words(a: ByteDFA, words: list[bytes]) -> ByteDFA | None:
     inner = sum(live)  # the kept product states come first, then a's own (numbered p + q in keep)
     origin = np.array([qa for (qa, _), ok in zip(order, live) if ok] + [x - p for x in keep[inner:]], dtype=np.int64)
     return ByteDFA(np.ascontiguousarray(t), f, cut=Cut(a, origin, inner))
+
+
+def _minus_words_c(a: ByteDFA, children: list[dict[int, int]], end: list[bool]) -> ByteDFA | None:
+    """``_minus_words`` by ``_dfac.minus_words`` (the trie flattened: each node's children in order)."""
+    live = a.__dict__.get("_live_bytes")
+    if live is None:
+        live = a.__dict__["_live_bytes"] = bytes(_row_lists(a)[2])
+    lo, kb, kn = [0], [], []
+    for ch in children:
+        kb += ch.keys()
+        kn += ch.values()
+        lo.append(len(kb))
+    out = _dfac.minus_words(np.ascontiguousarray(a.trans, dtype=np.int32), np.ascontiguousarray(a.final, dtype=bool),
+                            live, np.array(lo, dtype=np.int32), np.array(kb, dtype=np.int32),
+                            np.array(kn, dtype=np.int32), bytes(end))
+    if out is None:
+        return None
+    trans, final, origin, inner = out
+    k = len(final)
+    return ByteDFA(np.frombuffer(trans, dtype=np.int32).reshape(k, 256), np.frombuffer(final, dtype=bool),
+                   cut=Cut(a, np.frombuffer(origin, dtype=np.int64).copy(), inner))
 
 
 def _row_lists(a: ByteDFA) -> tuple[list[list[int]], list[dict[int, int]], list[bool]]:
