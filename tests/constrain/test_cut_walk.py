@@ -154,10 +154,10 @@ def test_the_engine_patches_open_objects_on_gemma_with_unchanged_masks() -> None
 
 
 def test_member_is_isin_for_a_sorted_pool() -> None:
-    from trellis.constrain.vocab.cut_walk import _member
+    from trellis.constrain.vocab.rest_walk import member
 
     rng = np.random.default_rng(0)
     for n, m in [(0, 5), (5, 0), (1, 1), (50, 7), (300, 300)]:
         pool = np.unique(rng.integers(0, 40, m))
         x = rng.integers(-2, 45, n)
-        assert _member(x, pool).tolist() == np.isin(x, pool).tolist()
+        assert member(x, pool).tolist() == np.isin(x, pool).tolist()

@@ -34,7 +34,7 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA, Cut
 from trellis.constrain.vocab.literal_walk import SortedVocab, prefix_successor
-from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk
+from trellis.constrain.vocab.rest_walk import RestSet, Walk, member, walk
 from trellis.constrain.vocab.walks import TokenMatrix
 
 # Bounds past which a tainted state is walked in full instead of patched: the special paths
@@ -194,17 +194,6 @@ def _codes(src: np.ndarray, j: np.ndarray, width: int) -> np.ndarray:
     return src * width + j
 
 
-def _member(x: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """``np.isin(x, pool)`` for a sorted ``pool``: one binary search per element (``np.isin``
-    sorts both sides: three calls were ~30% of ``patch``, the largest item of bench_fresh's
-    slowest fresh masks at open objects' key positions, cProfile)."""
-    if not len(pool):
-        return np.zeros(len(x), dtype=bool)
-    i = np.searchsorted(pool, x)
-    i[i == len(pool)] = 0
-    return pool[i] == x
-
-
 def patch(sim: Simulation, q: int, base_entry: tuple[np.ndarray, Walk], tm: TokenMatrix,
           follow: np.ndarray | None) -> tuple[np.ndarray, Walk] | None:
     """The vocabulary walk of the cut DFA from ``q`` as (packed inside bits, walk without its
@@ -241,14 +230,14 @@ def patch(sim: Simulation, q: int, base_entry: tuple[np.ndarray, Walk], tm: Toke
         base_codes = _codes(w.src, jb, width)
     else:
         base_codes = np.zeros(0, dtype=np.int64)
-    if not _member(cut_codes, np.sort(base_codes)).all():
+    if not member(cut_codes, np.sort(base_codes)).all():
         return None  # a crossing the base walk dropped (or never had): walk in full
     dead = back[~w2.inside]  # affected tokens that do not stay inside the cut DFA
     if len(dead):
         packed = packed & ~tm.pack_ids(rs.tid[dead])
     if w.cross is None:
         return packed, w
-    keep = ~_member(w.src, aff) | _member(base_codes, np.sort(cut_codes))  # (aff: sorted, distinct)
+    keep = ~member(w.src, aff) | member(base_codes, np.sort(cut_codes))  # (aff: sorted, distinct)
     if keep.all():
         return packed, w
     none = np.zeros(0, dtype=bool)

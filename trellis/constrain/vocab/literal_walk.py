@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trellis.constrain.automata.byte_dfa import MAX_LITERAL, ByteDFA, Literal, chain_tables
-from trellis.constrain.vocab.rest_walk import RestSet, Walk, with_crossings
+from trellis.constrain.vocab.rest_walk import RestSet, Walk, member, with_crossings
 from trellis.constrain.vocab.walks import TokenMatrix
 
 # A rest set whose bucket for the literal's first byte holds more rests than this is walked by
@@ -115,7 +115,7 @@ def words_vocabulary_ids(lits: tuple[Literal, ...], rs: RestSet, tm: TokenMatrix
         code = np.unique(i * (tm.max_len + 1) + j)
         i, j = code // (tm.max_len + 1), code % (tm.max_len + 1)
     if len(ids) and len(i):  # drop_inside on indices: a token that stays inside is allowed anyway
-        keep = ~np.isin(i, ids)
+        keep = ~member(i, ids)  # (ids: sorted)
         i, j = i[keep], j[keep]
     return ids, with_crossings(np.zeros(0, dtype=bool), i, j, rs, tm)
 
