@@ -82,7 +82,7 @@ def _both(make) -> tuple:
         compile_mod.COMPILED.clear()  # one object per grammar text and vocabulary otherwise
         mp = pytest.MonkeyPatch()
         if form == "python":  # (an Earley recogniser reads its form once, when it is made)
-            mp.setattr(earley_mod, "chart_state", earley_mod._tuple_state)
+            mp.setattr(earley_mod, "chart_state", earley_mod.tuple_state)
         try:
             out.append(make())
         finally:
@@ -221,7 +221,7 @@ def test_the_c_step_is_the_python_step_or_declines(gid: str) -> None:
     or False where it declines (two terminals complete at one byte, a follow guard, a boundary
     not memoised yet): every byte from every state along random walks over grammars with
     ``%ignore`` terminals and lookahead guards. Both outcomes occur."""
-    from trellis.constrain.earley._statec import step as native_step
+    native_step = earley_mod.native_step
 
     compile_mod.COMPILED.clear()  # a new constraint: its item sets are all made by this walk
     try:

@@ -20,6 +20,9 @@
  * ``len`` the number of scans) and ``state[1]`` whether it accepts, so the engine's code reads
  * either form; ``earley.chart_state`` makes one or the other (the pure-Python
  * form where this module is not built; tests/constrain/test_chart_state.py: equal masks).
+ *
+ * Below the type: the chart's inner loops over States (``step``, ``close``, ``walk``, ``take``),
+ * each declining or equal to the Python code it stands for in earley.py / scannerless.py.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -485,12 +485,11 @@ class EarleyConstraint:
     def _take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int],
               done: list[int]) -> list[int]:
         """The rests ``idx`` (tokens ``tids``, the last ``lengths`` bytes of each) whose bytes after the first
-        ``done[j]`` the chart takes whole from ``state``, in order; equal suffixes are stepped once
-        (in C: each through the step memo, ``_statec.take``)."""
-        if self.earley.native_take is not None:
-            taken, units = self.earley.native_take(state, idx, tids, lengths, done, self._toks, self.earley._steps,
-                                                   self.earley.step)
-            self.earley.charge(units)
+        ``done[j]`` the chart takes whole from ``state``, in order (in C: ``_statec.take``)."""
+        e = self.earley
+        if e.native_take is not None:
+            taken, units = e.native_take(state, idx, tids, lengths, done, self._toks, e._steps, e.step)
+            e.charge(units)
             return taken
         toks, walk = self._toks, self.earley.walk
         seen: dict[bytes, bool] = {}

@@ -44,7 +44,7 @@ import numpy as np
 from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.regex import regex_to_byte_dfa
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, c_table, walk
-from trellis.constrain.vocab.trie_walk import TokenTrie, walk_vocabulary
+from trellis.constrain.vocab.trie_walk import TokenTrie, TrieCut, walk_vocabulary
 from trellis.constrain.vocab.walks import TokenMatrix, walkc
 
 # Largest first: the first one a state contains is used. Control bytes and DEL are out of all of
@@ -352,17 +352,6 @@ def trie_cut(tm: TokenMatrix, sl: Slice, level: int) -> TrieCut:
             a.setflags(write=False)
         hit = sl.cuts[level] = TrieCut(nodes, known)
     return hit
-
-
-@dataclass(frozen=True, eq=False)
-class TrieCut:
-    """Tokens a trie walk need not visit: ``known`` ([N] bool over ``RestSet.vocabulary``) stay
-    inside, and ``nodes`` (uint8 per node of the trie in preorder) marks the nodes all of whose
-    tokens are known: ``trie_walk.walk_vocabulary`` jumps over their subtrees and marks ``known``
-    inside instead."""
-
-    nodes: np.ndarray
-    known: np.ndarray
 
 
 def walk_sliced(sl: Cover, trans: np.ndarray, final: np.ndarray, q: int, tm: TokenMatrix,

@@ -18,16 +18,12 @@ the few tokens that start a literal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trellis.constrain.vocab import rest_walk
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, scaled_dfa, with_crossings, c_bool, c_table, concat_ranges, drop_inside
 from trellis.constrain.vocab.walks import TokenMatrix
-
-if TYPE_CHECKING:
-    from trellis.constrain.vocab.slices import TrieCut
 
 
 @dataclass(eq=False)
@@ -128,8 +124,19 @@ class TokenTrie:
         return hit
 
 
+@dataclass(frozen=True, eq=False)
+class TrieCut:
+    """Tokens a trie walk need not visit (``slices.trie_cut``): ``known`` ([N] bool over
+    ``RestSet.vocabulary``) stay inside, and ``nodes`` (uint8 per node of the trie in preorder)
+    marks the nodes all of whose tokens are known: ``walk_vocabulary`` jumps over their subtrees
+    and marks ``known`` inside instead."""
+
+    nodes: np.ndarray
+    known: np.ndarray
+
+
 def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, tm: TokenMatrix,
-                    follow: np.ndarray | None = None, cut: "TrieCut | None" = None) -> Walk:
+                    follow: np.ndarray | None = None, cut: TrieCut | None = None) -> Walk:
     """``rest_walk.walk(trans, final, q, rs, tm, follow)`` for ``rs = RestSet.vocabulary(tm)``.
 
     In C where the kernel is built (``walk_vocabulary_numpy``'s result, element for element): a

@@ -1,0 +1,67 @@
+"""The chart's C kernels (``_statec.c``) and their Python forms: which form a chart state takes,
+the C inner loops of ``earley.Earley`` (``step``, ``close``, ``walk``, ``take``: None where the
+module is not built, or with ``TRELLIS_STATE_KERNEL=python``), and the flat step tables of a
+terminal DFA (``scan_tables``). ``earley.py`` reads them once per recogniser (``Earley.__init__``),
+so a test can make one recogniser of each form."""
+
+from __future__ import annotations
+
+import os
+from array import array
+from typing import Any, Iterable
+
+import numpy as np
+
+from trellis.constrain.automata.byte_dfa import ByteDFA
+
+# A chart state: ``_statec.State`` where that C module is built (one object the cyclic collector
+# never tracks: its scans in a C array), else the tuple ``(frozenset of (t, q, ESet), accepting)``.
+# Both read alike: ``state[0]`` the scans (iterable, ``len``), ``state[1]`` accepting; both are
+# immutable and hashable, equal when their scans and flag are (tests/constrain/test_chart_state.py).
+# ``TRELLIS_STATE_KERNEL=python`` forces the tuple.
+try:
+    from trellis.constrain.earley._statec import State as NativeState, close as native_close, step as native_step, \
+        take as native_take, walk as native_walk
+except ImportError:  # pragma: no cover - depends on the install
+    NativeState = native_step = native_close = native_take = native_walk = None
+if os.environ.get("TRELLIS_STATE_KERNEL", "").lower() == "python":
+    NativeState = native_step = native_close = native_take = native_walk = None
+ChartState = Any
+
+
+def tuple_state(scans: Iterable[tuple[int, int, Any]], accepting: bool) -> tuple:
+    """The Python form of a chart state (scans: (t, q, ESet))."""
+    return (frozenset(scans), bool(accepting))
+
+
+chart_state = NativeState if NativeState is not None else tuple_state
+STATE_KERNEL = "c" if NativeState is not None else "python"
+
+
+def scan_tables(dfa: ByteDFA) -> tuple[array, bytes, bytes]:
+    """A DFA's tables for ``Earley.step``: the transitions as a flat ``array`` of int32 (state
+    ``trans[(q << 8) | b]``, -1 for none), and per state whether it is final and whether any byte
+    moves it on (``bytes`` of 0/1). Cached on the DFA: the string, number and key DFAs every schema
+    shares (``regex.DFA_MEMO``) are tabled once per process, not once per grammar.
+
+    Not lists: the collector does not track an ``array`` or ``bytes``, while a list of n * 256
+    entries is one object it traverses entry by entry in every collection that reaches it. After
+    200 fresh maskbench schemas, such lists held 5.2 of the 5.3 million references a full
+    collection followed (``benchmarks/bench_gc.py``). An index into an ``array`` costs ~20 ns more
+    than into a list (timeit, ~40 vs ~22 ns); a step makes one per scan. A 1,666-state table listed
+    was also ~5 ms and ~15 MB every compile."""
+    hit = dfa.__dict__.get("_scan_tables")
+    if hit is not None:
+        return hit
+    if dfa.literal is not None:  # a JSON key's chain: n entries set, not n * 256 copied
+        n = len(dfa.literal)
+        flat = array("i", [-1]) * ((n + 1) << 8)
+        for q, b in enumerate(dfa.literal):
+            flat[(q << 8) | b] = q + 1
+        hit = (flat, bytes(n) + b"\x01", b"\x01" * n + b"\x00")
+    else:
+        flat = array("i")
+        flat.frombytes(np.ascontiguousarray(dfa.trans, dtype=np.int32).tobytes())
+        hit = (flat, dfa.final.astype(np.uint8).tobytes(), (dfa.trans >= 0).any(axis=1).astype(np.uint8).tobytes())
+    dfa.__dict__["_scan_tables"] = hit  # never mutated: step only reads them
+    return hit
