@@ -740,7 +740,7 @@ done:
  *
  * take(state, idx, tids, lengths, done, tokens, steps, step) -> (taken, units)
  *   For each j: the rest idx[j], the last lengths[j] bytes of tokens[tids[j]], after its first
- *   done[j]: stepped from state through steps[(state, byte)] (step(state, byte) where the memo has
+ * * done[j]: stepped from state through steps[(state, byte)] (step(state, byte) where the memo has
  *   no entry). taken: the idx[j] whose bytes the chart takes whole (in order); units: the work
  *   Earley.walk charges for those walks (len >> 3 each), for the caller to charge. */
 /* The state after bytes p[0:m] from state through the step memo (None: a byte no scan takes); a

@@ -486,11 +486,11 @@ class Earley:
 
     def step(self, state: ChartState, b: int) -> ChartState | None:
         """The state after byte ``b``, or None when no scan can take it (memoised)."""
-        key = (state, b)
-        try:
-            return self._steps[key]
-        except KeyError:
-            pass
+        hit = self._steps.get((state, b), _MISS)
+        return self.step_miss(state, b) if hit is _MISS else hit
+
+    def step_miss(self, state: ChartState, b: int) -> ChartState | None:
+        """``step`` where the memo has no entry (the C walks call it on their misses)."""
         self.charge(len(state[0]) + 1)
         res = False if self._native_step is None else self._native_step(
             state, b, self.trans, self.final, self.has_out, self.scan_guard, self.scan_ignore, self.scan_term)
@@ -502,7 +502,7 @@ class Earley:
         if len(self._steps) > 1 << 18 or self._steps_scans > STEP_CACHE_SCANS:
             self._steps.clear()
             self._steps_scans = 0
-        self._steps[key] = res
+        self._steps[(state, b)] = res
         self._steps_scans += len(state[0]) + (len(res[0]) if res is not None else 0)
         return res
 
@@ -555,7 +555,7 @@ class Earley:
         steps = self._steps  # (memo hits looked up here: no call per byte; the dict is only cleared)
         self.charge(len(data) >> 3)
         if self._native_walk is not None:
-            return self._native_walk(state, data, steps, self.step)
+            return self._native_walk(state, data, steps, self.step_miss)
         for b in data:
             nxt = steps.get((state, b), _MISS)
             state = self.step(state, b) if nxt is _MISS else nxt  # type: ignore[assignment]

@@ -488,7 +488,7 @@ class EarleyConstraint:
         ``done[j]`` the chart takes whole from ``state``, in order (in C: ``_statec.take``)."""
         e = self.earley
         if e.native_take is not None:
-            taken, units = e.native_take(state, idx, tids, lengths, done, self._toks, e._steps, e.step)
+            taken, units = e.native_take(state, idx, tids, lengths, done, self._toks, e._steps, e.step_miss)
             e.charge(units)
             return taken
         toks, walk = self._toks, self.earley.walk
