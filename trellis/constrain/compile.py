@@ -92,7 +92,7 @@ def clear_caches() -> None:
     from trellis.constrain.grammar.grammar_ir import IMPORTS_MEMO
     from trellis.constrain.grammar.lark_reader import PATTERN_MEMO
     from trellis.constrain.automata.regex import DFA_MEMO, PARTS_MEMO
-    from trellis.constrain.vocab.walk_cache import LISTED, SHARED
+    from trellis.constrain.vocab.walk_cache import LISTED, SHARED, clear_digests
 
     wait_for_cache_writes()
     LISTED.clear()
@@ -100,6 +100,7 @@ def clear_caches() -> None:
     DFA_MEMO.clear()
     PARTS_MEMO.clear()
     SHARED.clear()
+    clear_digests()
     IMPORTS_MEMO.clear()
     LITERAL_MEMO.clear()
     PATTERN_MEMO.clear()

@@ -127,13 +127,45 @@ def _path(vocab_fp: str, shape: Hashable) -> Path | None:
 def key_digest(key: Hashable, size: int = 16) -> bytes:
     """A digest of a walk key, nested tuples of bytes and small values: bytes (canonical shapes, up
     to ~256 KB) are hashed as they are, never through ``repr``. Names disk entries, and stands for
-    the key of the leftovers a walk leaves (``scannerless._walk``)."""
+    the key of the leftovers a walk leaves (``scannerless._walk``). Memoised (``_DIGESTS``): a new
+    walk's key was digested twice or three times, the walk, its leftovers and its disk name, each a
+    Python recursion over the key (~6% of bench_fresh's slowest fresh masks, cProfile)."""
+    global _DIGEST_BYTES
+    hit = _DIGESTS.get((key, size))
+    if hit is None:
+        hit, n = _digest(key, size)
+        if _DIGEST_BYTES + n > DIGESTS_BYTES or len(_DIGESTS) >= 1 << 14:
+            _DIGESTS.clear()
+            _DIGEST_BYTES = 0
+        _DIGESTS[(key, size)] = hit
+        _DIGEST_BYTES += n + 200
+    return hit
+
+
+# key_digest's memo, bounded by the bytes its keys hold (a canonical shape is up to ~256 KB; Python
+# caches a bytes object's hash, so a lookup hashes it once).
+DIGESTS_BYTES = 32 * 2**20
+_DIGESTS: dict[tuple[Hashable, int], bytes] = {}
+_DIGEST_BYTES = 0
+
+
+def clear_digests() -> None:
+    """Forget ``key_digest``'s memo (``compile.clear_caches``)."""
+    global _DIGEST_BYTES
+    _DIGESTS.clear()
+    _DIGEST_BYTES = 0
+
+
+def _digest(key: Hashable, size: int) -> tuple[bytes, int]:
+    """(the digest, the bytes the key holds)."""
     h = hashlib.blake2b(digest_size=size)
+    held = [0]
 
     def feed(x: object) -> None:
         if isinstance(x, bytes):
             h.update(b"b%d:" % len(x))
             h.update(x)
+            held[0] += len(x)
         elif isinstance(x, tuple):
             h.update(b"t%d:" % len(x))
             for y in x:
@@ -144,7 +176,7 @@ def key_digest(key: Hashable, size: int = 16) -> bytes:
             h.update(r)
 
     feed(key)
-    return h.digest()
+    return h.digest(), held[0]
 
 
 def _snapshot(e: Entry) -> Entry:
