@@ -1,0 +1,166 @@
+"""In-process A/B of the fresh-mask path's native pieces (issue 59): two arms, alternating per schema.
+
+    python benchmarks/ab_masks.py --switch all [--schemas 100] [--out FILE]
+
+The fresh masks of ``bench_fresh.py``'s schemas (maskbench, sources interleaved, the first valid
+document each, keys in the grammar's order, compact JSON, ``closed_objects=False``), each schema
+compiled twice in one process, once per arm, the arm order alternating from schema to schema, so
+that the VM's drift (20-30% between runs minutes apart on the 2-core VMs) hits both arms alike. Before
+each arm the process-wide walk cache (``walk_cache.SHARED``) is put back to its state before the
+schema: each arm finds what the earlier schemas left, as in ``bench_fresh.py --isolation grammar``.
+The garbage collector is off (``bench_gc.py`` measures it) and the disk cache is off.
+
+Timed: every ``fill_mask`` along the document (each on a state the constraint has never seen).
+Printed per arm: the masks' sum, p99, how many took over 1 ms and the longest; and the median (p10,
+p90) over schemas of the per-schema ratio of mask sums (arm B / arm A).
+
+``--switch`` names what arm A turns off (arm B is the code as it is):
+
+* ``cut``: trie cuts (``slices.trie_cut_for``);
+* ``cstep`` / ``cclose`` / ``ctake``: the chart's C loops (``_statec`` step; item-set closure; the
+  byte walks of ``_take`` and ``Earley.walk``), read when a recogniser is made;
+* ``cminus``: ``_dfac.minus_words`` (an open object's key regex minus its declared keys);
+* ``member``: sorted-pool membership in ``cut_walk.patch`` and the literal walks (``np.isin`` instead);
+* ``digest``: ``walk_cache.key_digest``'s memo;
+* ``all``: every one of the above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import importlib
+import json
+import os
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+SWITCHES = ("cut", "cstep", "cclose", "ctake", "cminus", "member", "digest")
+
+
+def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
+    """name -> (turn it off, turn it back on)."""
+    import trellis.constrain.automata.byte_dfa as byte_dfa
+    import trellis.constrain.earley.earley as earley
+    import trellis.constrain.earley.scannerless as scannerless
+    import trellis.constrain.vocab.cut_walk as cut_walk
+    import trellis.constrain.vocab.literal_walk as literal_walk
+    import trellis.constrain.vocab.vocab_walk as vocab_walk
+    import trellis.constrain.vocab.walk_cache as walk_cache
+
+    def flip(mods: list, name: str, off: object) -> tuple[Callable[[], None], Callable[[], None]]:
+        on = getattr(mods[0], name)
+
+        def set_all(v: object) -> None:
+            for m in mods:
+                setattr(m, name, v)
+
+        return (lambda: set_all(off)), (lambda: set_all(on))
+
+    def isin(x: np.ndarray, pool: np.ndarray) -> np.ndarray:
+        return np.isin(x, pool)
+
+    def digest(key: object, size: int = 16) -> bytes:
+        return walk_cache._digest(key, size)[0]
+
+    out = {
+        "cut": flip([vocab_walk], "trie_cut_for", lambda *a: None),
+        "cstep": flip([earley], "native_step", None),
+        "cclose": flip([earley], "native_close", None),
+        "cminus": flip([byte_dfa], "_dfac", None),
+        "member": flip([cut_walk, literal_walk], "member", isin),
+        "digest": flip([walk_cache, vocab_walk, scannerless], "key_digest", digest),
+    }
+    take_off, take_on = flip([earley], "native_take", None)
+    walk_off, walk_on = flip([earley], "native_walk", None)
+    out["ctake"] = (lambda: (take_off(), walk_off())), (lambda: (take_on(), walk_on()))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--switch", choices=SWITCHES + ("all",), required=True)
+    ap.add_argument("--schemas", type=int, default=100)
+    ap.add_argument("--out", default=None, help="write per-arm mask times as JSON")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    os.environ["TRELLIS_CACHE_DIR"] = ""
+    from bench_fresh import schema_cases
+    from trellis.constrain import JsonSchema, compile, prepare_vocabulary
+    from trellis.constrain.frontends.json_schema import order_keys
+    from trellis.constrain.vocab.walk_cache import SHARED
+    from trellis.mask import allocate_bitmask
+    from trellis.models import load
+
+    sw = switches()
+    names = list(SWITCHES) if args.switch == "all" else [args.switch]
+    arms = {"off": lambda: [sw[n][0]() for n in names], "on": lambda: [sw[n][1]() for n in names]}
+    h = load()
+    vocab, tok = h.vocab, h.tokenizer
+    prepare_vocabulary(vocab)
+    row = allocate_bitmask(1, len(vocab))[0]
+    compile_mod = importlib.import_module("trellis.constrain.compile")  # the module (the package exports the function)
+    inputs = []
+    for c in schema_cases():
+        docs = [json.dumps(order_keys(c["schema"], t["data"]), separators=(",", ":"), ensure_ascii=False)
+                for t in c["tests"] if t.get("valid")]
+        ids = next((x for x in (tok.encode(d, add_special_tokens=False) for d in docs) if tok.decode(x) in docs), None)
+        if ids is not None:
+            inputs.append((c["name"], c["schema"], ids))
+    gc.disable()
+    masks: dict[str, list[float]] = collections.defaultdict(list)
+    per: dict[str, dict[str, float]] = collections.defaultdict(dict)
+    done = 0
+    for name, schema, ids in inputs:
+        if done >= args.schemas:
+            break
+        snap = (collections.OrderedDict(SHARED._mem), SHARED._bytes)
+        order = ["off", "on"] if done % 2 == 0 else ["on", "off"]
+        for arm in order:
+            SHARED._mem, SHARED._bytes = collections.OrderedDict(snap[0]), snap[1]
+            arms[arm]()
+            compile_mod.COMPILED.clear()
+            try:
+                c = compile(JsonSchema(schema, closed_objects=False), vocab)
+            except Exception:  # noqa: BLE001 - a refused schema (both arms alike)
+                break
+            s, total = c.start(), 0.0
+            for i in range(len(ids) + 1):
+                t0 = time.perf_counter()
+                c.fill_mask(s, row)
+                dt = time.perf_counter() - t0
+                masks[arm].append(dt)
+                total += dt
+                if i < len(ids):
+                    s = c.advance(s, ids[i])
+                    if s is None:
+                        break
+            per[arm][name] = total
+        else:
+            done += 1
+        arms["on"]()
+    label = {"off": f"without {args.switch}", "on": "as it is"}
+    for arm in ("off", "on"):
+        a = np.sort(np.array(masks[arm])) * 1e3
+        print(f"{label[arm]:>22s}: {len(a)} masks, sum {a.sum():.1f} ms, p99 {a[int(.99 * len(a))]:.3f} ms, "
+              f"over 1 ms {(a > 1).sum()}, longest {a[-1]:.1f} ms")
+    common = [n for n in per["off"] if n in per["on"]]
+    r = np.array([per["on"][n] / per["off"][n] for n in common])
+    print(f"per-schema mask sum, as it is / without: median {np.median(r):.3f} (p10 {np.percentile(r, 10):.3f}, "
+          f"p90 {np.percentile(r, 90):.3f}) over {len(common)} schemas")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"switch": args.switch, "masks": masks, "per_schema": per}, f)
+
+
+if __name__ == "__main__":
+    main()
