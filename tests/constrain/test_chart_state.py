@@ -222,36 +222,45 @@ def test_the_c_step_is_the_python_step_or_declines(gid: str) -> None:
     not memoised yet): every byte from every state along random walks over grammars with
     ``%ignore`` terminals and lookahead guards. Both outcomes occur."""
     native_step = earley_mod.native_step
+    c = _fresh_corpus_constraint(gid)
+    e = c.earley
+    taken = declined = 0
+    for s in _random_states(c, random.Random(gid), 25):
+        for b in range(256):
+            got = native_step(s, b, e.trans, e.final, e.has_out, e.scan_guard, e.scan_ignore, e.scan_term)
+            want = e._step(s, b)
+            if got is False:
+                declined += 1
+                got = native_step(s, b, e.trans, e.final, e.has_out, e.scan_guard, e.scan_ignore, e.scan_term)
+                assert got is False or got == want  # _step memoised the boundary: taken now, or still declined
+            else:
+                taken += 1
+                assert got == want, (b, s)
+    assert taken > 1000 and declined > 0, (taken, declined)
 
-    compile_mod.COMPILED.clear()  # a new constraint: its item sets are all made by this walk
+
+def _fresh_corpus_constraint(gid: str):  # type: ignore[no-untyped-def]
+    """A new constraint for corpus grammar ``gid`` (compile's memo cleared: every item set is made
+    by the caller's walk); skipped where the grammar is refused."""
+    compile_mod.COMPILED.clear()
     try:
-        vocab = corpus_tiny_vocab(gid)
-        c = compile_corpus(gid, vocab, cache=False)
+        return compile_corpus(gid, corpus_tiny_vocab(gid), cache=False)
     except GrammarError:
         pytest.skip("refused")
-    e = c.earley
-    rng = random.Random(gid)
-    taken = declined = 0
+
+
+def _random_states(c, rng: random.Random, steps: int):  # type: ignore[no-untyped-def]
+    """The states along three random walks of at most ``steps`` allowed tokens (masks made on the way)."""
     for _ in range(3):
         s = c.start()
-        for _ in range(25):
-            for b in range(256):
-                got = native_step(s, b, e.trans, e.final, e.has_out, e.scan_guard, e.scan_ignore, e.scan_term)
-                want = e._step(s, b)
-                if got is False:
-                    declined += 1
-                    got = native_step(s, b, e.trans, e.final, e.has_out, e.scan_guard, e.scan_ignore, e.scan_term)
-                    assert got is False or got == want  # _step memoised the boundary: taken now, or still declined
-                else:
-                    taken += 1
-                    assert got == want, (b, s)
+        for _ in range(steps):
+            yield s
             m = c.mask_array(s)
             bits = np.unpackbits(m.view(np.uint8), bitorder="little")[: c.tm.size]
             ids = [i for i in np.flatnonzero(bits) if i not in c.tm.eos]
             if not ids:
                 break
             s = c.advance(s, rng.choice(ids))
-    assert taken > 1000 and declined > 0, (taken, declined)
 
 
 @needs_c
@@ -260,12 +269,7 @@ def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
     """``_statec.close`` (``Earley._close``'s agenda in C) gives what ``Earley._agenda`` gives for
     every kernel closed along random walks: the same items, the same symbols waited for and
     expected by the same items, the same predictions, accepting flag and pending items."""
-    compile_mod.COMPILED.clear()  # a new constraint: its item sets are all made by this walk
-    try:
-        vocab = corpus_tiny_vocab(gid)
-        c = compile_corpus(gid, vocab, cache=False)
-    except GrammarError:
-        pytest.skip("refused")
+    c = _fresh_corpus_constraint(gid)
     e = c.earley
     compared = []
     native = e._native_close
@@ -281,14 +285,6 @@ def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
         return got
 
     monkeypatch.setattr(e, "_native_close", both)
-    rng = random.Random(gid)
-    for _ in range(3):
-        s = c.start()
-        for _ in range(30):
-            m = c.mask_array(s)
-            bits = np.unpackbits(m.view(np.uint8), bitorder="little")[: c.tm.size]
-            ids = [i for i in np.flatnonzero(bits) if i not in c.tm.eos]
-            if not ids:
-                break
-            s = c.advance(s, rng.choice(ids))
+    for _ in _random_states(c, random.Random(gid), 30):
+        pass
     assert len(compared) >= 5 and max(compared) > 3, compared

@@ -139,10 +139,16 @@ COMMENT: /\/\/[^\n]*/
 %ignore /[ \t\n]+/
 '''
     text = b'{"a b": // note\n {"x\\"": -12}, "\xc3\xa9": 3}'
+    _masks_equal_without(monkeypatch, "cover_for", grammar, vocab, text)
+
+
+def _masks_equal_without(monkeypatch, name: str, grammar, vocab: Vocabulary, text: bytes) -> None:  # type: ignore[no-untyped-def]
+    """Every mask along ``text`` (one byte a token), with ``vocab_walk``'s ``name`` and with it
+    answering None, equal; the text is a sentence."""
     masks = {}
     for on in (True, False):
         if not on:
-            monkeypatch.setattr("trellis.constrain.vocab.vocab_walk.cover_for", lambda *a: None)
+            monkeypatch.setattr(f"trellis.constrain.vocab.vocab_walk.{name}", lambda *a: None)
         COMPILED.clear()  # a new constraint: no mask from the other run (compile memoises them)
         c = compile(grammar, vocab, cache=False)
         assert not c.share  # no walk from the other run
@@ -150,7 +156,8 @@ COMMENT: /\/\/[^\n]*/
         for b in text:
             out.append(c.mask_array(s).copy())
             s = c.advance(s, vocab.tokens.index(bytes([b])))
-            assert s is not None
+            assert s is not None, (on, b)
+        assert c.is_accepting(s)
         masks[on] = out
     assert all((a == b).all() for a, b in zip(masks[True], masks[False]))
 
@@ -289,18 +296,4 @@ def test_masks_along_a_bounded_string_are_unchanged_by_trie_cuts(monkeypatch) ->
     schema = JsonSchema({"type": "object", "properties": {"a": {"type": "string", "maxLength": 6},
                                                           "b": {"type": "string", "minLength": 2, "maxLength": 9}}})
     text = '{"a":"x y\\"z","b":"\u00e9t\u00e9 ok"}'.encode()
-    masks = {}
-    for on in (True, False):
-        if not on:
-            monkeypatch.setattr("trellis.constrain.vocab.vocab_walk.trie_cut_for", lambda *a: None)
-        COMPILED.clear()  # a new constraint: no mask from the other run (compile memoises them)
-        c = compile(schema, vocab, cache=False)
-        assert not c.share  # no walk from the other run
-        s, out = c.start(), []
-        for b in text:
-            out.append(c.mask_array(s).copy())
-            s = c.advance(s, vocab.tokens.index(bytes([b])))
-            assert s is not None, (on, b)
-        assert c.is_accepting(s)
-        masks[on] = out
-    assert all((a == b).all() for a, b in zip(masks[True], masks[False]))
+    _masks_equal_without(monkeypatch, "trie_cut_for", schema, vocab, text)
