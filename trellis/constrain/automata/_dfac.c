@@ -652,6 +652,22 @@ static PyObject *minus_words(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "minus_words: tables of the wrong size");
         goto done;
     }
+    /* the trie well formed (kid runs in order, within the arrays) and a's targets in range: the
+     * loops below index by them */
+    if (klo[0] != 0 || klo[nodes] != nk) {
+        PyErr_SetString(PyExc_ValueError, "minus_words: a malformed trie");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nodes; i++)
+        if (klo[i] > klo[i + 1]) {
+            PyErr_SetString(PyExc_ValueError, "minus_words: a malformed trie");
+            goto done;
+        }
+    for (Py_ssize_t i = 0; i < n * 256; i++)
+        if (at[i] >= n || at[i] < -1) {
+            PyErr_SetString(PyExc_ValueError, "minus_words: a transition out of range");
+            goto done;
+        }
     /* product states: at most one per trie node */
     pq = malloc(nodes * sizeof(int32_t));
     pnode = malloc(nodes * sizeof(int32_t));
@@ -681,6 +697,10 @@ static PyObject *minus_words(PyObject *self, PyObject *args) {
             child[b] = 1;
             int32_t q2 = row[b];
             if (q2 >= 0) {
+                if (p >= nodes || npk >= nk) {  /* a node reached twice: not a tree */
+                    PyErr_SetString(PyExc_ValueError, "minus_words: a malformed trie");
+                    goto done;
+                }
                 pq[p] = q2;
                 pnode[p] = knode[c];
                 pj[npk] = (int32_t)p;
