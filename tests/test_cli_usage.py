@@ -56,3 +56,21 @@ def test_version(capsys):
         main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"trellis {__version__}"
+
+
+@pytest.mark.parametrize("first", [
+    "from trellis.generate import GenerationResult",  # a submodule first (trellis.codegen does this)
+    "import trellis.generate",
+    "from trellis import generate",  # the lazy name first
+])
+def test_the_package_names_stay_what_they_export_whatever_is_imported_first(first):
+    """``trellis.generate`` is both a lazily exported function and the module it lives in: importing
+    the module first bound the module where ``from trellis import generate`` expects the function
+    (README blocks then failed with "'module' object is not callable"). In a new process, each order."""
+    code = (f"{first}\nimport sys, types\nfrom trellis import generate, GenerationResult\n"
+            "assert callable(generate) and not isinstance(generate, types.ModuleType), generate\n"
+            "assert generate.__module__ == 'trellis.generate'\n"
+            "import trellis\nassert trellis.generate is generate\n"
+            "from trellis.generate import generate as g2\nassert g2 is generate\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -11,6 +11,8 @@ should cost milliseconds).
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -47,6 +49,21 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(types.ModuleType):
+    """The package's module type: importing a submodule binds it as an attribute of its package, so
+    ``from trellis.generate import X`` (trellis' own ``codegen`` does it) before any use of
+    ``trellis.generate`` left the *module* where ``from trellis import generate`` expects the
+    function (``'module' object is not callable``). A lazily exported name keeps its object."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and name in _LAZY and value.__name__ == f"{__name__}.{name}":
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 _FLOAT32: Any = "float32"  # load()'s default dtype, named without importing torch
