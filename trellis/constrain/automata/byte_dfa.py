@@ -9,9 +9,8 @@ is ``dfa_minimise.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import os
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -95,6 +95,53 @@ static PyObject *state_from_buf(PyTypeObject *type, Scan *buf, Py_ssize_t n, int
     return (PyObject *)self;
 }
 
+/* Append the scans of an iterable of (t, q, E) tuples to buf (each holding a reference to its E),
+ * growing it; -1 on error (the scans appended so far stay in buf for the caller to release). */
+static int push_scans(PyObject *scans, Scan **buf, Py_ssize_t *n, Py_ssize_t *cap) {
+    PyObject *it = PyObject_GetIter(scans);
+    if (!it) return -1;
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            Py_DECREF(item);
+            Py_DECREF(it);
+            PyErr_SetString(PyExc_TypeError, "a scan is a (t, q, E) tuple");
+            return -1;
+        }
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(item, 0)), q = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+        if ((t == -1 || q == -1) && PyErr_Occurred()) {
+            Py_DECREF(item);
+            Py_DECREF(it);
+            return -1;
+        }
+        if (t < INT32_MIN || t > INT32_MAX || q < INT32_MIN || q > INT32_MAX) {
+            Py_DECREF(item);
+            Py_DECREF(it);
+            PyErr_SetString(PyExc_OverflowError, "a scan id or DFA state beyond 32 bits");
+            return -1;
+        }
+        if (*n == *cap) {
+            Scan *b2 = (Scan *)realloc(*buf, 2 * (size_t)*cap * sizeof(Scan));
+            if (!b2) {
+                Py_DECREF(item);
+                Py_DECREF(it);
+                PyErr_NoMemory();
+                return -1;
+            }
+            *buf = b2;
+            *cap *= 2;
+        }
+        (*buf)[*n].t = (int32_t)t;
+        (*buf)[*n].q = (int32_t)q;
+        (*buf)[*n].e = PyTuple_GET_ITEM(item, 2);
+        Py_INCREF((*buf)[*n].e);
+        (*n)++;
+        Py_DECREF(item);
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 /* State(scans, acc): scans an iterable of (t, q, E) tuples (duplicates allowed). */
 static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *scans, *accobj;
@@ -105,57 +152,15 @@ static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTuple(args, "OO:State", &scans, &accobj)) return NULL;
     int acc = PyObject_IsTrue(accobj);
     if (acc < 0) return NULL;
-    PyObject *it = PyObject_GetIter(scans);
-    if (!it) return NULL;
     Py_ssize_t cap = 16, n = 0;
     Scan *buf = (Scan *)malloc(cap * sizeof(Scan));
-    if (!buf) {
-        Py_DECREF(it);
-        return PyErr_NoMemory();
+    if (!buf) return PyErr_NoMemory();
+    if (push_scans(scans, &buf, &n, &cap) < 0) {
+        for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
+        free(buf);
+        return NULL;
     }
-    PyObject *item;
-    while ((item = PyIter_Next(it)) != NULL) {
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
-            Py_DECREF(item);
-            PyErr_SetString(PyExc_TypeError, "a scan is a (t, q, E) tuple");
-            goto fail;
-        }
-        long t = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
-        long q = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
-        if ((t == -1 || q == -1) && PyErr_Occurred()) {
-            Py_DECREF(item);
-            goto fail;
-        }
-        if (t < INT32_MIN || t > INT32_MAX || q < INT32_MIN || q > INT32_MAX) {
-            Py_DECREF(item);
-            PyErr_SetString(PyExc_OverflowError, "a scan id or DFA state beyond 32 bits");
-            goto fail;
-        }
-        if (n == cap) {
-            Scan *b2 = (Scan *)realloc(buf, 2 * cap * sizeof(Scan));
-            if (!b2) {
-                Py_DECREF(item);
-                PyErr_NoMemory();
-                goto fail;
-            }
-            buf = b2;
-            cap *= 2;
-        }
-        buf[n].t = (int32_t)t;
-        buf[n].q = (int32_t)q;
-        buf[n].e = PyTuple_GET_ITEM(item, 2);
-        Py_INCREF(buf[n].e);
-        n++;
-        Py_DECREF(item);
-    }
-    if (PyErr_Occurred()) goto fail;
-    Py_DECREF(it);
     return state_from_buf(type, buf, n, acc);
-fail:
-    Py_XDECREF(it);
-    for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
-    free(buf);
-    return NULL;
 }
 
 static void state_dealloc(StateObject *self) {
@@ -368,51 +373,11 @@ static PyTypeObject StateIterType = {
 
 static PyObject *str_after, *str_starts, *str_accepting;
 
-/* Append the scans of the frozenset `starts` ((t, q, E) tuples) to buf; -1 on error. */
-static int push_starts(PyObject *starts, Scan **buf, Py_ssize_t *n, Py_ssize_t *cap) {
-    PyObject *it = PyObject_GetIter(starts);
-    if (!it) return -1;
-    PyObject *item;
-    while ((item = PyIter_Next(it)) != NULL) {
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
-            Py_DECREF(item);
-            Py_DECREF(it);
-            PyErr_SetString(PyExc_TypeError, "a scan is a (t, q, E) tuple");
-            return -1;
-        }
-        long t = PyLong_AsLong(PyTuple_GET_ITEM(item, 0)), q = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
-        if ((t == -1 || q == -1) && PyErr_Occurred()) {
-            Py_DECREF(item);
-            Py_DECREF(it);
-            return -1;
-        }
-        if (*n == *cap) {
-            Scan *b2 = (Scan *)realloc(*buf, 2 * (size_t)*cap * sizeof(Scan));
-            if (!b2) {
-                Py_DECREF(item);
-                Py_DECREF(it);
-                PyErr_NoMemory();
-                return -1;
-            }
-            *buf = b2;
-            *cap *= 2;
-        }
-        (*buf)[*n].t = (int32_t)t;
-        (*buf)[*n].q = (int32_t)q;
-        (*buf)[*n].e = PyTuple_GET_ITEM(item, 2);
-        Py_INCREF((*buf)[*n].e);
-        (*n)++;
-        Py_DECREF(item);
-    }
-    Py_DECREF(it);
-    return PyErr_Occurred() ? -1 : 0;
-}
-
 /* Add E's `starts` and OR its `accepting` into *acc; -1 on error. */
 static int push_set(PyObject *e, Scan **buf, Py_ssize_t *n, Py_ssize_t *cap, int *acc) {
     PyObject *starts = PyObject_GetAttr(e, str_starts);
     if (!starts) return -1;
-    int r = push_starts(starts, buf, n, cap);
+    int r = push_scans(starts, buf, n, cap);
     Py_DECREF(starts);
     if (r < 0) return -1;
     PyObject *a = PyObject_GetAttr(e, str_accepting);

@@ -109,9 +109,9 @@ class Earley:
         # One form of chart state for this recogniser's whole life (read once: a test can build one
         # of each), and the C step only over C states.
         self.make_state = chart_state
-        self._native_step = native_step if chart_state is NativeState else None
-        self.native_take = native_take if chart_state is NativeState else None  # (scannerless._take)
-        self._native_walk = native_walk if chart_state is NativeState else None
+        native = chart_state is NativeState
+        self._native_step, self._native_close, self._native_take, self._native_walk = (
+            (native_step, native_close, native_take, native_walk) if native else (None,) * 4)
         m = len(ir.terminals)
         # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on.
         self.next_sym: list[int | None] = []
@@ -126,7 +126,6 @@ class Earley:
                 self.lhs.append(lhs)
         self.nullable = ir.nullable
         # The same tables as C arrays for ``_statec.close`` (next_sym's None as INT32_MIN).
-        self._native_close = native_close if chart_state is NativeState else None
         self._next_sym_c = array("i", [-(1 << 31) if s is None else s for s in self.next_sym])
         self._lhs_c = array("i", self.lhs)
         self._nullable_c = bytes(bool(x) for x in self.nullable)
@@ -562,6 +561,18 @@ class Earley:
             if state is None:
                 return None
         return state
+
+    def take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int], done: list[int],
+             tokens: tuple[bytes, ...]) -> list[int] | None:
+        """The rests ``idx`` (the last ``lengths[j]`` bytes of ``tokens[tids[j]]``, after their first
+        ``done[j]``) whose bytes the chart takes whole from ``state``, in order, stepped in C through
+        the step memo (``_statec.take``); None where that module is not built (``scannerless._take``
+        then walks them in Python)."""
+        if self._native_take is None:
+            return None
+        taken, units = self._native_take(state, idx, tids, lengths, done, tokens, self._steps, self.step_miss)
+        self.charge(units)
+        return taken
 
     def live_bytes(self, state: ChartState) -> np.ndarray:
         """[256] bool: the bytes ``step`` accepts from ``state`` (a scan's DFA moves on them)."""

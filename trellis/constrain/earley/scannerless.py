@@ -486,10 +486,8 @@ class EarleyConstraint:
               done: list[int]) -> list[int]:
         """The rests ``idx`` (tokens ``tids``, the last ``lengths`` bytes of each) whose bytes after the first
         ``done[j]`` the chart takes whole from ``state``, in order (in C: ``_statec.take``)."""
-        e = self.earley
-        if e.native_take is not None:
-            taken, units = e.native_take(state, idx, tids, lengths, done, self._toks, e._steps, e.step_miss)
-            e.charge(units)
+        taken = self.earley.take(state, idx, tids, lengths, done, self._toks)
+        if taken is not None:
             return taken
         toks, walk = self._toks, self.earley.walk
         seen: dict[bytes, bool] = {}
