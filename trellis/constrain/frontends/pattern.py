@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from trellis.constrain.automata.finite_words import ir_words
 from trellis.constrain.automata.charsets import ECMA_DIGIT, ECMA_DOT, ECMA_SPACE, ECMA_WORD, cs, cs_neg, cs_union
 from trellis.constrain.automata.regex_ir import ANYSTAR, EPS, MAX_REPEAT, NONE, Unsupported, alt, cat, ch, dec_regex, ir_len, rep
 
@@ -77,20 +78,44 @@ def _ecma_to_python(p: str) -> str:
     return "".join(out)
 
 
-# pattern -> IR (IRs are immutable tuples). A schema repeats its patterns: Github_ultra o17072's
-# translation asked for 41 distinct patterns 3,178 times (0.56 of 1.9 s under cProfile).
-_IR_MEMO: dict[str, tuple] = {}
+# pattern -> IR (IRs are immutable tuples), with what is derived from it on demand. A schema
+# repeats its patterns: Github_ultra o17072's translation asked for 41 distinct patterns 3,178
+# times (0.56 of 1.9 s under cProfile), and matched them 3,096 times (each match rebuilt the
+# regex text from the IR: 80 of 376 ms under cProfile before the matcher was kept here).
+class _Pattern:
+    __slots__ = ("ir", "matcher", "words")
+
+    def __init__(self, ir: tuple) -> None:
+        self.ir = ir
+        self.matcher: re.Pattern | None | bool = False  # False: not built yet; None: matches nothing
+        self.words: list[str] | None | bool = False
 
 
-def pattern_ir(pattern: str) -> tuple:
-    """IR of the strings in which ``pattern`` (ECMA-262) matches somewhere (search semantics)."""
+_IR_MEMO: dict[str, _Pattern] = {}
+
+
+def _entry(pattern: str) -> _Pattern:
     hit = _IR_MEMO.get(pattern)
     if hit is None:
-        hit = _pattern_ir(pattern)
+        hit = _Pattern(_pattern_ir(pattern))
         if len(_IR_MEMO) >= 4096:
             _IR_MEMO.clear()
         _IR_MEMO[pattern] = hit
     return hit
+
+
+def pattern_ir(pattern: str) -> tuple:
+    """IR of the strings in which ``pattern`` (ECMA-262) matches somewhere (search semantics)."""
+    return _entry(pattern).ir
+
+
+def pattern_words(pattern: str) -> list[str] | None:
+    """The strings ``pattern`` matches when they are few (``^Abs$``; ``finite_words.ir_words``),
+    else None."""
+    e = _entry(pattern)
+    if e.words is False:
+        e.words = ir_words(e.ir)
+    return e.words  # type: ignore[return-value]
 
 
 def _pattern_ir(pattern: str) -> tuple:
@@ -280,5 +305,7 @@ def regex_matcher(rx: str) -> re.Pattern:
 
 def pattern_matches(pattern: str, s: str) -> bool:
     """ECMA-262 search of ``pattern`` in ``s`` (exact, through the IR)."""
-    ir = pattern_ir(pattern)
-    return ir != NONE and regex_matcher(dec_regex(ir)).fullmatch(s) is not None  # NONE: e.g. "/^a$/" matches nothing
+    e = _entry(pattern)
+    if e.matcher is False:  # NONE: e.g. "/^a$/" matches nothing
+        e.matcher = None if e.ir == NONE else regex_matcher(dec_regex(e.ir))
+    return e.matcher is not None and e.matcher.fullmatch(s) is not None  # type: ignore[union-attr]

@@ -265,6 +265,10 @@ def _str_disjoint(x: StrSpec, y: StrSpec) -> bool:
     if z.empty():
         return True
     try:
+        for a, b in ((x, y), (y, x)):
+            ws = a.words()  # a few strings (a tag, an enum): test them, no automata product
+            if ws is not None:
+                return not any(b.contains(w) for w in ws)
         return fsm_and(x.fsm(), y.fsm()).empty()
     except (Unsupported, TooComplex):
         return False

@@ -11,6 +11,7 @@ from trellis.constrain.frontends.json_schema.emit_base import EmitterBase, Val
 from trellis.constrain.frontends.json_schema.limits import CHUNK, MAX_AUTOMATON, MAX_PATTERN_STRING, MAX_STRING
 from trellis.constrain.frontends.json_schema.pattern_chunks import pattern_chunk_rules
 from trellis.constrain.frontends.json_schema.specs import StrSpec
+from trellis.constrain.automata.finite_words import venn_words
 from trellis.constrain.automata.regex_ir import (JSON_CONTENT, JSON_NUMBER, JSON_UNIT, TooComplex, Unsupported, fsm_and,
                                         fsm_regex, fsm_sub, quantifier, regex_atom, regex_fsm, to_regex)
 
@@ -180,6 +181,9 @@ class ScalarRules(EmitterBase):
 
     def _venn(self, kind: str, items: list[tuple[str, set]]) -> list[tuple[str, set]]:
         try:
+            few = venn_words(items)
+            if few is not None:
+                return few
             regions: list[tuple[Any, set]] = []
             for rx, ts in items:
                 f = regex_fsm(rx)
@@ -199,3 +203,4 @@ class ScalarRules(EmitterBase):
             self.soften("anyOf", f"overlapping {'string' if kind == 'S' else 'number'} alternatives too complex "
                                  f"to separate ({e}); their union accepted with every continuation")
             return [("(?:" + "|".join(r for r, _ in items) + ")", set().union(*[t for _, t in items]))]
+

@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
+from trellis.constrain.automata.finite_words import ir_words
 from trellis.constrain.frontends.formats import format_ir
 from trellis.constrain.frontends.json_schema.limits import CHUNK, MAX_STRING
-from trellis.constrain.frontends.pattern import pattern_ir, pattern_matches, regex_matcher
+from trellis.constrain.frontends.pattern import pattern_ir, pattern_matches, pattern_words, regex_matcher
 from trellis.constrain.frontends.ranges import NumSpec
 from trellis.constrain.automata.regex_ir import (ANY, ANYSTAR, JSON_CONTENT, JSON_UNIT, MAX_REPEAT, NONE, Unsupported, alt,
                                         dec_regex, empty_fsm, enc_regex, fsm_and, fsm_regex, fsm_sub, ir_fsm, ir_len,
@@ -58,6 +59,17 @@ class StrSpec:
         if self.values is not None:
             return not self.values
         return self.max_len is not None and self.max_len < self.min_len
+
+    def words(self) -> list[str] | None:
+        """Every string of this set when it is an enumeration or one of its patterns or formats
+        is a finite language of at most ``finite_words.LIMIT`` strings (``^Abs$``, ``^(a|b)$``);
+        None otherwise. Exact: a candidate is kept when ``contains`` holds."""
+        if self.values is not None:
+            return [v for v in self.values if self.contains(v)]
+        for ws in [pattern_words(p) for p in self.patterns] + [ir_words(format_ir(f)) for f in self.formats]:
+            if ws is not None:
+                return [w for w in ws if self.contains(w)]
+        return None
 
     def _irs(self) -> list[tuple]:
         irs = [pattern_ir(p) for p in self.patterns] + [format_ir(f) for f in self.formats]
