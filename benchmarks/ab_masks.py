@@ -19,6 +19,8 @@ p90) over schemas of the per-schema ratio of mask sums (arm B / arm A).
 * ``cut``: trie cuts (``slices.trie_cut_for``);
 * ``cstep`` / ``cclose`` / ``ctake``: the chart's C loops (``_statec`` step; item-set closure; the
   byte walks of ``_take`` and ``Earley.walk``), read when a recogniser is made;
+* ``cmiss``: the C walks' memo misses stepped in C (without it: each miss calls the Python
+  ``Earley.step_miss``, as before);
 * ``cminus``: ``_dfac.minus_words`` (an open object's key regex minus its declared keys);
 * ``member``: sorted-pool membership in ``cut_walk.patch`` and the literal walks (``np.isin`` instead);
 * ``digest``: ``walk_cache.key_digest``'s memo;
@@ -44,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-SWITCHES = ("cut", "cstep", "cclose", "ctake", "cminus", "member", "digest")
+SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -83,6 +85,28 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     take_off, take_on = flip([earley], "native_take", None)
     walk_off, walk_on = flip([earley], "native_walk", None)
     out["ctake"] = (lambda: (take_off(), walk_off())), (lambda: (take_on(), walk_on()))
+
+    def walk_py_miss(self, state, data):  # Earley.walk with every memo miss through Python
+        self.charge(len(data) >> 3)
+        return self._native_walk(state, data, self._steps, self.step_miss)
+
+    def take_py_miss(self, state, idx, tids, lengths, done, tokens):
+        if self._native_take is None:
+            return None
+        taken, units = self._native_take(state, idx, tids, lengths, done, tokens, self._steps, self.step_miss)
+        self.charge(units)
+        return taken
+
+    cls = earley.Earley
+    walk_c, take_c = cls.walk, cls.take
+
+    def miss_off() -> None:
+        cls.walk, cls.take = (lambda s, *a: walk_py_miss(s, *a) if s._native_walk else walk_c(s, *a)), take_py_miss
+
+    def miss_on() -> None:
+        cls.walk, cls.take = walk_c, take_c
+
+    out["cmiss"] = miss_off, miss_on
     return out
 
 

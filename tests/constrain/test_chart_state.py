@@ -288,3 +288,66 @@ def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
     for _ in _random_states(c, random.Random(gid), 30):
         pass
     assert len(compared) >= 5 and max(compared) > 3, compared
+
+
+@needs_c
+@pytest.mark.parametrize("gid", ["lark/lark.lark", "outlines/arithmetic.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
+@pytest.mark.parametrize("cap", [1 << 22, 40])
+def test_the_c_walks_miss_as_the_python_step_does(gid: str, cap: int, monkeypatch) -> None:
+    """``Earley.walk`` and ``Earley.take`` step their memo misses in C (``_statec.c``'s walker):
+    the same states as through the Python ``step_miss``, the same work charged, the same memo
+    entries and scan count (its bounds hit at the same points: ``cap`` 40 clears it every few
+    steps), and ``WorkExhausted`` raised at the same point under a small work limit."""
+    monkeypatch.setattr(earley_mod, "STEP_CACHE_SCANS", cap)
+    c = _fresh_corpus_constraint(gid)
+    e = c.earley
+    rng = random.Random(gid)
+    states = list(_random_states(c, rng, 12))
+    toks = [t for t in c.vocab.tokens if t]
+    datas = [b"".join(rng.choice(toks) for _ in range(rng.randint(1, 3))) for _ in range(60)]
+
+    def run(via_python: bool, s, data: bytes, limit: int):  # type: ignore[no-untyped-def]
+        e._steps.clear()
+        e._steps_scans, e.work, e.work_limit = 0, 0, limit
+        try:
+            if via_python:
+                e.charge(len(data) >> 3)
+                out = e._native_walk(s, data, e._steps, e.step_miss)
+            else:
+                out = e.walk(s, data)
+            raised = False
+        except earley_mod.WorkExhausted:
+            out, raised = None, True
+        return out, raised, e.work, e._steps_scans, set(e._steps), list(e._steps.values())
+
+    compared = exhausted = 0
+    try:
+        for s in states:
+            for data in rng.sample(datas, 8):
+                run(False, s, data, earley_mod.UNBOUNDED)  # item sets made: both runs below find them
+                for limit in (earley_mod.UNBOUNDED, rng.randint(1, 60)):
+                    a, b = run(False, s, data, limit), run(True, s, data, limit)
+                    assert a[:5] == b[:5], (data, limit)
+                    assert a[5] == b[5]
+                    compared += 1
+                    exhausted += a[1]
+        # take: the rests of one token set from each state, through C misses and through Python
+        for s in states[:10]:
+            tids = [rng.randrange(len(c.vocab.tokens)) for _ in range(30)]
+            tids = [t for t in tids if c.vocab.tokens[t]]
+            lengths = [rng.randint(1, len(c.vocab.tokens[t])) for t in tids]
+            got = []
+            for via_python in (False, False, True):  # (the first makes the item sets the others find)
+                e._steps.clear()
+                e._steps_scans, e.work, e.work_limit = 0, 0, earley_mod.UNBOUNDED
+                if via_python:
+                    taken, units = e._native_take(s, range(len(tids)), tids, lengths, [0] * len(tids), c._toks,
+                                                  e._steps, e.step_miss)
+                    e.charge(units)
+                else:
+                    taken = e.take(s, range(len(tids)), tids, lengths, [0] * len(tids), c._toks)
+                got.append((taken, e.work, e._steps_scans, set(e._steps)))
+            assert got[1] == got[2]
+    finally:
+        e.work, e.work_limit = 0, earley_mod.UNBOUNDED
+    assert compared > 100 and exhausted > 0, (compared, exhausted)

@@ -389,17 +389,17 @@ static int push_set(PyObject *e, Scan **buf, Py_ssize_t *n, Py_ssize_t *cap, int
     return 0;
 }
 
-static PyObject *state_step(PyObject *module, PyObject *args) {
-    StateObject *st;
-    int b;
+/* The scan tables ``step`` reads, per scan id (Earley's lists: trans, final, has_out, scan_guard,
+ * scan_ignore, scan_term). */
+typedef struct {
     PyObject *trans, *final, *has_out, *guard, *ignore, *term;
-    if (!PyArg_ParseTuple(args, "O!iO!O!O!O!O!O!:step", &StateType, &st, &b, &PyList_Type, &trans, &PyList_Type, &final,
-                          &PyList_Type, &has_out, &PyList_Type, &guard, &PyList_Type, &ignore, &PyList_Type, &term))
-        return NULL;
-    if (b < 0 || b > 255) {
-        PyErr_SetString(PyExc_ValueError, "step: a byte is 0-255");
-        return NULL;
-    }
+} Tables;
+
+/* Earley.step's scan loop from st over byte b (0-255): a new reference to the next State, Py_None
+ * (no scan takes b) or Py_False (declined: Python's Earley._step decides); NULL on error. */
+static PyObject *step_core(StateObject *st, int b, const Tables *tb) {
+    PyObject *trans = tb->trans, *final = tb->final, *has_out = tb->has_out, *guard = tb->guard,
+             *ignore = tb->ignore, *term = tb->term;
     Py_ssize_t n = 0, cap = Py_SIZE(st) + 8;
     Scan *buf = (Scan *)malloc((size_t)cap * sizeof(Scan));
     if (!buf) return PyErr_NoMemory();
@@ -505,6 +505,34 @@ error:
     for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
     free(buf);
     return NULL;
+}
+
+static int parse_tables(PyObject *trans, PyObject *final, PyObject *has_out, PyObject *guard, PyObject *ignore,
+                        PyObject *term, Tables *tb) {
+    PyObject *all[6] = {trans, final, has_out, guard, ignore, term};
+    for (int i = 0; i < 6; i++) {
+        if (!PyList_Check(all[i])) {
+            PyErr_SetString(PyExc_TypeError, "step: the scan tables are lists");
+            return -1;
+        }
+    }
+    tb->trans = trans, tb->final = final, tb->has_out = has_out, tb->guard = guard, tb->ignore = ignore, tb->term = term;
+    return 0;
+}
+
+static PyObject *state_step(PyObject *module, PyObject *args) {
+    StateObject *st;
+    int b;
+    PyObject *trans, *final, *has_out, *guard, *ignore, *term;
+    Tables tb;
+    if (!PyArg_ParseTuple(args, "O!iOOOOOO:step", &StateType, &st, &b, &trans, &final, &has_out, &guard, &ignore, &term) ||
+        parse_tables(trans, final, has_out, guard, ignore, term, &tb) < 0)
+        return NULL;
+    if (b < 0 || b > 255) {
+        PyErr_SetString(PyExc_ValueError, "step: a byte is 0-255");
+        return NULL;
+    }
+    return step_core(st, b, &tb);
 }
 
 
@@ -698,29 +726,125 @@ done:
 
 
 /* -- scannerless._take's loop: token suffixes stepped through the chart from one state, a byte at
- * a time through the step memo (``Earley.step`` on a miss). Why: resolving the tokens split at a
- * terminal's end (``",`` ``"}`` after a string) steps a few bytes per token through memo hits;
- * the interpreter's loop around each lookup was ~10% of the median schema's fresh masks
- * (cProfile of bench_fresh's median schemas: _take, Earley.walk).
+ * a time through the step memo. Why: resolving the tokens split at a terminal's end (``",``
+ * ``"}`` after a string) steps a few bytes per token through memo hits; the interpreter's loop
+ * around each lookup was ~10% of the median schema's fresh masks (cProfile of bench_fresh's
+ * median schemas: _take, Earley.walk).
  *
- * take(state, idx, tids, lengths, done, tokens, steps, step) -> (taken, units)
+ * walk(state, data, steps, step[, earley, tables, cap]) -> the state after the bytes of data (None:
+ *   they are not taken): Earley.walk's loop (the caller charges the walk's own units).
+ * take(state, idx, tids, lengths, done, tokens, steps, step[, earley, tables, cap]) -> (taken, units)
  *   For each j: the rest idx[j], the last lengths[j] bytes of tokens[tids[j]], after its first
- * * done[j]: stepped from state through steps[(state, byte)] (step(state, byte) where the memo has
- *   no entry). taken: the idx[j] whose bytes the chart takes whole (in order); units: the work
- *   Earley.walk charges for those walks (len >> 3 each), for the caller to charge. */
+ *   done[j], stepped from state. taken: the idx[j] whose bytes the chart takes whole (in order);
+ *   units: the work Earley.walk charges for those walks (len >> 3 each), for the caller to charge.
+ *
+ * A byte is looked up in steps[(state, byte)]. On a miss, without earley: step(state, byte)
+ * (Earley.step_miss, which steps and memoises). With earley (the Earley object), tables (its six
+ * scan lists: trans, final, has_out, scan_guard, scan_ignore, scan_term) and cap
+ * (STEP_CACHE_SCANS): the miss is Earley.step_miss in C: its work charged to earley.work against
+ * earley.work_limit (earley.charge raises WorkExhausted past it), the memo cleared past 2^18
+ * entries or cap scans (earley._steps_scans), the step taken by step_core and memoised; where
+ * step_core declines, step(state, byte) is Earley.step_declined (the Python step, charged and
+ * memoised there). Why: the Python step_miss around the C step was the largest single function
+ * of bench_fresh's median schemas' fresh masks (~7% of their time, cProfile). The counters are
+ * read from earley when a walk starts and written back before any Python call and at the end. */
+static PyObject *str_work, *str_work_limit, *str_steps_scans, *str_charge;
+
+typedef struct {
+    PyObject *steps, *step, *earley; /* earley NULL: every miss is step(state, byte) */
+    Tables tb;
+    long long work, limit, scans, cap;
+} Walker;
+
+static int get_ll(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int set_ll(PyObject *o, PyObject *name, long long x) {
+    PyObject *v = PyLong_FromLongLong(x);
+    if (!v) return -1;
+    int r = PyObject_SetAttr(o, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int walker_load(Walker *w) {
+    if (!w->earley) return 0;
+    return (get_ll(w->earley, str_work, &w->work) < 0 || get_ll(w->earley, str_work_limit, &w->limit) < 0 ||
+            get_ll(w->earley, str_steps_scans, &w->scans) < 0) ? -1 : 0;
+}
+
+static int walker_store(Walker *w) {
+    if (!w->earley) return 0;
+    return (set_ll(w->earley, str_work, w->work) < 0 || set_ll(w->earley, str_steps_scans, w->scans) < 0) ? -1 : 0;
+}
+
+/* The state after byte b from cur where the memo has no entry (key: (cur, b)); a new reference,
+ * NULL on error. */
+static PyObject *walker_miss(Walker *w, PyObject *cur, PyObject *b, PyObject *key) {
+    if (!w->earley || !PyObject_TypeCheck(cur, &StateType)) {
+        if (w->earley && walker_store(w) < 0) return NULL;
+        PyObject *r = PyObject_CallFunctionObjArgs(w->step, cur, b, NULL);
+        if (w->earley && walker_load(w) < 0) {
+            Py_XDECREF(r);
+            return NULL;
+        }
+        return r;
+    }
+    long long units = Py_SIZE(cur) + 1;
+    if (w->work + units > w->limit) {  /* Earley.charge raises: let it, with the counters written */
+        w->work += units;
+        if (walker_store(w) < 0) return NULL;
+        PyObject *zero = PyLong_FromLong(0);
+        PyObject *r = zero ? PyObject_CallMethodObjArgs(w->earley, str_charge, zero, NULL) : NULL;
+        Py_XDECREF(zero);
+        if (!r) return NULL;
+        Py_DECREF(r);  /* (it did not raise: the limit moved under us) */
+        if (walker_load(w) < 0) return NULL;
+        w->work -= units;
+    }
+    PyObject *nxt = step_core((StateObject *)cur, (int)PyLong_AsLong(b), &w->tb);
+    if (!nxt) return NULL;
+    if (nxt == Py_False) {  /* declined: the Python step, charged and memoised there */
+        Py_DECREF(nxt);
+        if (walker_store(w) < 0) return NULL;
+        PyObject *r = PyObject_CallFunctionObjArgs(w->step, cur, b, NULL);
+        if (walker_load(w) < 0) {
+            Py_XDECREF(r);
+            return NULL;
+        }
+        return r;
+    }
+    w->work += units;
+    if (PyDict_GET_SIZE(w->steps) > (1 << 18) || w->scans > w->cap) {  /* Earley.step_miss's bounds */
+        PyDict_Clear(w->steps);
+        w->scans = 0;
+    }
+    if (PyDict_SetItem(w->steps, key, nxt) < 0) {
+        Py_DECREF(nxt);
+        return NULL;
+    }
+    w->scans += Py_SIZE(cur) + (PyObject_TypeCheck(nxt, &StateType) ? Py_SIZE(nxt) : 0);
+    return nxt;
+}
+
 /* The state after bytes p[0:m] from state through the step memo (None: a byte no scan takes); a
  * new reference, NULL on error. */
-static PyObject *walk_bytes(PyObject *state, const unsigned char *p, Py_ssize_t m, PyObject *steps, PyObject *step) {
+static PyObject *walk_bytes(PyObject *state, const unsigned char *p, Py_ssize_t m, Walker *w) {
     PyObject *cur = state;
     Py_INCREF(cur);
     for (Py_ssize_t i = 0; i < m && cur != Py_None; i++) {
         PyObject *b = PyLong_FromLong(p[i]);  /* a small int: cached, no allocation */
         PyObject *key = b ? PyTuple_Pack(2, cur, b) : NULL;
-        PyObject *nxt = key ? PyDict_GetItemWithError(steps, key) : NULL;
+        PyObject *nxt = key ? PyDict_GetItemWithError(w->steps, key) : NULL;
         if (nxt) {
             Py_INCREF(nxt);
         } else if (key && !PyErr_Occurred()) {
-            nxt = PyObject_CallFunctionObjArgs(step, cur, b, NULL);
+            nxt = walker_miss(w, cur, b, key);
         }
         Py_XDECREF(key);
         Py_XDECREF(b);
@@ -731,22 +855,46 @@ static PyObject *walk_bytes(PyObject *state, const unsigned char *p, Py_ssize_t 
     return cur;
 }
 
-/* walk(state, data, steps, step) -> the state after the bytes of data (None: they are not taken):
- * Earley.walk's loop (the caller charges the work). */
+/* The optional (earley, tables, cap) of walk and take into w; -1 on error. */
+static int walker_init(Walker *w, PyObject *steps, PyObject *step, PyObject *earley, PyObject *tables, long long cap) {
+    memset(w, 0, sizeof(*w));
+    w->steps = steps, w->step = step, w->cap = cap;
+    if (earley == NULL || earley == Py_None) return 0;
+    if (!PyTuple_Check(tables) || PyTuple_GET_SIZE(tables) != 6) {
+        PyErr_SetString(PyExc_TypeError, "the scan tables are a tuple of six lists");
+        return -1;
+    }
+    if (parse_tables(PyTuple_GET_ITEM(tables, 0), PyTuple_GET_ITEM(tables, 1), PyTuple_GET_ITEM(tables, 2),
+                     PyTuple_GET_ITEM(tables, 3), PyTuple_GET_ITEM(tables, 4), PyTuple_GET_ITEM(tables, 5), &w->tb) < 0)
+        return -1;
+    w->earley = earley;
+    return walker_load(w);
+}
+
 static PyObject *chart_walk(PyObject *module, PyObject *args) {
-    PyObject *state, *steps, *step;
+    PyObject *state, *steps, *step, *earley = NULL, *tables = NULL;
+    long long cap = 0;
     Py_buffer data;
-    if (!PyArg_ParseTuple(args, "Oy*O!O:walk", &state, &data, &PyDict_Type, &steps, &step)) return NULL;
-    PyObject *r = walk_bytes(state, (const unsigned char *)data.buf, data.len, steps, step);
+    Walker w;
+    if (!PyArg_ParseTuple(args, "Oy*O!O|OOL:walk", &state, &data, &PyDict_Type, &steps, &step, &earley, &tables, &cap))
+        return NULL;
+    PyObject *r = NULL;
+    if (walker_init(&w, steps, step, earley, tables, cap) == 0) {
+        r = walk_bytes(state, (const unsigned char *)data.buf, data.len, &w);
+        if (r && walker_store(&w) < 0) Py_CLEAR(r);
+    }
     PyBuffer_Release(&data);
     return r;
 }
 
 static PyObject *chart_take(PyObject *module, PyObject *args) {
-    PyObject *state, *idx, *tids, *lengths, *done, *tokens, *steps, *step;
-    if (!PyArg_ParseTuple(args, "OOOOOO!O!O:take", &state, &idx, &tids, &lengths, &done, &PyTuple_Type, &tokens,
-                          &PyDict_Type, &steps, &step))
+    PyObject *state, *idx, *tids, *lengths, *done, *tokens, *steps, *step, *earley = NULL, *tables = NULL;
+    long long cap = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOO!O!O|OOL:take", &state, &idx, &tids, &lengths, &done, &PyTuple_Type, &tokens,
+                          &PyDict_Type, &steps, &step, &earley, &tables, &cap))
         return NULL;
+    Walker w;
+    if (walker_init(&w, steps, step, earley, tables, cap) < 0) return NULL;
     PyObject *fi = PySequence_Fast(idx, "take: idx"), *ft = PySequence_Fast(tids, "take: tids"),
              *fl = PySequence_Fast(lengths, "take: lengths"), *fd = PySequence_Fast(done, "take: done");
     PyObject *out = PyList_New(0), *result = NULL;
@@ -775,13 +923,13 @@ static PyObject *chart_take(PyObject *module, PyObject *args) {
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(tok) + (tl - len + j);
         Py_ssize_t m = len - j;
         units += m >> 3;
-        PyObject *cur = walk_bytes(state, p, m, steps, step);
+        PyObject *cur = walk_bytes(state, p, m, &w);
         if (!cur) goto done;
         int ok = cur != Py_None;
         Py_DECREF(cur);
         if (ok && PyList_Append(out, PySequence_Fast_GET_ITEM(fi, k)) < 0) goto done;
     }
-    result = Py_BuildValue("(OL)", out, units);
+    if (walker_store(&w) == 0) result = Py_BuildValue("(OL)", out, units);
 done:
     Py_XDECREF(fi);
     Py_XDECREF(ft);
@@ -811,7 +959,13 @@ PyMODINIT_FUNC PyInit__statec(void) {
     str_accepting = PyUnicode_InternFromString("accepting");
     str_waiting = PyUnicode_InternFromString("waiting");
     str_static = PyUnicode_InternFromString("static");
-    if (!str_after || !str_starts || !str_accepting || !str_waiting || !str_static) return NULL;
+    str_work = PyUnicode_InternFromString("work");
+    str_work_limit = PyUnicode_InternFromString("work_limit");
+    str_steps_scans = PyUnicode_InternFromString("_steps_scans");
+    str_charge = PyUnicode_InternFromString("charge");
+    if (!str_after || !str_starts || !str_accepting || !str_waiting || !str_static || !str_work || !str_work_limit ||
+        !str_steps_scans || !str_charge)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&StateType);

@@ -145,6 +145,9 @@ class Earley:
         self.trans: list[array] = []
         self.final: list[bytes] = []
         self.has_out: list[bytes] = []
+        # The six lists the C walks step through on a memo miss (``walk``, ``take``: ``_statec.c``);
+        # they grow in place as scans are added.
+        self._tables = (self.trans, self.final, self.has_out, self.scan_guard, self.scan_ignore, self.scan_term)
         for t in range(m):
             self._add_scan(ir.terminals[t].dfa, t, False)
         self.ignore_scans = tuple(self._add_scan(ir.terminals[t].dfa, t, True) for t in ir.ignore)
@@ -495,6 +498,17 @@ class Earley:
             state, b, self.trans, self.final, self.has_out, self.scan_guard, self.scan_ignore, self.scan_term)
         if res is False:  # (the C loop declines what it does not take: see _statec.c)
             res = self._step(state, b)
+        self._memo_step(state, b, res)
+        return res
+
+    def step_declined(self, state: ChartState, b: int) -> ChartState | None:
+        """``step_miss`` where the C step has declined (the C walks' miss path: ``_statec.c``)."""
+        self.charge(len(state[0]) + 1)
+        res = self._step(state, b)
+        self._memo_step(state, b, res)
+        return res
+
+    def _memo_step(self, state: ChartState, b: int, res: ChartState | None) -> None:
         # States are many in long runs and a step is cheap to redo. Bounded by entries AND by the
         # scans they hold: lark.lark's ambiguous %ignore makes states of hundreds of scans, and
         # 2^18 of them took 11 GB in the 10,000-decode fuzz (fuzz_grammars --corpus).
@@ -503,7 +517,6 @@ class Earley:
             self._steps_scans = 0
         self._steps[(state, b)] = res
         self._steps_scans += len(state[0]) + (len(res[0]) if res is not None else 0)
-        return res
 
     def _step(self, state: ChartState, b: int) -> ChartState | None:
         """``step`` unmemoised, in Python (``_statec.step`` takes the common case in C)."""
@@ -554,7 +567,7 @@ class Earley:
         steps = self._steps  # (memo hits looked up here: no call per byte; the dict is only cleared)
         self.charge(len(data) >> 3)
         if self._native_walk is not None:
-            return self._native_walk(state, data, steps, self.step_miss)
+            return self._native_walk(state, data, steps, self.step_declined, self, self._tables, STEP_CACHE_SCANS)
         for b in data:
             nxt = steps.get((state, b), _MISS)
             state = self.step(state, b) if nxt is _MISS else nxt  # type: ignore[assignment]
@@ -570,7 +583,8 @@ class Earley:
         then walks them in Python)."""
         if self._native_take is None:
             return None
-        taken, units = self._native_take(state, idx, tids, lengths, done, tokens, self._steps, self.step_miss)
+        taken, units = self._native_take(state, idx, tids, lengths, done, tokens, self._steps, self.step_declined,
+                                         self, self._tables, STEP_CACHE_SCANS)
         self.charge(units)
         return taken
 
