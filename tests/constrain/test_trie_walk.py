@@ -68,3 +68,19 @@ def test_trie_walk_equals_the_flat_walk(seed: int) -> None:
                         whole = tm.tokens[int(c.tid[i])]
                         off = int(c.base[i]) // tm.mat_t.shape[1]
                         assert len(whole) - off == int(c.length[i]) > 0
+
+
+def test_a_cut_walk_releases_the_cut_array() -> None:
+    """``_walkc.walk_trie`` takes the cut's buffer once and gives it back: the array can be resized
+    after the walk (a buffer still exported refuses it; the cut's was taken twice, released once)."""
+    from trellis.constrain.vocab.trie_walk import TrieCut
+    from trellis.constrain.vocab.walks import walkc
+
+    if walkc is None:
+        pytest.skip("the C walk kernel is not built")
+    tm = TokenMatrix.of(_vocab(0))
+    rs = RestSet.vocabulary(tm)
+    nodes = bytearray(TokenTrie.of(tm).nodes)  # (a bytearray counts its exports; numpy does not)
+    dfa = regex_to_byte_dfa(PATTERNS[3])
+    walk_vocabulary(dfa.trans, dfa.final, 0, rs, tm, None, TrieCut(nodes, np.zeros(len(rs), dtype=bool)))  # type: ignore[arg-type]
+    nodes.append(0)  # BufferError while an export is held

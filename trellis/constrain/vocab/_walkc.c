@@ -250,10 +250,6 @@ static PyObject *walk_trie(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(cut_o, &cut_b, PyBUF_SIMPLE) < 0) goto done;
         have_cut = 1;
     }
-    if (cut_o != Py_None) {
-        if (PyObject_GetBuffer(cut_o, &cut_b, PyBUF_SIMPLE) < 0) goto done;
-        have_cut = 1;
-    }
     {
         const int32_t *trans = (const int32_t *)trans_b.buf;
         const uint8_t *final = (const uint8_t *)final_b.buf;
