@@ -13,6 +13,7 @@ import pytest
 from trellis.constrain.automata.finite_words import fsm_words, ir_words, venn_words
 from trellis.constrain.automata.regex_ir import dec_regex, ir_len, fsm_and, fsm_regex, fsm_sub, regex_fsm, to_regex
 from trellis.constrain.frontends.json_schema import nodes as nodes_mod
+from trellis.constrain.frontends.json_schema.scalars import venn_regions
 from trellis.constrain.frontends.json_schema.specs import StrSpec
 from trellis.constrain.frontends.pattern import pattern_ir, pattern_words
 
@@ -121,25 +122,6 @@ def _region_words(rx: str) -> frozenset:
     return frozenset(ws)
 
 
-def _venn_by_automata(items: list[tuple[str, set]]) -> list[tuple[str, set]]:
-    """``ScalarRules._venn``'s automata path (the reference)."""
-    regions: list = []
-    for rx, ts in items:
-        f = regex_fsm(rx)
-        new = []
-        for g, gts in regions:
-            a, d = fsm_and(g, f), fsm_sub(g, f)
-            if not a.empty():
-                new.append((a, gts | ts))
-            if not d.empty():
-                new.append((d, gts))
-            f = fsm_sub(f, g)
-        if not f.empty():
-            new.append((f, set(ts)))
-        regions = new
-    return [(fsm_regex(g, to_regex), ts) for g, ts in regions]
-
-
 def test_venn_of_few_strings_equals_automata() -> None:
     rng = random.Random(3)
     pool = ["Abs", "Add", "Abs|Add", "x[ab]", "xa|y", "(?:a|b){2}", "ab?", "q"]
@@ -147,7 +129,7 @@ def test_venn_of_few_strings_equals_automata() -> None:
         items = [(rng.choice(pool), {i}) for i in range(rng.randint(2, 6))]
         fast = venn_words(items)
         assert fast is not None
-        slow = _venn_by_automata(items)
+        slow = venn_regions(items)
         assert {(_region_words(r), frozenset(t)) for r, t in fast} == \
             {(_region_words(r), frozenset(t)) for r, t in slow}, items
         assert len(fast) == len(slow)

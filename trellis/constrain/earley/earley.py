@@ -491,32 +491,26 @@ class Earley:
         hit = self._steps.get((state, b), _MISS)
         return self.step_miss(state, b) if hit is _MISS else hit
 
-    def step_miss(self, state: ChartState, b: int) -> ChartState | None:
-        """``step`` where the memo has no entry (the C walks call it on their misses)."""
+    def step_miss(self, state: ChartState, b: int, native: bool = True) -> ChartState | None:
+        """``step`` where the memo has no entry; ``native=False``: the C step has declined already."""
         self.charge(len(state[0]) + 1)
-        res = False if self._native_step is None else self._native_step(
-            state, b, self.trans, self.final, self.has_out, self.scan_guard, self.scan_ignore, self.scan_term)
+        res = self._native_step(state, b, *self._tables) if native and self._native_step is not None else False
         if res is False:  # (the C loop declines what it does not take: see _statec.c)
             res = self._step(state, b)
-        self._memo_step(state, b, res)
-        return res
-
-    def step_declined(self, state: ChartState, b: int) -> ChartState | None:
-        """``step_miss`` where the C step has declined (the C walks' miss path: ``_statec.c``)."""
-        self.charge(len(state[0]) + 1)
-        res = self._step(state, b)
-        self._memo_step(state, b, res)
-        return res
-
-    def _memo_step(self, state: ChartState, b: int, res: ChartState | None) -> None:
         # States are many in long runs and a step is cheap to redo. Bounded by entries AND by the
         # scans they hold: lark.lark's ambiguous %ignore makes states of hundreds of scans, and
-        # 2^18 of them took 11 GB in the 10,000-decode fuzz (fuzz_grammars --corpus).
+        # 2^18 of them took 11 GB in the 10,000-decode fuzz (fuzz_grammars --corpus). (The C
+        # walks' misses keep the same bounds: ``_statec.c``.)
         if len(self._steps) > 1 << 18 or self._steps_scans > STEP_CACHE_SCANS:
             self._steps.clear()
             self._steps_scans = 0
         self._steps[(state, b)] = res
         self._steps_scans += len(state[0]) + (len(res[0]) if res is not None else 0)
+        return res
+
+    def step_declined(self, state: ChartState, b: int) -> ChartState | None:
+        """The C walks' miss path where the C step declines (``_statec.c``)."""
+        return self.step_miss(state, b, False)
 
     def _step(self, state: ChartState, b: int) -> ChartState | None:
         """``step`` unmemoised, in Python (``_statec.step`` takes the common case in C)."""

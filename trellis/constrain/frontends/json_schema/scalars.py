@@ -181,26 +181,30 @@ class ScalarRules(EmitterBase):
 
     def _venn(self, kind: str, items: list[tuple[str, set]]) -> list[tuple[str, set]]:
         try:
-            few = venn_words(items)
-            if few is not None:
-                return few
-            regions: list[tuple[Any, set]] = []
-            for rx, ts in items:
-                f = regex_fsm(rx)
-                new = []
-                for g, gts in regions:
-                    a, d = fsm_and(g, f), fsm_sub(g, f)
-                    if not a.empty():
-                        new.append((a, gts | ts))
-                    if not d.empty():
-                        new.append((d, gts))
-                    f = fsm_sub(f, g)
-                if not f.empty():
-                    new.append((f, set(ts)))
-                regions = new
-            return [(fsm_regex(g, to_regex), ts) for g, ts in regions]
+            few = venn_words(items)  # a few strings each (tags, enums): grouped by string
+            return few if few is not None else venn_regions(items)
         except (Unsupported, TooComplex) as e:
             self.soften("anyOf", f"overlapping {'string' if kind == 'S' else 'number'} alternatives too complex "
                                  f"to separate ({e}); their union accepted with every continuation")
             return [("(?:" + "|".join(r for r, _ in items) + ")", set().union(*[t for _, t in items]))]
 
+
+def venn_regions(items: list[tuple[str, set]]) -> list[tuple[str, set]]:
+    """The Venn regions of ``items`` ((regex, tags) pairs) by automata: each region a regex of the
+    strings held by exactly the items whose tags it carries (non-empty regions only). Raises
+    ``Unsupported`` / ``TooComplex`` where a regex or product is beyond the automata."""
+    regions: list[tuple[Any, set]] = []
+    for rx, ts in items:
+        f = regex_fsm(rx)
+        new = []
+        for g, gts in regions:
+            a, d = fsm_and(g, f), fsm_sub(g, f)
+            if not a.empty():
+                new.append((a, gts | ts))
+            if not d.empty():
+                new.append((d, gts))
+            f = fsm_sub(f, g)
+        if not f.empty():
+            new.append((f, set(ts)))
+        regions = new
+    return [(fsm_regex(g, to_regex), ts) for g, ts in regions]
