@@ -101,7 +101,9 @@ def fsm_words(f: Any, limit: int = LIMIT) -> list[str] | None:
         on_path.discard(q)
         return True
 
-    return list(dict.fromkeys(out)) if walk(f.initial, "") else None
+    # sorted: the FSM's transition order may follow string hashes (a grammar's text must not
+    # change between processes: it keys the compiled-grammar memo and the disk cache)
+    return sorted(set(out)) if walk(f.initial, "") else None
 
 
 def venn_words(items: list[tuple[str, set]]) -> list[tuple[str, set]] | None:
@@ -116,6 +118,6 @@ def venn_words(items: list[tuple[str, set]]) -> list[tuple[str, set]] | None:
         for w in ws:
             owner.setdefault(w, set()).update(ts)
     regions: dict[frozenset, list[str]] = {}
-    for w, ts in owner.items():
+    for w, ts in owner.items():  # (in the items' order, each item's strings sorted: fsm_words)
         regions.setdefault(frozenset(ts), []).append(w)
     return [(to_regex(alt(*[lit(w) for w in ws])), set(ts)) for ts, ws in regions.items()]
