@@ -78,26 +78,20 @@ def _ecma_to_python(p: str) -> str:
     return "".join(out)
 
 
-# pattern -> IR (IRs are immutable tuples), with what is derived from it on demand. A schema
-# repeats its patterns: Github_ultra o17072's translation asked for 41 distinct patterns 3,178
-# times (0.56 of 1.9 s under cProfile), and matched them 3,096 times (each match rebuilt the
-# regex text from the IR: 80 of 376 ms under cProfile before the matcher was kept here).
-class _Pattern:
-    __slots__ = ("ir", "matcher", "words")
-
-    def __init__(self, ir: tuple) -> None:
-        self.ir = ir
-        self.matcher: re.Pattern | None | bool = False  # False: not built yet; None: matches nothing
-        self.words: list[str] | None | bool = False
+# pattern -> (IR, matcher, strings): the IR (an immutable tuple) and what is derived from it on
+# demand (``_UNSET`` until then). A schema repeats its patterns: Github_ultra o17072's translation
+# asked for 41 distinct patterns 3,178 times (0.56 of 1.9 s under cProfile), and matched them 3,096
+# times (each match rebuilt the regex text from the IR: 80 of 376 ms under cProfile before the
+# matcher was kept here). An entry is replaced, never changed, so a copy of the memo
+# (bench_fresh.py's snapshot of the shared memos) stays as it was.
+_UNSET: Any = object()
+_IR_MEMO: dict[str, tuple] = {}
 
 
-_IR_MEMO: dict[str, _Pattern] = {}
-
-
-def _entry(pattern: str) -> _Pattern:
+def _entry(pattern: str) -> tuple:
     hit = _IR_MEMO.get(pattern)
     if hit is None:
-        hit = _Pattern(_pattern_ir(pattern))
+        hit = (_pattern_ir(pattern), _UNSET, _UNSET)
         if len(_IR_MEMO) >= 4096:
             _IR_MEMO.clear()
         _IR_MEMO[pattern] = hit
@@ -106,16 +100,18 @@ def _entry(pattern: str) -> _Pattern:
 
 def pattern_ir(pattern: str) -> tuple:
     """IR of the strings in which ``pattern`` (ECMA-262) matches somewhere (search semantics)."""
-    return _entry(pattern).ir
+    return _entry(pattern)[0]
 
 
 def pattern_words(pattern: str) -> list[str] | None:
     """The strings ``pattern`` matches when they are few (``^Abs$``; ``finite_words.ir_words``),
-    else None."""
-    e = _entry(pattern)
-    if e.words is False:
-        e.words = ir_words(e.ir)
-    return e.words  # type: ignore[return-value]
+    else None (a new list each call: the memo keeps a tuple)."""
+    ir, matcher, words = _entry(pattern)
+    if words is _UNSET:
+        ws = ir_words(ir)
+        words = None if ws is None else tuple(ws)
+        _IR_MEMO[pattern] = (ir, matcher, words)
+    return None if words is None else list(words)
 
 
 def _pattern_ir(pattern: str) -> tuple:
@@ -305,7 +301,8 @@ def regex_matcher(rx: str) -> re.Pattern:
 
 def pattern_matches(pattern: str, s: str) -> bool:
     """ECMA-262 search of ``pattern`` in ``s`` (exact, through the IR)."""
-    e = _entry(pattern)
-    if e.matcher is False:  # NONE: e.g. "/^a$/" matches nothing
-        e.matcher = None if e.ir == NONE else regex_matcher(dec_regex(e.ir))
-    return e.matcher is not None and e.matcher.fullmatch(s) is not None  # type: ignore[union-attr]
+    ir, matcher, words = _entry(pattern)
+    if matcher is _UNSET:  # None: matches nothing (e.g. "/^a$/")
+        matcher = None if ir == NONE else regex_matcher(dec_regex(ir))
+        _IR_MEMO[pattern] = (ir, matcher, words)
+    return matcher is not None and matcher.fullmatch(s) is not None
