@@ -218,25 +218,47 @@ def test_a_dropped_constraint_leaves_no_item_sets() -> None:
 @pytest.mark.parametrize("gid", ["lark/lark.lark", "outlines/arithmetic.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
 def test_the_c_step_is_the_python_step_or_declines(gid: str) -> None:
     """``_statec.step`` (Earley.step's scan loop in C) returns exactly ``Earley._step``'s state,
-    or False where it declines (two terminals complete at one byte, a follow guard, a boundary
-    not memoised yet): every byte from every state along random walks over grammars with
-    ``%ignore`` terminals and lookahead guards. Both outcomes occur."""
+    or False where it declines (a follow guard, a boundary not memoised yet: after one terminal in
+    its item set, after several completing at one byte in ``_after_many``): every byte from every
+    state along random walks over grammars with ``%ignore`` terminals and lookahead guards. Both
+    outcomes occur, and on lark.lark (a name, a comment and whitespace can end at one byte) the C
+    step takes bytes where several terminals complete."""
     native_step = earley_mod.native_step
     c = _fresh_corpus_constraint(gid)
     e = c.earley
-    taken = declined = 0
+    taken = declined = taken_many = 0
     for s in _random_states(c, random.Random(gid), 25):
         for b in range(256):
-            got = native_step(s, b, e.trans, e.final, e.has_out, e.scan_guard, e.scan_ignore, e.scan_term)
+            got = native_step(s, b, *e._tables)
             want = e._step(s, b)
             if got is False:
                 declined += 1
-                got = native_step(s, b, e.trans, e.final, e.has_out, e.scan_guard, e.scan_ignore, e.scan_term)
+                got = native_step(s, b, *e._tables)
                 assert got is False or got == want  # _step memoised the boundary: taken now, or still declined
             else:
                 taken += 1
                 assert got == want, (b, s)
+                taken_many += _completions(e, s, b) > 1
+            # without _after_many the C step declines every byte where several terminals complete
+            if _completions(e, s, b) > 1:
+                assert native_step(s, b, *e._tables[:6]) is False
     assert taken > 1000 and declined > 0, (taken, declined)
+    if gid == "lark/lark.lark":
+        assert taken_many > 0, taken_many
+
+
+def _completions(e, s, b: int) -> int:  # type: ignore[no-untyped-def]
+    """How many (terminal, start set) pairs complete on byte ``b`` from ``s`` (terminals not
+    ignored; 0 where a completing scan has a follow guard)."""
+    done = set()
+    for t, q, o in s[0]:
+        q2 = e.trans[t][(q << 8) | b]
+        if q2 >= 0 and e.final[t][q2]:
+            if e.scan_guard[t] is not None:
+                return 0
+            if not e.scan_ignore[t]:
+                done.add((e.scan_term[t], o))
+    return len(done)
 
 
 def _fresh_corpus_constraint(gid: str):  # type: ignore[no-untyped-def]
@@ -351,3 +373,98 @@ def test_the_c_walks_miss_as_the_python_step_does(gid: str, cap: int, monkeypatc
     finally:
         e.work, e.work_limit = 0, earley_mod.UNBOUNDED
     assert compared > 100 and exhausted > 0, (compared, exhausted)
+
+
+@needs_c
+@pytest.mark.parametrize("gid", ["lark/lark.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
+def test_the_c_take_shares_prefixes_exactly(gid: str) -> None:
+    """``_statec.take`` walks its rests in byte order, each from the state after the prefix it
+    shares with the one before: the rests it takes are exactly those a plain byte-by-byte walk
+    takes, for rest lists full of shared prefixes, duplicates, prefixes of one another, empty
+    rests and rests that fail part-way; its units are the bytes it stepped over eight."""
+    c = _fresh_corpus_constraint(gid)
+    e = c.earley
+    rng = random.Random(gid)
+    toks = c._toks
+    nonempty = [i for i, t in enumerate(toks) if t]
+    compared = taken_some = failed_some = 0
+    for s in list(_random_states(c, rng, 10))[:12]:
+        tids = [rng.choice(nonempty) for _ in range(rng.randint(1, 120))]
+        tids += rng.sample(tids, min(len(tids), 10))  # duplicates
+        lengths = [rng.randint(0, len(toks[t])) for t in tids]
+        done = [rng.randint(0, n) for n in lengths]
+        taken = e.take(s, range(len(tids)), tids, lengths, done, toks)
+        want = []
+        for i, (t, n, j) in enumerate(zip(tids, lengths, done)):
+            cur = s
+            for b in toks[t][len(toks[t]) - n + j:]:
+                cur = e.step(cur, b)
+                if cur is None:
+                    break
+            if cur is not None:
+                want.append(i)
+        assert taken == want, (s, tids, lengths, done)
+        compared += 1
+        taken_some += bool(taken)
+        failed_some += len(taken) < len(tids)
+        # the units: distinct non-empty prefixes stepped (a failed byte ends its branch)
+        _, units = e._native_take(s, range(len(tids)), tids, lengths, done, toks, e._steps, e.step_declined, e,
+                                  e._tables, earley_mod.STEP_CACHE_SCANS)
+        prefixes = set()
+        for t, n, j in zip(tids, lengths, done):
+            rest = toks[t][len(toks[t]) - n + j:]
+            cur = s
+            for k in range(len(rest)):
+                prefixes.add(rest[:k + 1])
+                cur = e.step(cur, rest[k])
+                if cur is None:
+                    break
+        assert units == len(prefixes) >> 3
+    assert compared >= 5 and taken_some and failed_some
+
+
+@needs_c
+def test_chart_walks_in_c_give_the_grouped_walks_masks(monkeypatch) -> None:
+    """Large leftover sets (past ``CHART_WALK_SMALL``) are one C take where ``_statec`` is built
+    (``scannerless.CHART_WALK_C``): lark.lark's masks along random walks, with a vocabulary of
+    whitespace-, comment- and name-led pieces that makes such sets, equal those of the grouped
+    Python walk, and the large sets occur."""
+    from tests.constrain.test_fuzz import corpus_tiny_vocab
+    import trellis.constrain.earley.scannerless as sl
+
+    base = corpus_tiny_vocab("lark/lark.lark")
+    rng = random.Random(7)
+    words = [t for t in base.tokens if t and t.isascii() and t.strip()]
+    extra = {lead + rng.choice(words) + rng.choice([b"", b" ", b"\n", b":", b"|"] + words)
+             for lead in (b" ", b"\n", b"  ", b"// ", b"\n\n", b"\t") for _ in range(150)}
+    toks = [t for t in base.tokens if t] + sorted(extra - set(base.tokens))
+    vocab = Vocabulary(tuple(toks) + (b"",), eos=frozenset([len(toks)]))
+    big = []
+    walk = sl.EarleyConstraint._chart_walk
+
+    def counted(self, state, rs):  # type: ignore[no-untyped-def]
+        if len(rs) > sl.CHART_WALK_SMALL:
+            big.append(len(rs))
+        return walk(self, state, rs)
+
+    monkeypatch.setattr(sl.EarleyConstraint, "_chart_walk", counted)
+    masks = {}
+    for arm in (True, False):
+        monkeypatch.setattr(sl, "CHART_WALK_C", arm)
+        compile_mod.COMPILED.clear()
+        c = compile_corpus("lark/lark.lark", vocab, cache=False)
+        r = random.Random(3)
+        out = []
+        for _ in range(4):
+            s = c.start()
+            for _ in range(15):
+                m = c.mask_array(s)
+                out.append(m.tobytes())
+                bits = np.unpackbits(m.view(np.uint8), bitorder="little")[: c.tm.size]
+                ids = [i for i in np.flatnonzero(bits) if i not in c.tm.eos]
+                if not ids:
+                    break
+                s = c.advance(s, r.choice(ids))
+        masks[arm] = out
+    assert masks[True] == masks[False]
+    assert len(big) >= 4, big

@@ -363,13 +363,18 @@ static PyTypeObject StateIterType = {
  * advance; in Python it was ~3-6 us a step (a tuple and a set entry per scan, the output set,
  * then the State built from it), ~8% of the fresh masks of bench_fresh's schemas (cProfile).
  *
- * step(state, b, trans, final, has_out, guard, ignore, term) -> State | None | False
+ * step(state, b, trans, final, has_out, guard, ignore, term[, after_many]) -> State | None | False
  *   trans/final/has_out/guard/ignore/term: Earley's per-scan-id lists (int32 array tables, bytes,
- *   bytes, FollowGuard or None, bool, terminal id). The state after byte b (None: no scan takes
- *   it), where at most one scan completes a terminal that is not ignored, its boundary is
- *   already memoised in its item set (``ESet.after``), and no completing scan has a follow
- *   guard; False otherwise (then Earley.step runs its Python body, which memoises the boundary,
- *   so the next such step is taken here). */
+ *   bytes, FollowGuard or None, bool, terminal id); after_many: Earley._after_many (the boundary
+ *   after several terminals complete at one byte, by the frozenset of their (terminal, start set)
+ *   pairs). The state after byte b (None: no scan takes it), where the boundary the completing
+ *   scans make is already memoised (one scan that is not ignored: in its item set,
+ *   ``ESet.after``; several: in after_many) and no completing scan has a follow guard; False
+ *   otherwise (then Earley.step runs its Python body, which memoises the boundary, so the next
+ *   such step is taken here). Why after_many: in grammars where terminals overlap under %ignore
+ *   (lark.lark: a name, a comment and whitespace ending at one byte), two completions at one byte
+ *   were ~70% of the steps declined to Python, and those masks ran 110-310 ms (lark.lark,
+ *   random-walk documents of benchmarks/bench_fresh.py). */
 
 static PyObject *str_after, *str_starts, *str_accepting;
 
@@ -393,7 +398,33 @@ static int push_set(PyObject *e, Scan **buf, Py_ssize_t *n, Py_ssize_t *cap, int
  * scan_ignore, scan_term). */
 typedef struct {
     PyObject *trans, *final, *has_out, *guard, *ignore, *term;
+    PyObject *after_many; /* a dict, or NULL: several completions at one byte are declined */
 } Tables;
+
+/* The item set in after_many for the completions done[0:nd] (scan indices into st): the key is
+ * the frozenset of (scan_term[t], e) pairs, as Earley._step builds it. A new reference; NULL
+ * with no error set: not memoised; NULL with an error set: an error. */
+static PyObject *after_many_get(const Scan *scans, const Py_ssize_t *done, Py_ssize_t nd, PyObject *term,
+                                PyObject *after_many) {
+    PyObject *pairs = PyList_New(nd);
+    if (!pairs) return NULL;
+    for (Py_ssize_t k = 0; k < nd; k++) {
+        const Scan *sc = &scans[done[k]];
+        PyObject *pair = PyTuple_Pack(2, PyList_GET_ITEM(term, sc->t), sc->e);
+        if (!pair) {
+            Py_DECREF(pairs);
+            return NULL;
+        }
+        PyList_SET_ITEM(pairs, k, pair);
+    }
+    PyObject *key = PyFrozenSet_New(pairs);
+    Py_DECREF(pairs);
+    if (!key) return NULL;
+    PyObject *a = PyDict_GetItemWithError(after_many, key);
+    Py_DECREF(key);
+    Py_XINCREF(a);
+    return a;
+}
 
 /* Earley.step's scan loop from st over byte b (0-255): a new reference to the next State, Py_None
  * (no scan takes b) or Py_False (declined: Python's Earley._step decides); NULL on error. */
@@ -404,8 +435,8 @@ static PyObject *step_core(StateObject *st, int b, const Tables *tb) {
     Scan *buf = (Scan *)malloc((size_t)cap * sizeof(Scan));
     if (!buf) return PyErr_NoMemory();
     int acc = 0, fallback = 0;
-    PyObject *done_e = NULL;
-    Py_ssize_t done_t = -1;
+    /* the scans (indices into st) that complete a terminal that is not ignored; a few at most */
+    Py_ssize_t done_small[8], *done = done_small, nd = 0, done_cap = 8;
     Py_buffer view = {0};
     Py_ssize_t view_t = -1;  /* the scan id whose table `view` holds (scans are sorted by id) */
     for (Py_ssize_t i = 0; i < Py_SIZE(st) && !fallback; i++) {
@@ -464,23 +495,38 @@ static PyObject *step_core(StateObject *st, int b, const Tables *tb) {
             if (ig < 0) goto error;
             if (ig) {  /* an ignored terminal: the same set again */
                 if (push_set(e, &buf, &n, &cap, &acc) < 0) goto error;
-            } else if (done_e != NULL) {
+            } else if (nd > 0 && tb->after_many == NULL) {
                 fallback = 1;  /* two terminals complete here: one Earley set (Python's _after_many) */
                 break;
             } else {
-                done_e = e;
-                done_t = i;
+                if (nd == done_cap) {
+                    Py_ssize_t *d2 = (Py_ssize_t *)malloc(2 * (size_t)done_cap * sizeof(Py_ssize_t));
+                    if (!d2) {
+                        PyErr_NoMemory();
+                        goto error;
+                    }
+                    memcpy(d2, done, (size_t)nd * sizeof(Py_ssize_t));
+                    if (done != done_small) free(done);
+                    done = d2;
+                    done_cap *= 2;
+                }
+                done[nd++] = i;
             }
         }
     }
     if (view_t >= 0) PyBuffer_Release(&view);
     view_t = -1;
-    if (!fallback && done_e != NULL) {
-        PyObject *after = PyObject_GetAttr(done_e, str_after);
-        if (!after) goto error;
-        PyObject *a = PyDict_Check(after) ? PyDict_GetItemWithError(after, PyList_GET_ITEM(term, st->scans[done_t].t)) : NULL;
-        Py_XINCREF(a);
-        Py_DECREF(after);
+    if (!fallback && nd > 0) {
+        PyObject *a;
+        if (nd == 1) {
+            PyObject *after = PyObject_GetAttr(st->scans[done[0]].e, str_after);
+            if (!after) goto error;
+            a = PyDict_Check(after) ? PyDict_GetItemWithError(after, PyList_GET_ITEM(term, st->scans[done[0]].t)) : NULL;
+            Py_XINCREF(a);
+            Py_DECREF(after);
+        } else {
+            a = after_many_get(st->scans, done, nd, term, tb->after_many);
+        }
         if (a == NULL) {
             if (PyErr_Occurred()) goto error;
             fallback = 1;  /* the boundary is not memoised yet: Python makes it */
@@ -490,6 +536,8 @@ static PyObject *step_core(StateObject *st, int b, const Tables *tb) {
             if (r < 0) goto error;
         }
     }
+    if (done != done_small) free(done);
+    done = done_small;
     if (fallback) {
         for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
         free(buf);
@@ -502,13 +550,14 @@ static PyObject *step_core(StateObject *st, int b, const Tables *tb) {
     return state_from_buf(&StateType, buf, n, acc);
 error:
     if (view_t >= 0) PyBuffer_Release(&view);
+    if (done != done_small) free(done);
     for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf[i].e);
     free(buf);
     return NULL;
 }
 
 static int parse_tables(PyObject *trans, PyObject *final, PyObject *has_out, PyObject *guard, PyObject *ignore,
-                        PyObject *term, Tables *tb) {
+                        PyObject *term, PyObject *after_many, Tables *tb) {
     PyObject *all[6] = {trans, final, has_out, guard, ignore, term};
     for (int i = 0; i < 6; i++) {
         if (!PyList_Check(all[i])) {
@@ -517,16 +566,25 @@ static int parse_tables(PyObject *trans, PyObject *final, PyObject *has_out, PyO
         }
     }
     tb->trans = trans, tb->final = final, tb->has_out = has_out, tb->guard = guard, tb->ignore = ignore, tb->term = term;
+    tb->after_many = NULL;
+    if (after_many != NULL && after_many != Py_None) {
+        if (!PyDict_Check(after_many)) {
+            PyErr_SetString(PyExc_TypeError, "step: after_many is a dict");
+            return -1;
+        }
+        tb->after_many = after_many;
+    }
     return 0;
 }
 
 static PyObject *state_step(PyObject *module, PyObject *args) {
     StateObject *st;
     int b;
-    PyObject *trans, *final, *has_out, *guard, *ignore, *term;
+    PyObject *trans, *final, *has_out, *guard, *ignore, *term, *after_many = NULL;
     Tables tb;
-    if (!PyArg_ParseTuple(args, "O!iOOOOOO:step", &StateType, &st, &b, &trans, &final, &has_out, &guard, &ignore, &term) ||
-        parse_tables(trans, final, has_out, guard, ignore, term, &tb) < 0)
+    if (!PyArg_ParseTuple(args, "O!iOOOOOO|O:step", &StateType, &st, &b, &trans, &final, &has_out, &guard, &ignore, &term,
+                          &after_many) ||
+        parse_tables(trans, final, has_out, guard, ignore, term, after_many, &tb) < 0)
         return NULL;
     if (b < 0 || b > 255) {
         PyErr_SetString(PyExc_ValueError, "step: a byte is 0-255");
@@ -736,7 +794,12 @@ done:
  * take(state, idx, tids, lengths, done, tokens, steps, step[, earley, tables, cap]) -> (taken, units)
  *   For each j: the rest idx[j], the last lengths[j] bytes of tokens[tids[j]], after its first
  *   done[j], stepped from state. taken: the idx[j] whose bytes the chart takes whole (in order);
- *   units: the work Earley.walk charges for those walks (len >> 3 each), for the caller to charge.
+ *   units: the work of those walks for the caller to charge (one per eight bytes stepped).
+ *   Rests are walked in byte order and each resumes from the state after the prefix it shares with
+ *   the one before (a trie's walk: every distinct prefix is stepped once). Why: a rest set is
+ *   the leftovers of thousands of tokens after a terminal's end (lark.lark: whitespace, a name, a
+ *   comment), most sharing their first bytes; scannerless._chart_walk grouped them by chart state
+ *   with ~15 numpy calls per group and byte, the largest function of lark.lark's slowest masks.
  *
  * A byte is looked up in steps[(state, byte)]. On a miss, without earley: step(state, byte)
  * (Earley.step_miss, which steps and memoises). With earley (the Earley object), tables (its six
@@ -832,22 +895,29 @@ static PyObject *walker_miss(Walker *w, PyObject *cur, PyObject *b, PyObject *ke
     return nxt;
 }
 
+/* The state after byte c from cur through the step memo (None: no scan takes it); a new
+ * reference, NULL on error. */
+static PyObject *step_byte(PyObject *cur, unsigned char c, Walker *w) {
+    PyObject *b = PyLong_FromLong(c);  /* a small int: cached, no allocation */
+    PyObject *key = b ? PyTuple_Pack(2, cur, b) : NULL;
+    PyObject *nxt = key ? PyDict_GetItemWithError(w->steps, key) : NULL;
+    if (nxt) {
+        Py_INCREF(nxt);
+    } else if (key && !PyErr_Occurred()) {
+        nxt = walker_miss(w, cur, b, key);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(b);
+    return nxt;
+}
+
 /* The state after bytes p[0:m] from state through the step memo (None: a byte no scan takes); a
  * new reference, NULL on error. */
 static PyObject *walk_bytes(PyObject *state, const unsigned char *p, Py_ssize_t m, Walker *w) {
     PyObject *cur = state;
     Py_INCREF(cur);
     for (Py_ssize_t i = 0; i < m && cur != Py_None; i++) {
-        PyObject *b = PyLong_FromLong(p[i]);  /* a small int: cached, no allocation */
-        PyObject *key = b ? PyTuple_Pack(2, cur, b) : NULL;
-        PyObject *nxt = key ? PyDict_GetItemWithError(w->steps, key) : NULL;
-        if (nxt) {
-            Py_INCREF(nxt);
-        } else if (key && !PyErr_Occurred()) {
-            nxt = walker_miss(w, cur, b, key);
-        }
-        Py_XDECREF(key);
-        Py_XDECREF(b);
+        PyObject *nxt = step_byte(cur, p[i], w);
         Py_DECREF(cur);
         if (!nxt) return NULL;
         cur = nxt;
@@ -855,17 +925,79 @@ static PyObject *walk_bytes(PyObject *state, const unsigned char *p, Py_ssize_t 
     return cur;
 }
 
+/* One rest of take: its bytes and its position in the caller's lists. */
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t m, k;
+} Rest;
+
+static int rest_cmp(const void *pa, const void *pb) {
+    const Rest *a = (const Rest *)pa, *b = (const Rest *)pb;
+    Py_ssize_t n = a->m < b->m ? a->m : b->m;
+    int c = n ? memcmp(a->p, b->p, (size_t)n) : 0;
+    if (c) return c;
+    if (a->m != b->m) return a->m < b->m ? -1 : 1;
+    return a->k < b->k ? -1 : (a->k > b->k);
+}
+
+/* ok[r.k] = 1 for each rest of rs[0:n] whose bytes the chart takes whole from state, the rests
+ * walked in byte order, each from the state after the prefix it shares with the one before
+ * (path[d]: the state after the previous rest's first d bytes, for d <= depth; None once a byte
+ * is not taken). *stepped: the bytes stepped. 0, or -1 on error. */
+static int walk_sorted(PyObject *state, Rest *rs, Py_ssize_t n, char *ok, long long *stepped, Walker *w) {
+    Py_ssize_t maxm = 0;
+    for (Py_ssize_t r = 0; r < n; r++) maxm = rs[r].m > maxm ? rs[r].m : maxm;
+    PyObject **path = (PyObject **)calloc((size_t)maxm + 1, sizeof(PyObject *));
+    if (!path) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (n > 1) qsort(rs, (size_t)n, sizeof(Rest), rest_cmp);
+    Py_INCREF(state);
+    path[0] = state;
+    Py_ssize_t depth = 0;  /* path[0..depth] hold the previous rest's states */
+    const Rest *prev = NULL;
+    int rc = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const Rest *x = &rs[r];
+        Py_ssize_t d = 0;
+        if (prev) {
+            Py_ssize_t lim = depth < x->m ? depth : x->m;
+            lim = lim < prev->m ? lim : prev->m;
+            while (d < lim && x->p[d] == prev->p[d]) d++;
+        }
+        for (Py_ssize_t j = d + 1; j <= depth; j++) Py_CLEAR(path[j]);
+        depth = d;
+        while (depth < x->m && path[depth] != Py_None) {
+            PyObject *nxt = step_byte(path[depth], x->p[depth], w);
+            if (!nxt) {
+                rc = -1;
+                goto out;
+            }
+            path[++depth] = nxt;
+            (*stepped)++;
+        }
+        ok[x->k] = depth == x->m && path[depth] != Py_None;
+        prev = x;
+    }
+out:
+    for (Py_ssize_t j = 0; j <= depth; j++) Py_XDECREF(path[j]);
+    free(path);
+    return rc;
+}
+
 /* The optional (earley, tables, cap) of walk and take into w; -1 on error. */
 static int walker_init(Walker *w, PyObject *steps, PyObject *step, PyObject *earley, PyObject *tables, long long cap) {
     memset(w, 0, sizeof(*w));
     w->steps = steps, w->step = step, w->cap = cap;
     if (earley == NULL || earley == Py_None) return 0;
-    if (!PyTuple_Check(tables) || PyTuple_GET_SIZE(tables) != 6) {
-        PyErr_SetString(PyExc_TypeError, "the scan tables are a tuple of six lists");
+    if (!PyTuple_Check(tables) || (PyTuple_GET_SIZE(tables) != 6 && PyTuple_GET_SIZE(tables) != 7)) {
+        PyErr_SetString(PyExc_TypeError, "the scan tables are a tuple of six lists (and after_many)");
         return -1;
     }
     if (parse_tables(PyTuple_GET_ITEM(tables, 0), PyTuple_GET_ITEM(tables, 1), PyTuple_GET_ITEM(tables, 2),
-                     PyTuple_GET_ITEM(tables, 3), PyTuple_GET_ITEM(tables, 4), PyTuple_GET_ITEM(tables, 5), &w->tb) < 0)
+                     PyTuple_GET_ITEM(tables, 3), PyTuple_GET_ITEM(tables, 4), PyTuple_GET_ITEM(tables, 5),
+                     PyTuple_GET_SIZE(tables) == 7 ? PyTuple_GET_ITEM(tables, 6) : NULL, &w->tb) < 0)
         return -1;
     w->earley = earley;
     return walker_load(w);
@@ -898,11 +1030,19 @@ static PyObject *chart_take(PyObject *module, PyObject *args) {
     PyObject *fi = PySequence_Fast(idx, "take: idx"), *ft = PySequence_Fast(tids, "take: tids"),
              *fl = PySequence_Fast(lengths, "take: lengths"), *fd = PySequence_Fast(done, "take: done");
     PyObject *out = PyList_New(0), *result = NULL;
-    long long units = 0;
+    long long units = 0, stepped = 0;
+    Rest *rs = NULL;
+    char *ok = NULL;
     if (!fi || !ft || !fl || !fd || !out) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fi);
     if (PySequence_Fast_GET_SIZE(ft) != n || PySequence_Fast_GET_SIZE(fl) != n || PySequence_Fast_GET_SIZE(fd) != n) {
         PyErr_SetString(PyExc_ValueError, "take: idx, tids, lengths and done differ in length");
+        goto done;
+    }
+    rs = (Rest *)malloc((size_t)(n ? n : 1) * sizeof(Rest));
+    ok = (char *)calloc((size_t)(n ? n : 1), 1);
+    if (!rs || !ok) {
+        PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -920,17 +1060,18 @@ static PyObject *chart_take(PyObject *module, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "take: a rest beyond its token");
             goto done;
         }
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(tok) + (tl - len + j);
-        Py_ssize_t m = len - j;
-        units += m >> 3;
-        PyObject *cur = walk_bytes(state, p, m, &w);
-        if (!cur) goto done;
-        int ok = cur != Py_None;
-        Py_DECREF(cur);
-        if (ok && PyList_Append(out, PySequence_Fast_GET_ITEM(fi, k)) < 0) goto done;
+        rs[k].p = (const unsigned char *)PyBytes_AS_STRING(tok) + (tl - len + j);
+        rs[k].m = len - j;
+        rs[k].k = k;
     }
+    if (walk_sorted(state, rs, n, ok, &stepped, &w) < 0) goto done;
+    units = stepped >> 3;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (ok[k] && PyList_Append(out, PySequence_Fast_GET_ITEM(fi, k)) < 0) goto done;
     if (walker_store(&w) == 0) result = Py_BuildValue("(OL)", out, units);
 done:
+    free(rs);
+    free(ok);
     Py_XDECREF(fi);
     Py_XDECREF(ft);
     Py_XDECREF(fl);

@@ -145,9 +145,15 @@ class Earley:
         self.trans: list[array] = []
         self.final: list[bytes] = []
         self.has_out: list[bytes] = []
-        # The six lists the C walks step through on a memo miss (``walk``, ``take``: ``_statec.c``);
-        # they grow in place as scans are added.
-        self._tables = (self.trans, self.final, self.has_out, self.scan_guard, self.scan_ignore, self.scan_term)
+        # The boundary after several terminals complete at one byte, by the (terminal, start set)
+        # pairs (``step``): their kernel is large where many items wait (lark.lark: building and
+        # hashing it was 0.9 s of a 24-token document's 4 s of fresh masks), the pairs are few.
+        # Cleared, never replaced: the C step reads it through ``_tables``.
+        self._after_many: dict[frozenset, ESet] = {}
+        # What the C step reads (``_statec.c``): the six per-scan lists, which grow in place as
+        # scans are added, and ``_after_many``.
+        self._tables = (self.trans, self.final, self.has_out, self.scan_guard, self.scan_ignore, self.scan_term,
+                        self._after_many)
         for t in range(m):
             self._add_scan(ir.terminals[t].dfa, t, False)
         self.ignore_scans = tuple(self._add_scan(ir.terminals[t].dfa, t, True) for t in ir.ignore)
@@ -162,10 +168,6 @@ class Earley:
         self._sets: dict[frozenset, ESet] = {}
         self._futures: dict[tuple, ESet] = {}
         self._made = 0  # item sets made since the last _forget (MAX_SETS)
-        # The boundary after several terminals complete at one byte, by the (terminal, start set)
-        # pairs (``step``): their kernel is large where many items wait (lark.lark: building and
-        # hashing it was 0.9 s of a 24-token document's 4 s of fresh masks), the pairs are few.
-        self._after_many: dict[frozenset, ESet] = {}
         self._live_rows: dict[tuple[int, int], int] = {}  # (scan, DFA state) -> live bytes as bits
         self._predicted: dict[tuple[frozenset, frozenset], Predicted] = {}
         self._predicted_by_content: dict[tuple[frozenset, bool], Predicted] = {}

@@ -440,7 +440,7 @@ class EarleyConstraint:
         byte) pair is one memoised ``Earley.step``. Small sets (the usual case: a median of 2
         rests on sql_select.lark) are stepped rest by rest in plain Python instead
         (``_chart_walk_small``): the grouping below costs ~15 numpy calls a byte."""
-        if len(rs) <= CHART_WALK_SMALL:
+        if len(rs) <= CHART_WALK_SMALL or (CHART_WALK_C and self.earley._native_take is not None):
             return self._chart_walk_small(state, rs)
         live = self._live(state)
         flat = self.tm.mat_t.reshape(-1)
@@ -591,6 +591,10 @@ CHART_WALK_SMALL = 64
 # 261 -> 230 and 722 -> 670 ms (min of 6, alternating in one process; 0 vs 32; 128 no better);
 # sql_select unchanged (its sets are small before any grouping).
 CHART_GROUP_SMALL = 32
+# Where ``_statec`` is built, a chart walk of any size is one C take (rests walked in byte order,
+# each distinct prefix stepped once) instead of the grouping above (~15 numpy calls a group and
+# byte): lark.lark's slowest fresh masks (benchmarks/README.md, ab_masks --grammars --switch ctrie).
+CHART_WALK_C = True
 # Walks of fewer leftovers than this take well under ``walk_cache.PERSIST_MIN_S`` (2 ms; the C
 # walk of sql_select.lark's leftover sets: 63 us on average), so they are never written to disk and
 # not looked up there (the key digest and path of a lookup: 30 ms of 372 lookups on that document,
