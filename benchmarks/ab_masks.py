@@ -1,6 +1,7 @@
 """In-process A/B of the fresh-mask path's native pieces (issue 59): two arms, alternating per schema.
 
     python benchmarks/ab_masks.py --switch all [--schemas 100] [--out FILE]
+    python benchmarks/ab_masks.py --grammars --switch ctrie [--docs 2]
 
 The fresh masks of ``bench_fresh.py``'s schemas (maskbench, sources interleaved, the first valid
 document each, keys in the grammar's order, compact JSON, ``closed_objects=False``), each schema
@@ -9,6 +10,14 @@ that the VM's drift (20-30% between runs minutes apart on the 2-core VMs) hits b
 each arm the process-wide walk cache (``walk_cache.SHARED``) is put back to its state before the
 schema: each arm finds what the earlier schemas left, as in ``bench_fresh.py --isolation grammar``.
 The garbage collector is off (``bench_gc.py`` measures it) and the disk cache is off.
+
+``--grammars``: the grammars of ``bench_fresh.py`` (shipped, and the corpus in ../shared/data/grammars)
+instead, ``--docs`` documents each, made before any arm runs by ``bench_fresh``'s seeded random walks
+(a compile without work bound; at most 25 walks a document); before each arm every in-process memo
+is cleared (``compile.clear_caches()``: the walks, DFAs and item sets the document walks made are
+not the arm's), and each arm compiles the grammar on the default path (work bounds on); a mask or
+advance past the bound ends that arm's document (counted; the ratio compares documents both arms
+finished).
 
 Timed: every ``fill_mask`` along the document (each on a state the constraint has never seen).
 Printed per arm: the masks' sum, p99, how many took over 1 ms and the longest; and the median (p10,
@@ -24,6 +33,10 @@ p90) over schemas of the per-schema ratio of mask sums (arm B / arm A).
 * ``cminus``: ``_dfac.minus_words`` (an open object's key regex minus its declared keys);
 * ``member``: sorted-pool membership in ``cut_walk.patch`` and the literal walks (``np.isin`` instead);
 * ``digest``: ``walk_cache.key_digest``'s memo;
+* ``cmany``: the C step's boundary after several terminals complete at one byte
+  (``Earley._after_many`` read in C; without it such a step declines to Python);
+* ``ctrie``: a chart walk of a large leftover set as one C take, its rests in byte order sharing
+  their prefixes (``scannerless.CHART_WALK_C``; without it: the grouped walk by chart state);
 * ``all``: every one of the above.
 """
 
@@ -46,7 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest")
+SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -107,6 +120,39 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
         cls.walk, cls.take = walk_c, take_c
 
     out["cmiss"] = miss_off, miss_on
+    init = cls.__init__
+
+    def init_without_many(self, *a, **k):  # the C step without _after_many: it declines such steps
+        init(self, *a, **k)
+        self._tables = self._tables[:6]
+
+    out["cmany"] = (lambda: setattr(cls, "__init__", init_without_many)), (lambda: setattr(cls, "__init__", init))
+    out["ctrie"] = flip([scannerless], "CHART_WALK_C", False)
+    return out
+
+
+def grammar_inputs(vocab, n_docs: int, only: list[str] | None = None) -> list:
+    """(name, spec, ids) for each document of each bench_fresh grammar trellis compiles."""
+    import random
+
+    from bench_fresh import Walker, grammar_inputs as inputs_of
+    from trellis.constrain import compile
+    from trellis.constrain.earley.earley import UNBOUNDED
+    from trellis.mask import allocate_bitmask
+
+    walker, row, out = Walker(vocab), allocate_bitmask(1, len(vocab))[0], []
+    for inp in inputs_of(only or None):
+        try:
+            c = compile(inp.trellis_spec, vocab, mask_work=UNBOUNDED, advance_work=UNBOUNDED)
+        except Exception:  # noqa: BLE001 - a refused grammar
+            continue
+        rng, docs, walks = random.Random(f"0:{inp.name}"), [], 0
+        while len(docs) < n_docs and walks < 25 * n_docs:
+            walks += 1
+            ids = walker.walk(c, rng, row)
+            if ids and ids not in docs:
+                docs.append(ids)
+        out += [(f"{inp.name} d{i}", inp.trellis_spec, ids) for i, ids in enumerate(docs)]
     return out
 
 
@@ -115,6 +161,10 @@ def main() -> None:
     ap.add_argument("--switch", choices=SWITCHES + ("all",), required=True)
     ap.add_argument("--schemas", type=int, default=100)
     ap.add_argument("--out", default=None, help="write per-arm mask times as JSON")
+    ap.add_argument("--grammars", action="store_true", help="the grammars' random-walk documents, not schemas")
+    ap.add_argument("--docs", type=int, default=2, help="--grammars: documents per grammar")
+    ap.add_argument("--only", nargs="*", default=None, help="--grammars: only grammars whose name has one of these")
+    ap.add_argument("--reps", type=int, default=1, help="pass over the inputs this many times (sums add up)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.environ["TRELLIS_CACHE_DIR"] = ""
@@ -133,42 +183,64 @@ def main() -> None:
     prepare_vocabulary(vocab)
     row = allocate_bitmask(1, len(vocab))[0]
     compile_mod = importlib.import_module("trellis.constrain.compile")  # the module (the package exports the function)
+    from trellis.constrain.errors import GrammarBudgetError
+
     inputs = []
-    for c in schema_cases():
-        docs = [json.dumps(order_keys(c["schema"], t["data"]), separators=(",", ":"), ensure_ascii=False)
-                for t in c["tests"] if t.get("valid")]
-        ids = next((x for x in (tok.encode(d, add_special_tokens=False) for d in docs) if tok.decode(x) in docs), None)
-        if ids is not None:
-            inputs.append((c["name"], c["schema"], ids))
+    if args.grammars:
+        inputs = grammar_inputs(vocab, args.docs, args.only)
+        print(f"{len(inputs)} documents", flush=True)
+    else:
+        for c in schema_cases():
+            docs = [json.dumps(order_keys(c["schema"], t["data"]), separators=(",", ":"), ensure_ascii=False)
+                    for t in c["tests"] if t.get("valid")]
+            ids = next((x for x in (tok.encode(d, add_special_tokens=False) for d in docs) if tok.decode(x) in docs),
+                       None)
+            if ids is not None:
+                inputs.append((c["name"], c["schema"], ids))
+    budget: collections.Counter = collections.Counter()
     gc.disable()
     masks: dict[str, list[float]] = collections.defaultdict(list)
     per: dict[str, dict[str, float]] = collections.defaultdict(dict)
     done = 0
-    for name, schema, ids in inputs:
-        if done >= args.schemas:
+    for name, schema, ids in [x for _ in range(args.reps) for x in inputs]:
+        if done >= args.schemas * args.reps and not args.grammars:
             break
         snap = (collections.OrderedDict(SHARED._mem), SHARED._bytes)
         order = ["off", "on"] if done % 2 == 0 else ["on", "off"]
         for arm in order:
-            SHARED._mem, SHARED._bytes = collections.OrderedDict(snap[0]), snap[1]
+            if args.grammars:
+                compile_mod.clear_caches()
+            else:
+                SHARED._mem, SHARED._bytes = collections.OrderedDict(snap[0]), snap[1]
             arms[arm]()
             compile_mod.COMPILED.clear()
             try:
-                c = compile(JsonSchema(schema, closed_objects=False), vocab)
+                c = compile(schema if args.grammars else JsonSchema(schema, closed_objects=False), vocab)
             except Exception:  # noqa: BLE001 - a refused schema (both arms alike)
                 break
             s, total = c.start(), 0.0
             for i in range(len(ids) + 1):
                 t0 = time.perf_counter()
-                c.fill_mask(s, row)
+                try:
+                    c.fill_mask(s, row)
+                except GrammarBudgetError:  # (grammars) the default bound ends this arm's document
+                    budget[arm] += 1
+                    total = None
+                    break
                 dt = time.perf_counter() - t0
                 masks[arm].append(dt)
                 total += dt
                 if i < len(ids):
-                    s = c.advance(s, ids[i])
+                    try:
+                        s = c.advance(s, ids[i])
+                    except GrammarBudgetError:
+                        budget[arm] += 1
+                        total = None
+                        break
                     if s is None:
                         break
-            per[arm][name] = total
+            if total is not None:  # (the ratio compares documents both arms finished)
+                per[arm][name] = per[arm].get(name, 0.0) + total
         else:
             done += 1
         arms["on"]()
@@ -176,11 +248,11 @@ def main() -> None:
     for arm in ("off", "on"):
         a = np.sort(np.array(masks[arm])) * 1e3
         print(f"{label[arm]:>22s}: {len(a)} masks, sum {a.sum():.1f} ms, p99 {a[int(.99 * len(a))]:.3f} ms, "
-              f"over 1 ms {(a > 1).sum()}, longest {a[-1]:.1f} ms")
+              f"over 1 ms {(a > 1).sum()}, longest {a[-1]:.1f} ms, documents ended at the work bound {budget[arm]}")
     common = [n for n in per["off"] if n in per["on"]]
     r = np.array([per["on"][n] / per["off"][n] for n in common])
-    print(f"per-schema mask sum, as it is / without: median {np.median(r):.3f} (p10 {np.percentile(r, 10):.3f}, "
-          f"p90 {np.percentile(r, 90):.3f}) over {len(common)} schemas")
+    print(f"per-{'document' if args.grammars else 'schema'} mask sum, as it is / without: median {np.median(r):.3f} (p10 {np.percentile(r, 10):.3f}, "
+          f"p90 {np.percentile(r, 90):.3f}) over {len(common)} {'documents' if args.grammars else 'schemas'}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"switch": args.switch, "masks": masks, "per_schema": per}, f)

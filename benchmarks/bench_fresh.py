@@ -24,7 +24,11 @@ trellis accepts is dropped for that input and reported):
   llama.cpp/). Corpus documents are random walks with trellis itself (an untimed compile whose
   caches are undone, see below): tokens drawn from the mask with a seeded RNG, weighted
   1/len(bytes)^2 and x20 for tokens without letters or digits, stopping on a coin flip (0.15)
-  where EOS is allowed after at least 5 tokens, at most 80 tokens, 60 s per grammar; Lark
+  where EOS is allowed after at least 5 tokens, at most 80 tokens, 60 s per grammar (the walks'
+  compile has no work bound: a document a walk cannot finish under the default bound would
+  otherwise never be chosen, and lark.lark and advanced_template_lark.lark dropped out that way;
+  the timed compile is the default one, so such a document's mask past the bound is reported as
+  an error of trellis, the default path's answer); Lark
   documents are kept only if Lark's Earley parser (``lexer="dynamic_complete"``) parses them,
   GBNF documents only if the peers accept them (the check above: xgrammar is the GBNF oracle,
   llguidance where xgrammar refuses the grammar). trellis gets the shipped name or the file
@@ -583,8 +587,11 @@ def walk_docs(inp: Input, n: int, seed: int, walker: Walker, fresh: Fresh, row: 
     from trellis.constrain import compile
 
     info = {"walks": 0, "failed_walks": 0, "lark_rejected": 0, "bad_utf8": 0, "lark_rejected_examples": []}
+    from trellis.constrain.earley.earley import UNBOUNDED
+
     fresh.untimed()
-    c = compile(inp.trellis_spec, walker.vocab)  # ConstraintError propagates: a refusal
+    # (no work bound: the module docstring) ConstraintError propagates: a refusal
+    c = compile(inp.trellis_spec, walker.vocab, mask_work=UNBOUNDED, advance_work=UNBOUNDED)
     lk = None
     if inp.is_lark:
         lk = lark.Lark(inp.text, parser="earley", lexer="dynamic_complete",
