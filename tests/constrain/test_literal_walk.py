@@ -87,7 +87,9 @@ def test_literal_walks_equal_the_flat_walk(seed: int) -> None:
 
 
 
-ENUMS = [r'"(?:ab|a\\b|abc)"', r"(?:a|ab|ab c)", r"(?:a|ab|ac)", r"a(?:bc)*d", r'(?:\xff\xff|\xffa|\x00)', r'"(?:ab c|ab|"a)",', r"[ab](?:c|\x00)"]
+ENUMS = [r'"(?:ab|a\\b|abc)"', r"(?:a|ab|ab c)", r"(?:a|ab|ac)", r"a(?:bc)*d", r'(?:\xff\xff|\xffa|\x00)', r'"(?:ab c|ab|"a)",', r"[ab](?:c|\x00)",
+         # counted classes: many paths over few shared prefixes, final at every length or not
+         r"\n[ \t]{0,4}", r"[ a]{1,3}b", r"[ab]{2}[ \t]{0,2}"]
 
 
 @pytest.mark.parametrize("seed", range(3))
