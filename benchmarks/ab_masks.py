@@ -13,7 +13,8 @@ The garbage collector is off (``bench_gc.py`` measures it) and the disk cache is
 
 ``--grammars``: the grammars of ``bench_fresh.py`` (shipped, and the corpus in ../shared/data/grammars)
 instead, ``--docs`` documents each, made before any arm runs by ``bench_fresh``'s seeded random walks
-(a compile without work bound; at most 25 walks a document); before each arm every in-process memo
+(a compile without work bound; at most 25 walks a document; a shipped grammar's documents are
+``bench_masks.grammar_docs``'s, as in ``bench_fresh.py``); before each arm every in-process memo
 is cleared (``compile.clear_caches()``: the walks, DFAs and item sets the document walks made are
 not the arm's), and each arm compiles the grammar on the default path (work bounds on); a mask or
 advance past the bound ends that arm's document (counted; the ratio compares documents both arms
@@ -131,11 +132,12 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     return out
 
 
-def grammar_inputs(vocab, n_docs: int, only: list[str] | None = None) -> list:
+def grammar_inputs(vocab, tokenizer, n_docs: int, only: list[str] | None = None) -> list:
     """(name, spec, ids) for each document of each bench_fresh grammar trellis compiles."""
     import random
 
     from bench_fresh import Walker, grammar_inputs as inputs_of
+    from bench_masks import grammar_docs
     from trellis.constrain import compile
     from trellis.constrain.earley.earley import UNBOUNDED
     from trellis.mask import allocate_bitmask
@@ -147,7 +149,12 @@ def grammar_inputs(vocab, n_docs: int, only: list[str] | None = None) -> list:
         except Exception:  # noqa: BLE001 - a refused grammar
             continue
         rng, docs, walks = random.Random(f"0:{inp.name}"), [], 0
-        while len(docs) < n_docs and walks < 25 * n_docs:
+        if inp.path is None:  # shipped: bench_masks' documents, as bench_fresh takes them
+            for d in grammar_docs(inp.trellis_spec, 4 * n_docs, 0):
+                ids = tokenizer.encode(d, add_special_tokens=False)
+                if vocab.decode(ids) == d.encode() and ids not in docs and len(docs) < n_docs:
+                    docs.append(ids)
+        while inp.path is not None and len(docs) < n_docs and walks < 25 * n_docs:
             walks += 1
             ids = walker.walk(c, rng, row)
             if ids and ids not in docs:
@@ -158,7 +165,9 @@ def grammar_inputs(vocab, n_docs: int, only: list[str] | None = None) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--switch", choices=SWITCHES + ("all",), required=True)
+    ap.add_argument("--switch", choices=SWITCHES + ("all",), default=None)
+    ap.add_argument("--set", nargs="+", default=None, metavar="NAME=INT",
+                    help="instead of --switch: arm A sets these scannerless constants (e.g. CHART_WALK_SMALL=256)")
     ap.add_argument("--schemas", type=int, default=100)
     ap.add_argument("--out", default=None, help="write per-arm mask times as JSON")
     ap.add_argument("--grammars", action="store_true", help="the grammars' random-walk documents, not schemas")
@@ -175,9 +184,18 @@ def main() -> None:
     from trellis.mask import allocate_bitmask
     from trellis.models import load
 
-    sw = switches()
-    names = list(SWITCHES) if args.switch == "all" else [args.switch]
-    arms = {"off": lambda: [sw[n][0]() for n in names], "on": lambda: [sw[n][1]() for n in names]}
+    if args.set:
+        import trellis.constrain.earley.scannerless as scannerless
+
+        new = {k: int(v) for k, v in (x.split("=") for x in args.set)}
+        old = {k: getattr(scannerless, k) for k in new}
+        arms = {"off": lambda: [setattr(scannerless, k, v) for k, v in new.items()],
+                "on": lambda: [setattr(scannerless, k, v) for k, v in old.items()]}
+        args.switch = " ".join(args.set)
+    else:
+        sw = switches()
+        names = list(SWITCHES) if args.switch == "all" else [args.switch]
+        arms = {"off": lambda: [sw[n][0]() for n in names], "on": lambda: [sw[n][1]() for n in names]}
     h = load()
     vocab, tok = h.vocab, h.tokenizer
     prepare_vocabulary(vocab)
@@ -187,7 +205,7 @@ def main() -> None:
 
     inputs = []
     if args.grammars:
-        inputs = grammar_inputs(vocab, args.docs, args.only)
+        inputs = grammar_inputs(vocab, tok, args.docs, args.only)
         print(f"{len(inputs)} documents", flush=True)
     else:
         for c in schema_cases():
@@ -244,7 +262,7 @@ def main() -> None:
         else:
             done += 1
         arms["on"]()
-    label = {"off": f"without {args.switch}", "on": "as it is"}
+    label = {"off": f"with {args.switch}" if args.set else f"without {args.switch}", "on": "as it is"}
     for arm in ("off", "on"):
         a = np.sort(np.array(masks[arm])) * 1e3
         print(f"{label[arm]:>22s}: {len(a)} masks, sum {a.sum():.1f} ms, p99 {a[int(.99 * len(a))]:.3f} ms, "

@@ -430,7 +430,7 @@ class EarleyConstraint:
         expects a literal per remaining key). Not with %ignore terminals: their scans stand in
         every state, so the per-scan walks of a rest set (cached per scan and set) recur across
         states where chart walks would not (``CHART_WALK_SMALL``)."""
-        return len(rs) <= CHART_WALK_SMALL and not self.earley.ignore_scans
+        return len(rs) <= (CHART_FIRST_IGNORE if self.earley.ignore_scans else CHART_WALK_SMALL)
 
     def _chart_walk(self, state: ChartState, rs: RestSet) -> np.ndarray:
         """Sorted indices of the rests of ``rs`` whose bytes the chart takes from ``state``.
@@ -585,6 +585,8 @@ SPLIT_DEPTH = 2
 # wp_124) 0.984, 4 reps; json.lark's 6 documents 0.97-1.0. With %ignore it cost more:
 # sql_select.lark's 6 documents +0-19% (+58% one; min of 4), arithmetic.lark's up to +13%.
 CHART_WALK_SMALL = 64
+# In a grammar with %ignore terminals, rest sets up to this size are chart-walked at every depth.
+CHART_FIRST_IGNORE = 0
 # Inside a grouped chart walk, a chart state left with at most this many rests finishes them in
 # Python (``_take``): the groups fragment by chart state within a few bytes. lark.lark's fresh
 # documents 2 and 8 (a mask inside a comment, its leftovers through chart states of ~20 scans):
