@@ -377,11 +377,11 @@ def test_the_c_walks_miss_as_the_python_step_does(gid: str, cap: int, monkeypatc
 
 @needs_c
 @pytest.mark.parametrize("gid", ["lark/lark.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
-def test_the_c_take_shares_prefixes_exactly(gid: str) -> None:
-    """``_statec.take`` walks its rests in byte order, each from the state after the prefix it
-    shares with the one before: the rests it takes are exactly those a plain byte-by-byte walk
-    takes, for rest lists full of shared prefixes, duplicates, prefixes of one another, empty
-    rests and rests that fail part-way; its units are the bytes it stepped over eight."""
+def test_the_c_take_groups_rests_exactly(gid: str) -> None:
+    """``_statec.take`` steps its rests together, grouped by chart state: the rests it takes are
+    exactly those a plain byte-by-byte walk takes, for rest lists full of shared prefixes,
+    duplicates, prefixes of one another, empty rests and rests that fail part-way; its units count
+    the (state, byte) lookups of the grouped walk and the rest-bytes it moved."""
     c = _fresh_corpus_constraint(gid)
     e = c.earley
     rng = random.Random(gid)
@@ -407,19 +407,37 @@ def test_the_c_take_shares_prefixes_exactly(gid: str) -> None:
         compared += 1
         taken_some += bool(taken)
         failed_some += len(taken) < len(tids)
-        # the units: distinct non-empty prefixes stepped (a failed byte ends its branch)
+        # the units: one per eight (state, byte) pairs looked up, rests grouped by equal chart
+        # states at each depth, and one per 64 rest-bytes moved
         _, units = e._native_take(s, range(len(tids)), tids, lengths, done, toks, e._steps, e.step_declined, e,
                                   e._tables, earley_mod.STEP_CACHE_SCANS)
-        prefixes = set()
-        for t, n, j in zip(tids, lengths, done):
-            rest = toks[t][len(toks[t]) - n + j:]
-            cur = s
-            for k in range(len(rest)):
-                prefixes.add(rest[:k + 1])
-                cur = e.step(cur, rest[k])
-                if cur is None:
-                    break
-        assert units == len(prefixes) >> 3
+        rests = [toks[t][len(toks[t]) - n + j:] for t, n, j in zip(tids, lengths, done)]
+        groups = {s: [r for r in rests if r]} if any(rests) else {}
+        lookups = moved = depth = 0
+        while groups:
+            nxt: dict = {}
+            for st, rr in groups.items():
+                moved += len(rr)
+                for b in sorted({r[depth] for r in rr}):
+                    lookups += 1
+                    s2 = e.step(st, b)
+                    if s2 is not None:
+                        nxt.setdefault(s2, []).extend(r for r in rr if r[depth] == b and len(r) > depth + 1)
+            groups = {k: v for k, v in nxt.items() if v}
+            depth += 1
+        assert units == (lookups >> 3) + (moved >> 6)
+        # take_rests: the same over a rest set's arrays (column-major token matrix, int64/int32)
+        from trellis.constrain.vocab.rest_walk import RestSet
+
+        vr = RestSet.vocabulary(c.tm)
+        stride = c.tm.mat_t.shape[1]
+        pick = np.array(sorted(rng.sample(range(len(vr)), min(len(vr), 150))), dtype=np.int64)
+        off = np.array([rng.randint(0, int(vr.length[i])) for i in pick], dtype=np.int64)
+        base, length = vr.base[pick] + off * stride, (vr.length[pick] - off).astype(np.int32)
+        got = e.take_rests(s, base, length, c._flat, stride)
+        flat = c.tm.mat_t.reshape(-1)
+        want = [r for r in range(len(pick)) if e.walk(s, bytes(flat[base[r] + np.arange(length[r]) * stride])) is not None]
+        assert got.tolist() == want
     assert compared >= 5 and taken_some and failed_some
 
 

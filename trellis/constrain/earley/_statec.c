@@ -794,12 +794,12 @@ done:
  * take(state, idx, tids, lengths, done, tokens, steps, step[, earley, tables, cap]) -> (taken, units)
  *   For each j: the rest idx[j], the last lengths[j] bytes of tokens[tids[j]], after its first
  *   done[j], stepped from state. taken: the idx[j] whose bytes the chart takes whole (in order);
- *   units: the work of those walks for the caller to charge (one per eight bytes stepped).
- *   Rests are walked in byte order and each resumes from the state after the prefix it shares with
- *   the one before (a trie's walk: every distinct prefix is stepped once). Why: a rest set is
- *   the leftovers of thousands of tokens after a terminal's end (lark.lark: whitespace, a name, a
- *   comment), most sharing their first bytes; scannerless._chart_walk grouped them by chart state
- *   with ~15 numpy calls per group and byte, the largest function of lark.lark's slowest masks.
+ *   units: the work of those walks for the caller to charge (one per eight (state, byte) lookups
+ *   and one per 64 rest-bytes moved). The rests are stepped together, grouped by chart state
+ *   (``walk_grouped``). Why: a rest set is the leftovers of thousands of tokens after a terminal's
+ *   end (lark.lark: whitespace, a name, a comment); scannerless._chart_walk grouped them by chart
+ *   state with ~15 numpy calls per group and byte, the largest function of lark.lark's slowest
+ *   masks.
  *
  * A byte is looked up in steps[(state, byte)]. On a miss, without earley: step(state, byte)
  * (Earley.step_miss, which steps and memoises). With earley (the Earley object), tables (its six
@@ -931,58 +931,146 @@ typedef struct {
     Py_ssize_t m, k;
 } Rest;
 
-static int rest_cmp(const void *pa, const void *pb) {
-    const Rest *a = (const Rest *)pa, *b = (const Rest *)pb;
-    Py_ssize_t n = a->m < b->m ? a->m : b->m;
-    int c = n ? memcmp(a->p, b->p, (size_t)n) : 0;
-    if (c) return c;
-    if (a->m != b->m) return a->m < b->m ? -1 : 1;
-    return a->k < b->k ? -1 : (a->k > b->k);
-}
-
-/* ok[r.k] = 1 for each rest of rs[0:n] whose bytes the chart takes whole from state, the rests
- * walked in byte order, each from the state after the prefix it shares with the one before
- * (path[d]: the state after the previous rest's first d bytes, for d <= depth; None once a byte
- * is not taken). *stepped: the bytes stepped. 0, or -1 on error. */
-static int walk_sorted(PyObject *state, Rest *rs, Py_ssize_t n, char *ok, long long *stepped, Walker *w) {
-    Py_ssize_t maxm = 0;
-    for (Py_ssize_t r = 0; r < n; r++) maxm = rs[r].m > maxm ? rs[r].m : maxm;
-    PyObject **path = (PyObject **)calloc((size_t)maxm + 1, sizeof(PyObject *));
-    if (!path) {
+/* ok[r.k] = 1 for each rest of rs[0:n] whose bytes the chart takes whole from state. The rests
+ * are stepped a byte at a time, all at once, grouped by chart state: at each depth the rests of a
+ * group are bucketed by their next byte, each (state, byte) pair is one lookup in the step memo,
+ * and the rests that reach equal states form one group at the next depth (scannerless's grouped
+ * walk, in C). Prefixes alone are not enough to share: after a terminal that takes any byte (a
+ * comment, a URL) every prefix reaches the same state, and walking them as a trie cost
+ * robotstxt.lark's masks 44 -> 70-115 ms (bench_grammar_bounds). Byte d of rest r is
+ * rs[r].p[d * stride]. *lookups: the (state, byte) pairs looked up; *moved: the rest-bytes moved.
+ * 0, or -1 on error. */
+static int walk_grouped(PyObject *state, const Rest *rs, Py_ssize_t n, Py_ssize_t stride, char *ok,
+                        long long *lookups, long long *moved, Walker *w) {
+    size_t szn = (size_t)(n ? n : 1);
+    Py_ssize_t *cur = (Py_ssize_t *)malloc(szn * sizeof(Py_ssize_t)), *nxt = (Py_ssize_t *)malloc(szn * sizeof(Py_ssize_t)),
+               *tmp = (Py_ssize_t *)malloc(szn * sizeof(Py_ssize_t));
+    Py_ssize_t *ngrp = (Py_ssize_t *)malloc(szn * sizeof(Py_ssize_t));  /* group (next depth) of nxt[i] */
+    Py_ssize_t *gstart = (Py_ssize_t *)malloc((szn + 1) * sizeof(Py_ssize_t));
+    PyObject **gstate = (PyObject **)calloc(szn, sizeof(PyObject *)), **nstate = (PyObject **)calloc(szn, sizeof(PyObject *));
+    PyObject *index = NULL;
+    Py_ssize_t ng = 0, nn = 0, nng = 0;
+    int rc = -1;
+    if (!cur || !nxt || !tmp || !ngrp || !gstart || !gstate || !nstate) {
         PyErr_NoMemory();
-        return -1;
+        goto out;
     }
-    if (n > 1) qsort(rs, (size_t)n, sizeof(Rest), rest_cmp);
-    Py_INCREF(state);
-    path[0] = state;
-    Py_ssize_t depth = 0;  /* path[0..depth] hold the previous rest's states */
-    const Rest *prev = NULL;
-    int rc = 0;
+    Py_ssize_t live = 0;
     for (Py_ssize_t r = 0; r < n; r++) {
-        const Rest *x = &rs[r];
-        Py_ssize_t d = 0;
-        if (prev) {
-            Py_ssize_t lim = depth < x->m ? depth : x->m;
-            lim = lim < prev->m ? lim : prev->m;
-            while (d < lim && x->p[d] == prev->p[d]) d++;
-        }
-        for (Py_ssize_t j = d + 1; j <= depth; j++) Py_CLEAR(path[j]);
-        depth = d;
-        while (depth < x->m && path[depth] != Py_None) {
-            PyObject *nxt = step_byte(path[depth], x->p[depth], w);
-            if (!nxt) {
-                rc = -1;
-                goto out;
-            }
-            path[++depth] = nxt;
-            (*stepped)++;
-        }
-        ok[x->k] = depth == x->m && path[depth] != Py_None;
-        prev = x;
+        if (rs[r].m == 0)
+            ok[rs[r].k] = 1;
+        else
+            cur[live++] = r;
     }
+    if (live) {
+        Py_INCREF(state);
+        gstate[0] = state;
+        gstart[0] = 0;
+        gstart[1] = live;
+        ng = 1;
+    }
+    for (Py_ssize_t depth = 0; ng > 0; depth++) {
+        index = PyDict_New();
+        if (!index) goto out;
+        nn = nng = 0;
+        for (Py_ssize_t g = 0; g < ng; g++) {
+            Py_ssize_t a = gstart[g], b = gstart[g + 1], len = b - a;
+            /* the group's rests by their byte at depth: a counting sort, or an insertion sort for a few */
+            if (len > 64) {
+                Py_ssize_t cnt[257];
+                memset(cnt, 0, sizeof(cnt));
+                for (Py_ssize_t i = a; i < b; i++) cnt[rs[cur[i]].p[depth * stride] + 1]++;
+                for (int c = 1; c < 257; c++) cnt[c] += cnt[c - 1];
+                for (Py_ssize_t i = a; i < b; i++) tmp[cnt[rs[cur[i]].p[depth * stride]]++] = cur[i];
+                memcpy(cur + a, tmp, (size_t)len * sizeof(Py_ssize_t));
+            } else {
+                for (Py_ssize_t i = a + 1; i < b; i++) {
+                    Py_ssize_t x = cur[i];
+                    unsigned char c = rs[x].p[depth * stride];
+                    Py_ssize_t j = i - 1;
+                    while (j >= a && rs[cur[j]].p[depth * stride] > c) {
+                        cur[j + 1] = cur[j];
+                        j--;
+                    }
+                    cur[j + 1] = x;
+                }
+            }
+            *moved += len;
+            for (Py_ssize_t i = a; i < b;) {
+                unsigned char c = rs[cur[i]].p[depth * stride];
+                Py_ssize_t e = i + 1;
+                while (e < b && rs[cur[e]].p[depth * stride] == c) e++;
+                PyObject *s2 = step_byte(gstate[g], c, w);
+                (*lookups)++;
+                if (!s2) goto out;
+                if (s2 == Py_None) {
+                    Py_DECREF(s2);
+                    i = e;
+                    continue;
+                }
+                Py_ssize_t id;
+                PyObject *known = PyDict_GetItemWithError(index, s2);
+                if (known) {
+                    id = PyLong_AsSsize_t(known);
+                    Py_DECREF(s2);
+                } else {
+                    if (PyErr_Occurred()) {
+                        Py_DECREF(s2);
+                        goto out;
+                    }
+                    id = nng;
+                    PyObject *io = PyLong_FromSsize_t(id);
+                    if (!io || PyDict_SetItem(index, s2, io) < 0) {
+                        Py_XDECREF(io);
+                        Py_DECREF(s2);
+                        goto out;
+                    }
+                    Py_DECREF(io);
+                    nstate[nng++] = s2;  /* the reference moves here */
+                }
+                for (; i < e; i++) {
+                    Py_ssize_t x = cur[i];
+                    if (rs[x].m == depth + 1) {
+                        ok[rs[x].k] = 1;
+                    } else {
+                        nxt[nn] = x;
+                        ngrp[nn++] = id;
+                    }
+                }
+            }
+        }
+        Py_CLEAR(index);
+        /* the next depth's groups: its rests by group (a counting sort over the group ids) */
+        for (Py_ssize_t g = 0; g < ng; g++) Py_CLEAR(gstate[g]);
+        for (Py_ssize_t g = 0; g <= nng; g++) gstart[g] = 0;
+        for (Py_ssize_t i = 0; i < nn; i++) gstart[ngrp[i] + 1]++;
+        for (Py_ssize_t g = 1; g <= nng; g++) gstart[g] += gstart[g - 1];
+        {
+            /* tmp as the running position of each group */
+            for (Py_ssize_t g = 0; g < nng; g++) tmp[g] = gstart[g];
+            for (Py_ssize_t i = 0; i < nn; i++) cur[tmp[ngrp[i]]++] = nxt[i];
+        }
+        /* groups with no rest left (all finished) are dropped as empty ranges */
+        PyObject **sw = gstate;
+        gstate = nstate;
+        nstate = sw;
+        ng = nng;
+        nng = 0;
+    }
+    rc = 0;
 out:
-    for (Py_ssize_t j = 0; j <= depth; j++) Py_XDECREF(path[j]);
-    free(path);
+    Py_XDECREF(index);
+    if (gstate)
+        for (Py_ssize_t g = 0; g < ng; g++) Py_XDECREF(gstate[g]);
+    if (nstate)
+        for (Py_ssize_t g = 0; g < nng; g++) Py_XDECREF(nstate[g]);
+    free(cur);
+    free(nxt);
+    free(tmp);
+    free(ngrp);
+    free(gstart);
+    free(gstate);
+    free(nstate);
     return rc;
 }
 
@@ -1030,7 +1118,7 @@ static PyObject *chart_take(PyObject *module, PyObject *args) {
     PyObject *fi = PySequence_Fast(idx, "take: idx"), *ft = PySequence_Fast(tids, "take: tids"),
              *fl = PySequence_Fast(lengths, "take: lengths"), *fd = PySequence_Fast(done, "take: done");
     PyObject *out = PyList_New(0), *result = NULL;
-    long long units = 0, stepped = 0;
+    long long units = 0, lookups = 0, moved = 0;
     Rest *rs = NULL;
     char *ok = NULL;
     if (!fi || !ft || !fl || !fd || !out) goto done;
@@ -1064,8 +1152,8 @@ static PyObject *chart_take(PyObject *module, PyObject *args) {
         rs[k].m = len - j;
         rs[k].k = k;
     }
-    if (walk_sorted(state, rs, n, ok, &stepped, &w) < 0) goto done;
-    units = stepped >> 3;
+    if (walk_grouped(state, rs, n, 1, ok, &lookups, &moved, &w) < 0) goto done;
+    units = (lookups >> 3) + (moved >> 6);
     for (Py_ssize_t k = 0; k < n; k++)
         if (ok[k] && PyList_Append(out, PySequence_Fast_GET_ITEM(fi, k)) < 0) goto done;
     if (walker_store(&w) == 0) result = Py_BuildValue("(OL)", out, units);
@@ -1080,11 +1168,72 @@ done:
     return result;
 }
 
+/* take_rests(state, base, length, flat, stride, steps, step[, earley, tables, cap]) -> (taken, units)
+ *   take over a rest set as scannerless holds it (rest_walk.RestSet): rest r's bytes are
+ *   flat[base[r] + d * stride] for d < length[r] (base int64, length int32, flat the token matrix's
+ *   bytes, column-major). taken: bytes of the int64 indices r taken, ascending. Why not take: a
+ *   chart walk of ~100k leftovers spent ~4 ms converting its arrays to and from Python lists. */
+static PyObject *chart_take_rests(PyObject *module, PyObject *args) {
+    PyObject *state, *steps, *step, *earley = NULL, *tables = NULL;
+    Py_buffer base_b, len_b, flat_b;
+    long long stride, cap = 0;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*LO!O|OOL:take_rests", &state, &base_b, &len_b, &flat_b, &stride, &PyDict_Type,
+                          &steps, &step, &earley, &tables, &cap))
+        return NULL;
+    PyObject *result = NULL;
+    Rest *rs = NULL;
+    char *ok = NULL;
+    int64_t *out = NULL;
+    Walker w;
+    Py_ssize_t n = base_b.len / 8;
+    if (len_b.len != 4 * n || base_b.len % 8 || stride <= 0) {
+        PyErr_SetString(PyExc_ValueError, "take_rests: base (int64) and length (int32) differ in size");
+        goto done;
+    }
+    if (walker_init(&w, steps, step, earley, tables, cap) < 0) goto done;
+    rs = (Rest *)malloc((size_t)(n ? n : 1) * sizeof(Rest));
+    ok = (char *)calloc((size_t)(n ? n : 1), 1);
+    out = (int64_t *)malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!rs || !ok || !out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int64_t *base = (const int64_t *)base_b.buf;
+    const int32_t *length = (const int32_t *)len_b.buf;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (base[r] < 0 || length[r] < 0 || (length[r] > 0 && base[r] + (long long)(length[r] - 1) * stride >= flat_b.len)) {
+            PyErr_SetString(PyExc_IndexError, "take_rests: a rest outside the token matrix");
+            goto done;
+        }
+        rs[r].p = (const unsigned char *)flat_b.buf + base[r];
+        rs[r].m = length[r];
+        rs[r].k = r;
+    }
+    long long lookups = 0, moved = 0;
+    if (walk_grouped(state, rs, n, (Py_ssize_t)stride, ok, &lookups, &moved, &w) < 0) goto done;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t r = 0; r < n; r++)
+        if (ok[r]) out[m++] = r;
+    if (walker_store(&w) == 0) {
+        PyObject *taken = PyBytes_FromStringAndSize((const char *)out, m * (Py_ssize_t)sizeof(int64_t));
+        if (taken) result = Py_BuildValue("(NL)", taken, (lookups >> 3) + (moved >> 6));
+    }
+done:
+    free(rs);
+    free(ok);
+    free(out);
+    PyBuffer_Release(&base_b);
+    PyBuffer_Release(&len_b);
+    PyBuffer_Release(&flat_b);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"step", state_step, METH_VARARGS, "Earley.step's scan loop over a State (see the C source)."},
     {"close", items_close, METH_VARARGS, "Earley._close's agenda over (item, origin) pairs (see the C source)."},
     {"take", chart_take, METH_VARARGS, "scannerless._take's loop: token suffixes through the step memo (see the C source)."},
     {"walk", chart_walk, METH_VARARGS, "Earley.walk's loop: bytes through the step memo (see the C source)."},
+    {"take_rests", chart_take_rests, METH_VARARGS, "take over a scannerless rest set's arrays (see the C source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -53,7 +53,7 @@ from trellis.constrain.automata.charsets import cs_diff
 from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, state_bits
 from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 from trellis.constrain.earley.chart_kernel import (ChartState, NativeState, chart_state, native_close, native_step,
-                                                   native_take, native_walk, scan_tables)
+                                                   native_take, native_take_rests, native_walk, scan_tables)
 from trellis.constrain.earley.chart_kernel import STATE_KERNEL, tuple_state  # noqa: F401 - read here by tests and docs
 
 # Scans (~100 bytes each: a 3-tuple and its set slot) that the step memo may hold, keys and values
@@ -110,8 +110,8 @@ class Earley:
         # of each), and the C step only over C states.
         self.make_state = chart_state
         native = chart_state is NativeState
-        self._native_step, self._native_close, self._native_take, self._native_walk = (
-            (native_step, native_close, native_take, native_walk) if native else (None,) * 4)
+        self._native_step, self._native_close, self._native_take, self._native_walk, self._native_take_rests = (
+            (native_step, native_close, native_take, native_walk, native_take_rests) if native else (None,) * 5)
         m = len(ir.terminals)
         # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on.
         self.next_sym: list[int | None] = []
@@ -583,6 +583,19 @@ class Earley:
                                          self, self._tables, STEP_CACHE_SCANS)
         self.charge(units)
         return taken
+
+    def take_rests(self, state: ChartState, base: np.ndarray, length: np.ndarray, flat: np.ndarray,
+                   stride: int) -> np.ndarray | None:
+        """``take`` over a rest set's arrays (rest ``r``'s bytes ``flat[base[r] + d * stride]``, ``d <
+        length[r]``; int64, int32, the token matrix's bytes): the sorted indices of the rests the
+        chart takes whole from ``state``, stepped together grouped by chart state in C
+        (``_statec.take_rests``); None where that module is not built."""
+        if self._native_take_rests is None:
+            return None
+        taken, units = self._native_take_rests(state, base, length, flat, stride, self._steps, self.step_declined,
+                                               self, self._tables, STEP_CACHE_SCANS)
+        self.charge(units)
+        return np.frombuffer(taken, dtype=np.int64)
 
     def live_bytes(self, state: ChartState) -> np.ndarray:
         """[256] bool: the bytes ``step`` accepts from ``state`` (a scan's DFA moves on them)."""

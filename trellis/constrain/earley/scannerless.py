@@ -106,6 +106,7 @@ class EarleyConstraint:
         self.earley = Earley(ir)
         self.tm = TokenMatrix.of(vocab)
         self._toks = tuple(vocab.tokens)  # (a tuple for _statec.take; no copy when it is one)
+        self._flat = np.ascontiguousarray(self.tm.mat_t).reshape(-1)  # (a view: mat_t is contiguous; take_rests)
         self._vocab_rests = RestSet.vocabulary(self.tm)
         self._dfa = self.earley.scan_dfa  # per scan id (grows as cut terminals are met)
         # Bytes that can start what follows each terminal (FOLLOW sets): a token split after a
@@ -440,7 +441,7 @@ class EarleyConstraint:
         byte) pair is one memoised ``Earley.step``. Small sets (the usual case: a median of 2
         rests on sql_select.lark) are stepped rest by rest in plain Python instead
         (``_chart_walk_small``): the grouping below costs ~15 numpy calls a byte."""
-        if len(rs) <= CHART_WALK_SMALL or (CHART_WALK_C and self.earley._native_take is not None):
+        if len(rs) <= CHART_WALK_SMALL or (CHART_WALK_C and self.earley._native_take_rests is not None):
             return self._chart_walk_small(state, rs)
         live = self._live(state)
         flat = self.tm.mat_t.reshape(-1)
@@ -479,7 +480,12 @@ class EarleyConstraint:
         return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
 
     def _chart_walk_small(self, state: ChartState, rs: RestSet) -> np.ndarray:
-        """``_chart_walk`` one rest at a time."""
+        """``_chart_walk`` one rest at a time (in C: the rests grouped by chart state, over the
+        set's own arrays: ``Earley.take_rests``)."""
+        if CHART_WALK_C:
+            taken = self.earley.take_rests(state, rs.base, rs.length, self._flat, self.tm.mat_t.shape[1])
+            if taken is not None:
+                return taken
         return np.array(self._take(state, range(len(rs)), rs.tid.tolist(), rs.length.tolist(), [0] * len(rs)), np.int64)
 
     def _take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int],
@@ -595,9 +601,11 @@ CHART_FIRST_IGNORE = 0
 # 261 -> 230 and 722 -> 670 ms (min of 6, alternating in one process; 0 vs 32; 128 no better);
 # sql_select unchanged (its sets are small before any grouping).
 CHART_GROUP_SMALL = 32
-# Where ``_statec`` is built, a chart walk of any size is one C take (rests walked in byte order,
-# each distinct prefix stepped once) instead of the grouping above (~15 numpy calls a group and
-# byte): lark.lark's slowest fresh masks (benchmarks/README.md, ab_masks --grammars --switch ctrie).
+# Where ``_statec`` is built, a chart walk of any size is one C call over the rest set's arrays
+# (``Earley.take_rests``: the same grouping by chart state, no numpy call or Python list per group
+# and byte). ab_masks --switch ctrie, in one process: the 100 schemas' masks 1,142 -> 989 ms, the
+# grammars' documents 1,699 -> 1,625 ms; lark.lark's slowest masks ~2x, robotstxt.lark's 3x
+# (benchmarks/README.md).
 CHART_WALK_C = True
 # Walks of fewer leftovers than this take well under ``walk_cache.PERSIST_MIN_S`` (2 ms; the C
 # walk of sql_select.lark's leftover sets: 63 us on average), so they are never written to disk and
