@@ -486,3 +486,39 @@ def test_chart_walks_in_c_give_the_grouped_walks_masks(monkeypatch) -> None:
         masks[arm] = out
     assert masks[True] == masks[False]
     assert len(big) >= 4, big
+
+
+@needs_c
+def test_a_raise_in_the_python_step_propagates_through_the_c_walks() -> None:
+    """Where the C step declines, the walks call the Python step; when that raises (``WorkExhausted``
+    past the work bound) the exception reaches the caller as it is, from ``walk``, ``take`` and
+    ``take_rests``. The walker used to read ``earley.work`` back with the exception pending, and
+    CPython's type lookup clears a pending error on a method-cache miss: the call then returned
+    NULL with no exception (a SystemError, intermittently). The step here changes the class, so
+    that the next lookup misses the cache."""
+    from trellis.constrain.vocab.rest_walk import RestSet
+
+    c = _fresh_corpus_constraint("outlines/json.lark")
+    e = c.earley
+    s = c.start()
+    no_tables = ([None] * len(e.trans),) + e._tables[1:]  # every step declines to Python
+
+    def declined(state, b):  # type: ignore[no-untyped-def]
+        type(e)._lookup_buster = object()  # a new type version: the next attribute lookup misses
+        raise earley_mod.WorkExhausted
+
+    vr = RestSet.vocabulary(c.tm)
+    stride = c.tm.mat_t.shape[1]
+    calls = [
+        lambda: e._native_walk(s, b"{}", {}, declined, e, no_tables, 1 << 22),
+        lambda: e._native_take(s, [0], [int(vr.tid[0])], [1], [0], c._toks, {}, declined, e, no_tables, 1 << 22),
+        lambda: e._native_take_rests(s, vr.base[:20], vr.length[:20], c._flat, stride, {}, declined, e, no_tables,
+                                     1 << 22),
+    ]
+    try:
+        for call in calls:
+            for _ in range(3):
+                with pytest.raises(earley_mod.WorkExhausted):
+                    call()
+    finally:
+        del type(e)._lookup_buster

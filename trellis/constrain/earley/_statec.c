@@ -852,8 +852,9 @@ static PyObject *walker_miss(Walker *w, PyObject *cur, PyObject *b, PyObject *ke
     if (!w->earley || !PyObject_TypeCheck(cur, &StateType)) {
         if (w->earley && walker_store(w) < 0) return NULL;
         PyObject *r = PyObject_CallFunctionObjArgs(w->step, cur, b, NULL);
+        if (!r) return NULL;  /* its exception pending: no attribute lookup before it propagates (below) */
         if (w->earley && walker_load(w) < 0) {
-            Py_XDECREF(r);
+            Py_DECREF(r);
             return NULL;
         }
         return r;
@@ -876,8 +877,13 @@ static PyObject *walker_miss(Walker *w, PyObject *cur, PyObject *b, PyObject *ke
         Py_DECREF(nxt);
         if (walker_store(w) < 0) return NULL;
         PyObject *r = PyObject_CallFunctionObjArgs(w->step, cur, b, NULL);
+        /* A raise in the Python step (WorkExhausted past the work bound) must propagate untouched:
+         * an attribute lookup with an exception pending may clear it (CPython's type lookup
+         * clears "its" error on a method-cache miss), and the walk then returned NULL with no
+         * exception set (a SystemError, intermittently, on masks that reach the bound). */
+        if (!r) return NULL;
         if (walker_load(w) < 0) {
-            Py_XDECREF(r);
+            Py_DECREF(r);
             return NULL;
         }
         return r;
