@@ -1,8 +1,10 @@
-"""The two chart walks of ``EarleyConstraint`` agree: ``_chart_walk`` steps a set of token rests
-through the Earley chart grouped by chart state, one numpy pass per byte; ``_chart_walk_small``
-(sets up to ``scannerless.CHART_WALK_SMALL``) steps them one at a time in Python, and the grouped
-walk finishes groups of up to ``CHART_GROUP_SMALL`` rests the same way. All must return exactly the
-rests the chart takes whole, which ``Earley.walk`` decides byte by byte."""
+"""The chart walks of ``EarleyConstraint`` agree: where ``_statec`` is built, one C call over the
+rest set's arrays grouped by chart state (``Earley.take_rests``, ``CHART_WALK_C``); otherwise
+``_chart_walk`` steps a set of token rests through the Earley chart grouped by chart state, one
+numpy pass per byte, ``_chart_walk_small`` (sets up to ``scannerless.CHART_WALK_SMALL``) steps them
+one at a time, and the grouped walk finishes groups of up to ``CHART_GROUP_SMALL`` rests the same
+way. All must return exactly the rests the chart takes whole, which ``Earley.walk`` decides byte by
+byte."""
 
 from __future__ import annotations
 
@@ -56,15 +58,18 @@ def test_small_and_grouped_chart_walks_equal_the_recogniser(name: str, monkeypat
             for n in (0, 1, 5, 40, 200):
                 rs = _rests(c, rng, n)
                 want = _brute(c, s, rs)
-                small = c._chart_walk_small(s, rs)
+                native = c._chart_walk(s, rs)  # (where _statec is built: take_rests, any size)
+                monkeypatch.setattr(scannerless, "CHART_WALK_C", False)
+                small = c._chart_walk_small(s, rs)  # rest by rest (_take)
                 monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", -1)  # the grouped walk, any size
                 hybrid = c._chart_walk(s, rs)  # small groups finished in Python
                 monkeypatch.setattr(scannerless, "CHART_GROUP_SMALL", 0)
                 grouped = c._chart_walk(s, rs)  # every group by numpy
                 monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", 64)
                 monkeypatch.setattr(scannerless, "CHART_GROUP_SMALL", 4)
-                assert small.dtype == grouped.dtype == hybrid.dtype == np.int64
-                assert small.tolist() == grouped.tolist() == hybrid.tolist() == want
+                monkeypatch.setattr(scannerless, "CHART_WALK_C", True)
+                assert native.dtype == small.dtype == grouped.dtype == hybrid.dtype == np.int64
+                assert native.tolist() == small.tolist() == grouped.tolist() == hybrid.tolist() == want
                 checked += 1
                 nonempty += bool(want)
             allowed = [t for t in range(c.tm.size) if c.tm.valid[t] and c.advance(s, t) is not None]

@@ -609,6 +609,7 @@ def test_walks_over_leftovers_are_shared_across_grammars_and_runs(tmp_path, monk
     monkeypatch.setattr(walk_cache, "PERSIST_MIN_S", 0.0)
     monkeypatch.setattr(scannerless, "WALK_DISK_MIN", 0)  # this vocabulary's leftover sets are small
     monkeypatch.setattr(scannerless, "CHART_WALK_SMALL", 0)  # (else they are stepped through the chart)
+    monkeypatch.setattr(scannerless, "CHART_FIRST_IGNORE", 0)
     clear_caches()
     v = random_vocab(b"ab (),", random.Random(7), 120)
     g1 = 'start: NAME ("," NAME)*\nNAME: /[a-z]+/\n%ignore / +/\n'

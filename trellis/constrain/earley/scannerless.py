@@ -390,7 +390,8 @@ class EarleyConstraint:
         (``_chart_walk``), so grammars whose terminals can abut (every split of a word into
         words) cost a chart step per byte instead of a rest set per way of splitting. Sets of at
         most ``CHART_WALK_SMALL`` rests are stepped through the chart at any depth in grammars
-        without ``%ignore`` terminals (a JSON Schema's)."""
+        without ``%ignore`` terminals (a JSON Schema's), of at most ``CHART_FIRST_IGNORE`` in
+        grammars with them."""
         key = (state, id(rs))
         hit = self._allowed.get(key)
         if hit is not None:
@@ -428,9 +429,10 @@ class EarleyConstraint:
         """Whether ``_rests_allowed`` steps ``rs`` through the chart at once: a few rests' bytes
         stepped through the chart (memoised per state and byte) cost less than a walk per scan
         of the state, each with its crossings and the boundaries they reach (a key position
-        expects a literal per remaining key). Not with %ignore terminals: their scans stand in
-        every state, so the per-scan walks of a rest set (cached per scan and set) recur across
-        states where chart walks would not (``CHART_WALK_SMALL``)."""
+        expects a literal per remaining key). With %ignore terminals only smaller sets: their
+        scans stand in every state, so the per-scan walks of a rest set (cached per scan and set)
+        recur across states where chart walks would not (``CHART_WALK_SMALL``,
+        ``CHART_FIRST_IGNORE``)."""
         return len(rs) <= (CHART_FIRST_IGNORE if self.earley.ignore_scans else CHART_WALK_SMALL)
 
     def _chart_walk(self, state: ChartState, rs: RestSet) -> np.ndarray:
@@ -591,10 +593,13 @@ SPLIT_DEPTH = 2
 # wp_124) 0.984, 4 reps; json.lark's 6 documents 0.97-1.0. With %ignore it cost more:
 # sql_select.lark's 6 documents +0-19% (+58% one; min of 4), arithmetic.lark's up to +13%.
 CHART_WALK_SMALL = 64
-# In a grammar with %ignore terminals, rest sets up to this size are chart-walked at every depth:
-# none, even with the C take (every set: the corpus grammars' masks 1,247 -> 10,828 ms in sum,
-# ab_masks --grammars --set CHART_FIRST_IGNORE=100000000).
-CHART_FIRST_IGNORE = 0
+# In a grammar with %ignore terminals, rest sets up to this size are chart-walked at every depth.
+# With the C chart walks (take_rests), 64 rather than 0: the grammars' documents (ab_masks --grammars
+# --docs 3 --reps 2 --set CHART_FIRST_IGNORE=64, 64 documents, arms alternating in one process)
+# masks 2,817 -> 2,688 ms in sum, per-document median 1.017 (p10 0.979: yaml_flat d2 -12%,
+# arithmetic +37-43%); three runs alike. Every set chart-walked first is far worse (1,247 ->
+# 10,828 ms: the %ignore scans stand in every state, and their per-scan walks are shared).
+CHART_FIRST_IGNORE = 64
 # Inside a grouped chart walk, a chart state left with at most this many rests finishes them in
 # Python (``_take``): the groups fragment by chart state within a few bytes. lark.lark's fresh
 # documents 2 and 8 (a mask inside a comment, its leftovers through chart states of ~20 scans):
