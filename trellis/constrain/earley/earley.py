@@ -15,10 +15,9 @@ Objects
   which nonterminals it predicts: they are closed once and shared by every such set
   (``Predicted``, plain ints); a set holds its own items with origins (``waiting``/``expects``)
   and its ``Predicted`` (``static``).
-A *chart state* is ``(scans, accepting)`` (``chart_state``: one C object, ``_statec.State``, where
-  that module is built, else a tuple with the scans as a frozenset): ``scans`` a set of ``(t, q, E)``: terminal ``t``
-  is being scanned, its DFA is in state ``q``, it started at boundary ``E`` (whose items wait for
-  it). Ignored terminals have their own scan ids ``>= M`` (``Earley.ignore_scans``); completing one
+A *chart state* is ``(scans, accepting)`` (``chart_state``: a C ``_statec.State``, or a tuple):
+  ``scans`` a set of ``(t, q, E)``: terminal ``t`` is being scanned, its DFA is in state ``q``, it
+  started at boundary ``E`` (whose items wait for it). Ignored terminals have their own scan ids ``>= M`` (``Earley.ignore_scans``); completing one
   restarts the scans of the boundary it began at, so ``%ignore`` text may stand between any two
   terminals, at the start and at the end. States are immutable and hashable.
 
@@ -145,13 +144,10 @@ class Earley:
         self.trans: list[array] = []
         self.final: list[bytes] = []
         self.has_out: list[bytes] = []
-        # The boundary after several terminals complete at one byte, by the (terminal, start set)
-        # pairs (``step``): their kernel is large where many items wait (lark.lark: building and
-        # hashing it was 0.9 s of a 24-token document's 4 s of fresh masks), the pairs are few.
-        # Cleared, never replaced: the C step reads it through ``_tables``.
+        # The boundary after several terminals complete at one byte, by their (terminal, start set)
+        # pairs (``step``; a kernel of many waiting items hashed was 0.9 s of 4 s on lark.lark).
         self._after_many: dict[frozenset, ESet] = {}
-        # What the C step reads (``_statec.c``): the six per-scan lists, which grow in place as
-        # scans are added, and ``_after_many``.
+        # What the C step reads (``_statec.c``), all grown or cleared in place, never replaced.
         self._tables = (self.trans, self.final, self.has_out, self.scan_guard, self.scan_ignore, self.scan_term,
                         self._after_many)
         for t in range(m):
@@ -183,17 +179,15 @@ class Earley:
         self._steps_scans = 0  # scans summed over the states _steps holds (STEP_CACHE_SCANS)
 
     def _add_scan(self, dfa: ByteDFA, t: int, ignore: bool) -> int:
-        """A new scan id; its flat tables are made when a boundary first starts it (``_load``):
-        a schema grammar has a literal terminal per key, most never expected along one document
-        (making them all up front was ~40% of Earley's construction on large schemas: cProfile of
-        135 maskbench schema compiles, commit cd894bb)."""
+        """A new scan id; its flat tables are made when a boundary first starts it (``_load``): a
+        schema grammar has a literal terminal per key, most never expected along one document (all
+        up front was ~40% of Earley's construction on large schemas: 135 maskbench compiles, cd894bb)."""
         self.scan_dfa.append(dfa)
         self.scan_term.append(t)
         self.scan_ignore.append(ignore)
         self.scan_guard.append(self.ir.terminals[t].guard)
-        self.trans.append(None)  # type: ignore[arg-type]
-        self.final.append(None)  # type: ignore[arg-type]
-        self.has_out.append(None)  # type: ignore[arg-type]
+        for table in (self.trans, self.final, self.has_out):
+            table.append(None)  # type: ignore[arg-type]
         return len(self.scan_dfa) - 1
 
     def _load(self, d: int) -> None:
@@ -398,9 +392,8 @@ class Earley:
         return frozenset(out)
 
     def _forget(self) -> None:
-        """Drop the memos that keep item sets alive: the interning tables, every set's successor
-        links, the step memo. Chart states made before stay valid (a set's items and scans never
-        change); their successors are made again, as new objects with the same items, so a state
+        """Drop the memos that keep item sets alive (interning tables, successor links, step memo).
+        Older chart states stay valid; their successors are made again as new objects, so a state
         from before and its equal from after compare unequal (a cache miss, never a wrong answer)."""
         for e in list(self._sets.values()):
             e.after = {}
@@ -421,10 +414,9 @@ class Earley:
         return hit
 
     def boundary(self, e: ESet, scan: int) -> ChartState:
-        """The chart state just after scan ``scan`` (started at ``e``) completes (memoised here,
-        not on ``e``: a C ``State`` is invisible to the cyclic collector, so an item set must never
-        hold one, or a cycle through it would keep a dropped grammar's sets alive for good;
-        tests/constrain/test_chart_state.py::test_a_dropped_constraint_leaves_no_item_sets)."""
+        """The chart state just after scan ``scan`` (started at ``e``) completes (memoised here, not
+        on ``e``: the collector cannot see a C ``State``, so a cycle through an item set holding one
+        would keep a dropped grammar's sets alive: test_a_dropped_constraint_leaves_no_item_sets)."""
         key = (e, scan)
         hit = self._boundaries.get(key)
         if hit is None:
@@ -499,10 +491,8 @@ class Earley:
         res = self._native_step(state, b, *self._tables) if native and self._native_step is not None else False
         if res is False:  # (the C loop declines what it does not take: see _statec.c)
             res = self._step(state, b)
-        # States are many in long runs and a step is cheap to redo. Bounded by entries AND by the
-        # scans they hold: lark.lark's ambiguous %ignore makes states of hundreds of scans, and
-        # 2^18 of them took 11 GB in the 10,000-decode fuzz (fuzz_grammars --corpus). (The C
-        # walks' misses keep the same bounds: ``_statec.c``.)
+        # Bounded by entries AND by the scans they hold (the C walks' misses too): lark.lark's
+        # states of hundreds of scans took 11 GB at 2^18 entries (fuzz_grammars --corpus).
         if len(self._steps) > 1 << 18 or self._steps_scans > STEP_CACHE_SCANS:
             self._steps.clear()
             self._steps_scans = 0
@@ -510,8 +500,7 @@ class Earley:
         self._steps_scans += len(state[0]) + (len(res[0]) if res is not None else 0)
         return res
 
-    def step_declined(self, state: ChartState, b: int) -> ChartState | None:
-        """The C walks' miss path where the C step declines (``_statec.c``)."""
+    def step_declined(self, state: ChartState, b: int) -> ChartState | None:  # (the C walks' declined misses)
         return self.step_miss(state, b, False)
 
     def _step(self, state: ChartState, b: int) -> ChartState | None:
@@ -573,10 +562,8 @@ class Earley:
 
     def take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int], done: list[int],
              tokens: tuple[bytes, ...]) -> list[int] | None:
-        """The rests ``idx`` (the last ``lengths[j]`` bytes of ``tokens[tids[j]]``, after their first
-        ``done[j]``) whose bytes the chart takes whole from ``state``, in order, stepped in C through
-        the step memo (``_statec.take``); None where that module is not built (``scannerless._take``
-        then walks them in Python)."""
+        """The rests ``idx`` (the last ``lengths[j]`` bytes of ``tokens[tids[j]]`` after their first
+        ``done[j]``) the chart takes whole from ``state``, in order, in C; None without ``_statec``."""
         if self._native_take is None:
             return None
         taken, units = self._native_take(state, idx, tids, lengths, done, tokens, self._steps, self.step_declined,
@@ -586,10 +573,8 @@ class Earley:
 
     def take_rests(self, state: ChartState, base: np.ndarray, length: np.ndarray, flat: np.ndarray,
                    stride: int) -> np.ndarray | None:
-        """``take`` over a rest set's arrays (rest ``r``'s bytes ``flat[base[r] + d * stride]``, ``d <
-        length[r]``; int64, int32, the token matrix's bytes): the sorted indices of the rests the
-        chart takes whole from ``state``, stepped together grouped by chart state in C
-        (``_statec.take_rests``); None where that module is not built."""
+        """Sorted indices of the rests (bytes ``flat[base[r] + d * stride]``, ``d < length[r]``) the
+        chart takes whole from ``state``, grouped by chart state in C; None without ``_statec``."""
         if self._native_take_rests is None:
             return None
         taken, units = self._native_take_rests(state, base, length, flat, stride, self._steps, self.step_declined,

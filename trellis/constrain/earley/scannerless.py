@@ -429,20 +429,15 @@ class EarleyConstraint:
         """Whether ``_rests_allowed`` steps ``rs`` through the chart at once: a few rests' bytes
         stepped through the chart (memoised per state and byte) cost less than a walk per scan
         of the state, each with its crossings and the boundaries they reach (a key position
-        expects a literal per remaining key). With %ignore terminals only smaller sets: their
-        scans stand in every state, so the per-scan walks of a rest set (cached per scan and set)
-        recur across states where chart walks would not (``CHART_WALK_SMALL``,
-        ``CHART_FIRST_IGNORE``)."""
+        expects a literal per remaining key); ``CHART_WALK_SMALL``, ``CHART_FIRST_IGNORE``."""
         return len(rs) <= (CHART_FIRST_IGNORE if self.earley.ignore_scans else CHART_WALK_SMALL)
 
     def _chart_walk(self, state: ChartState, rs: RestSet) -> np.ndarray:
         """Sorted indices of the rests of ``rs`` whose bytes the chart takes from ``state``.
 
-        Rests are stepped a byte at a time, grouped by chart state: a chart state is one value
-        per prefix, so rests that reach equal states share every later step, and each (state,
-        byte) pair is one memoised ``Earley.step``. Small sets (the usual case: a median of 2
-        rests on sql_select.lark) are stepped rest by rest in plain Python instead
-        (``_chart_walk_small``): the grouping below costs ~15 numpy calls a byte."""
+        Rests are stepped a byte at a time, grouped by chart state: rests that reach equal states
+        share every later step, each (state, byte) pair one memoised ``Earley.step``. Where
+        ``_statec`` is built, and for small sets, ``_chart_walk_small`` does it (this: ~15 numpy calls a byte)."""
         if len(rs) <= CHART_WALK_SMALL or (CHART_WALK_C and self.earley._native_take_rests is not None):
             return self._chart_walk_small(state, rs)
         live = self._live(state)
@@ -584,36 +579,22 @@ MEMO_SCANS = 1 << 21
 # whose terminals abut (Lark's composition_csv: WORD WORD) every level re-splits every suffix
 # (20 GB at depth unbounded).
 SPLIT_DEPTH = 2
-# Rest sets up to this size are chart-walked rest by rest in Python (``_chart_walk_small``):
-# sql_select.lark's 144-token benchmark document, fresh (bench_fresh's sql_select doc 2), 333 -> 289
-# ms, median of 6 alternating in one process (0 vs 64; 1024 was no better). In a grammar without
-# %ignore, ``_rests_allowed`` chart-walks them at every depth, not only past SPLIT_DEPTH: 50 median
-# maskbench schemas, fresh, alternating in one process, 2 reps: median per-input (a) ratio 0.944
-# (masks 4.97 -> 4.56 ms a schema; 32: 0.953, 128: 0.935, 256: 0.948); the tail (sp_120, sp_13,
-# wp_124) 0.984, 4 reps; json.lark's 6 documents 0.97-1.0. With %ignore it cost more:
-# sql_select.lark's 6 documents +0-19% (+58% one; min of 4), arithmetic.lark's up to +13%.
+# Rest sets up to this size are chart-walked rest by rest (``_chart_walk_small``): sql_select's
+# 144-token document 333 -> 289 ms (min of 6, alternating; 0 vs 64, 1024 no better). Without %ignore
+# at every depth (``_chart_first``): 50 median maskbench schemas, per-input (a) 0.944 (32: 0.953,
+# 128: 0.935, 256: 0.948); with the C walks, 256/1024/16 were worse in sum (benchmarks/README.md).
 CHART_WALK_SMALL = 64
-# In a grammar with %ignore terminals, rest sets up to this size are chart-walked at every depth.
-# With the C chart walks (take_rests), 64 rather than 0: the grammars' documents (ab_masks --grammars
-# --docs 3 --reps 2 --set CHART_FIRST_IGNORE=64, 64 documents, arms alternating in one process)
-# masks 2,817 -> 2,688 ms in sum, per-document median 1.017 (p10 0.979: yaml_flat d2 -12%,
-# arithmetic +37-43%); three runs alike. Every set chart-walked first is far worse (1,247 ->
-# 10,828 ms: the %ignore scans stand in every state, and their per-scan walks are shared).
+# The same bound in grammars with %ignore (``_chart_first``): 64 since the C chart walks (ab_masks
+# --grammars --set CHART_FIRST_IGNORE=64: 2,817 -> 2,688 ms, per-document median 1.017); every set
+# first: 1,247 -> 10,828 ms (the %ignore scans stand in every state; their per-scan walks are shared).
 CHART_FIRST_IGNORE = 64
-# Inside a grouped chart walk, a chart state left with at most this many rests finishes them in
-# Python (``_take``): the groups fragment by chart state within a few bytes. lark.lark's fresh
-# documents 2 and 8 (a mask inside a comment, its leftovers through chart states of ~20 scans):
-# 261 -> 230 and 722 -> 670 ms (min of 6, alternating in one process; 0 vs 32; 128 no better);
-# sql_select unchanged (its sets are small before any grouping).
+# In the numpy grouped walk, a state left with at most this many rests finishes them one by one
+# (``_take``): lark.lark's documents 2 and 8, 261 -> 230 and 722 -> 670 ms (0 vs 32; 128 no better).
 CHART_GROUP_SMALL = 32
-# Where ``_statec`` is built, a chart walk of any size is one C call over the rest set's arrays
-# (``Earley.take_rests``: the same grouping by chart state, no numpy call or Python list per group
-# and byte). ab_masks --switch ctrie, in one process: the 100 schemas' masks 1,142 -> 989 ms, the
-# grammars' documents 1,699 -> 1,625 ms; lark.lark's slowest masks ~2x, robotstxt.lark's 3x
-# (benchmarks/README.md).
+# Where ``_statec`` is built, a chart walk of any size is one C call over the rest set's arrays,
+# grouped by chart state (``Earley.take_rests``): ab_masks --switch ctrie, 100 schemas' masks 1,142
+# -> 989 ms, the grammars' 1,699 -> 1,625 ms, lark.lark's slowest ~2x, robotstxt.lark's 3x.
 CHART_WALK_C = True
-# Walks of fewer leftovers than this take well under ``walk_cache.PERSIST_MIN_S`` (2 ms; the C
-# walk of sql_select.lark's leftover sets: 63 us on average), so they are never written to disk and
-# not looked up there (the key digest and path of a lookup: 30 ms of 372 lookups on that document,
-# under line_profiler).
+# Walks of fewer leftovers take well under ``walk_cache.PERSIST_MIN_S`` (sql_select's: 63 us on
+# average), so they are neither written to disk nor looked up there (30 ms of 372 lookups, profiled).
 WALK_DISK_MIN = 4096
