@@ -7,8 +7,9 @@ The fresh masks of ``bench_fresh.py``'s schemas (maskbench, sources interleaved,
 document each, keys in the grammar's order, compact JSON, ``closed_objects=False``), each schema
 compiled twice in one process, once per arm, the arm order alternating from schema to schema, so
 that the VM's drift (20-30% between runs minutes apart on the 2-core VMs) hits both arms alike. Before
-each arm the process-wide walk cache (``walk_cache.SHARED``) is put back to its state before the
-schema: each arm finds what the earlier schemas left, as in ``bench_fresh.py --isolation grammar``.
+each arm every process-wide memo ``bench_fresh.py`` restores (``SHARED_MEMOS``: the walk cache, DFAs,
+shapes...) is put back to its state before the schema: each arm finds what the earlier schemas
+left, as in ``bench_fresh.py --isolation grammar``.
 The garbage collector is off (``bench_gc.py`` measures it) and the disk cache is off.
 
 ``--grammars``: the grammars of ``bench_fresh.py`` (shipped, and the corpus in ../shared/data/grammars)
@@ -38,6 +39,8 @@ p90) over schemas of the per-schema ratio of mask sums (arm B / arm A).
   (``Earley._after_many`` read in C; without it such a step declines to Python);
 * ``ctrie``: a chart walk of a large leftover set as one C take, its rests in byte order sharing
   their prefixes (``scannerless.CHART_WALK_C``; without it: the grouped walk by chart state);
+* ``depth``: a large sub-automaton's walks keyed by its state's class up to the longest token
+  (``dfa_shapes.DEPTH_CLASSES``; without it: by the state);
 * ``all``: every one of the above.
 """
 
@@ -60,7 +63,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie")
+SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -69,6 +72,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     import trellis.constrain.earley.earley as earley
     import trellis.constrain.earley.scannerless as scannerless
     import trellis.constrain.vocab.cut_walk as cut_walk
+    import trellis.constrain.vocab.dfa_shapes as dfa_shapes
     import trellis.constrain.vocab.literal_walk as literal_walk
     import trellis.constrain.vocab.vocab_walk as vocab_walk
     import trellis.constrain.vocab.walk_cache as walk_cache
@@ -129,6 +133,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
 
     out["cmany"] = (lambda: setattr(cls, "__init__", init_without_many)), (lambda: setattr(cls, "__init__", init))
     out["ctrie"] = flip([scannerless], "CHART_WALK_C", False)
+    out["depth"] = flip([dfa_shapes], "DEPTH_CLASSES", False)
     return out
 
 
@@ -177,10 +182,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.environ["TRELLIS_CACHE_DIR"] = ""
-    from bench_fresh import schema_cases
+    from bench_fresh import Fresh, schema_cases
     from trellis.constrain import JsonSchema, compile, prepare_vocabulary
     from trellis.constrain.frontends.json_schema import order_keys
-    from trellis.constrain.vocab.walk_cache import SHARED
     from trellis.mask import allocate_bitmask
     from trellis.models import load
 
@@ -215,6 +219,11 @@ def main() -> None:
                        None)
             if ids is not None:
                 inputs.append((c["name"], c["schema"], ids))
+    # Every process-wide memo bench_fresh.py restores (DFAs, shapes, walks...), put back before each
+    # arm (``Fresh.snapshot``): restoring the walk cache alone left the DFAs, shapes and scan tables
+    # the first arm made to the second, ~2x per-schema noise on heavy schemas (o13020: 208 vs 106 ms).
+    fresh = Fresh("grammar")
+    os.environ["TRELLIS_CACHE_DIR"] = ""
     budget: collections.Counter = collections.Counter()
     gc.disable()
     masks: dict[str, list[float]] = collections.defaultdict(list)
@@ -223,13 +232,14 @@ def main() -> None:
     for name, schema, ids in [x for _ in range(args.reps) for x in inputs]:
         if done >= args.schemas * args.reps and not args.grammars:
             break
-        snap = (collections.OrderedDict(SHARED._mem), SHARED._bytes)
+        if not args.grammars:
+            fresh.snapshot()
         order = ["off", "on"] if done % 2 == 0 else ["on", "off"]
         for arm in order:
             if args.grammars:
                 compile_mod.clear_caches()
             else:
-                SHARED._mem, SHARED._bytes = collections.OrderedDict(snap[0]), snap[1]
+                fresh._restore()
             arms[arm]()
             compile_mod.COMPILED.clear()
             try:

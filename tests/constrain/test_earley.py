@@ -702,12 +702,47 @@ def test_walks_of_large_dfas_are_keyed_by_their_tables(tmp_path, monkeypatch) ->
         before = set(SHARED._mem)
         c = compile(g, v)
         masks[g] = _masks_along(c, text)
-        assert any(k[0][0] == "dfa" for k in c._inside)  # (the chain's last 256 states: canonical)
+        assert any(k[0][0] == "dfa<=" for k in c._inside)  # (the chain's last 256 states: canonical)
         assert masks[g] == _masks_along(EarleyConstraint(c.ir, v, share=False), text)
         masks[g, "new"] = set(SHARED._mem) - before
     a, b, longer = (f"start: /[ab]{{{n}}}/\n", f"start: x\nx: A\nA: /[ab]{{{n}}}/\n", f"start: /[ab]{{{n + 1}}}/\n")
-    assert masks[a, "new"] and not any(k[1][0][0] == "dfa" for k in masks[b, "new"])  # b reused a's
-    assert any(k[1][0][0] == "dfa" for k in masks[longer, "new"])  # other tables: walked anew
+    assert masks[a, "new"] and not any(k[1][0][0] == "dfa<=" for k in masks[b, "new"])  # b reused a's
+    assert any(k[1][0][0] == "dfa<=" for k in masks[longer, "new"])  # other tables: walked anew
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_walks_keyed_by_depth_class_equal_walks_keyed_by_state(seed: int, monkeypatch) -> None:
+    """A large sub-automaton's walks are shared by the states that behave alike up to the longest
+    token (``dfa_shapes.depth_classes``): in a length-bounded string the positions with more than
+    a token's length left share one walk. Along random texts every mask equals the masks of the
+    same grammar with walks keyed by state (``DEPTH_CLASSES`` off) and of a build sharing nothing,
+    and the bounded string's positions take fewer walks than they are."""
+    from trellis.constrain.compile import clear_caches
+    from trellis.constrain.earley.scannerless import EarleyConstraint
+    from trellis.constrain.vocab import dfa_shapes
+
+    rng = random.Random(seed)
+    v = random_vocab(b'ab"x', rng, 60)
+    n = 300  # two bounded runs in one terminal: over CANON_MAX states up to the quote
+    g = f'start: item ("," item)*\nitem: /[ab]{{0,{n}}}"x{{0,{n}}}/\n'
+    # (runs up to the bound: the positions a token's length from it are where a shared walk would
+    # go wrong if the classes looked less deep than the longest token)
+    texts = [bytes(rng.choice(b"ab") for _ in range(k)) + b'"' + b"x" * rng.randint(0, n) + b',a"x' * rng.randint(0, 2)
+             for k in (n, n - rng.randint(1, 4), rng.randint(0, n))]
+    keyed = {}
+    for on in (True, False):
+        monkeypatch.setattr(dfa_shapes, "DEPTH_CLASSES", on)
+        clear_caches()
+        c = compile(g, v, cache=False)
+        keyed[on] = [_masks_along(c, t) for t in texts]
+        if on:
+            deep = {k for k in c._inside if k[0][0] == "dfa<="}
+            states = {k for k in c._shapes.values() if k[0][0] == "dfa<="}
+            assert deep and len(deep) < sum(len(t) for t in texts) // 4
+            assert len(states) == len(deep)
+    assert keyed[True] == keyed[False]
+    plain = EarleyConstraint(compile(g, v, cache=False).ir, v, share=False)
+    assert keyed[True] == [_masks_along(plain, t) for t in texts]
 
 
 def test_literal_walks_over_shared_rests_equal_unshared_masks(tmp_path, monkeypatch) -> None:

@@ -176,3 +176,48 @@ def test_c_canonical_order_equals_the_python_one(monkeypatch) -> None:
     slow = [[dfa_shapes._bfs_shape(d, q) for q in range(d.num_states)] for d in dfas]
     assert fast == slow
     assert any(x is None for row in fast for x in row) and any(x is not None for row in fast for x in row)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_depth_classes_are_the_states_alike_up_to_the_depth(seed: int) -> None:
+    """``_walkc.depth_classes``: two states share a class exactly when they keep alive, and accept
+    after, the same byte strings of up to ``depth`` bytes (every string over a small alphabet
+    enumerated), on random DFAs with dead bytes, several accepting states and unreachable ones;
+    classes are numbered by their first state."""
+    import itertools
+
+    from trellis.constrain.vocab.dfa_shapes import walkc as kernel
+
+    if kernel is None:
+        pytest.skip("the C kernel is not built")
+    rng = np.random.default_rng(seed)
+    alphabet = [0, 7, 97, 255]
+    for _ in range(40):
+        n = int(rng.integers(1, 12))
+        trans = np.full((n, 256), -1, dtype=np.int32)
+        for q in range(n):
+            for b in alphabet:
+                if rng.random() < 0.75:
+                    trans[q, b] = rng.integers(0, n)
+        final = rng.random(n) < 0.35
+        depth = int(rng.integers(0, 5))
+        cls = np.frombuffer(kernel.depth_classes(trans, n, final, depth), dtype=np.int32)
+
+        def behaviour(q: int) -> tuple:
+            out = []
+            for k in range(depth + 1):
+                for word in itertools.product(alphabet, repeat=k):
+                    s = q
+                    for b in word:
+                        s = trans[s, b] if s >= 0 else -1
+                    out.append(-1 if s < 0 else int(final[s]))
+            return tuple(out)
+
+        seen = [behaviour(q) for q in range(n)]
+        for p in range(n):
+            for q in range(n):
+                assert (cls[p] == cls[q]) == (seen[p] == seen[q]), (n, depth, p, q)
+        firsts = [int(cls[q]) for q in range(n) if cls[q] not in cls[:q]]
+        assert firsts == list(range(len(firsts)))
+    with pytest.raises(ValueError):
+        kernel.depth_classes(np.zeros((2, 256), dtype=np.int32), 3, np.zeros(3, dtype=bool), 1)

@@ -235,7 +235,7 @@ class EarleyConstraint:
             # closing quote) crosses at most once per token, so it is walked with no follow set,
             # keyed without one, and filtered here (``_by_follow``): a string's walks are shared
             # by every context it appears in (objects, arrays, each schema's set of followers).
-            canon, free = canonical(self._dfa[d], q)
+            canon, free = canonical(self._dfa[d], q, self.tm.mat_t.shape[0])
             hit = self._shapes[key] = (canon, b"" if free else self._follow(d).tobytes())
         return hit
 

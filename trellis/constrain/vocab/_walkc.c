@@ -779,7 +779,115 @@ static PyObject *bfs_order(PyObject *self, PyObject *args) {
     return out;
 }
 
+
+/* depth_classes(trans, n, final, depth) -> bytes (int32 per state): states numbered by class of
+ * "the same on every byte string of at most depth bytes" (which bytes keep the DFA alive, and
+ * where it is accepting), classes numbered in order of their first state. Moore's partition
+ * refinement (Moore, "Gedanken-experiments on sequential machines", 1956) run for depth rounds
+ * (earlier once a round splits nothing: then the classes are the full equivalence), over the
+ * table's distinct byte columns only (a JSON string's ~1,700-state DFA has ~20). A walk of tokens
+ * no longer than depth is the same from every state of a class (dfa_shapes.canonical). */
+static uint64_t mix64(uint64_t h, uint64_t x) {
+    h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+}
+
+static PyObject *depth_classes(PyObject *self, PyObject *args) {
+    Py_buffer tb, fb;
+    Py_ssize_t n, depth;
+    if (!PyArg_ParseTuple(args, "y*ny*n", &tb, &n, &fb, &depth)) return NULL;
+    const int32_t *trans = (const int32_t *)tb.buf;
+    const uint8_t *final = (const uint8_t *)fb.buf;
+    if (n < 1 || tb.len < n * 256 * 4 || fb.len < n || depth < 0) {
+        PyBuffer_Release(&tb); PyBuffer_Release(&fb);
+        PyErr_SetString(PyExc_ValueError, "depth_classes: table size out of range");
+        return NULL;
+    }
+    Py_ssize_t cap = 1;
+    while (cap < 2 * n) cap <<= 1;
+    int32_t *cls = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    int32_t *nxt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    int32_t *slot = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
+    uint64_t *colh = (uint64_t *)malloc(256 * sizeof(uint64_t));
+    int cols[256];
+    if (!cls || !nxt || !slot || !colh) {
+        free(cls); free(nxt); free(slot); free(colh);
+        PyBuffer_Release(&tb); PyBuffer_Release(&fb);
+        return PyErr_NoMemory();
+    }
+    /* the distinct byte columns (bytes every state treats alike are one column): hashed row by
+     * row (the table is row-major), then each byte checked against its first same-hash byte */
+    int rep[256];
+    for (int b = 0; b < 256; b++) colh[b] = 0;
+    for (Py_ssize_t q = 0; q < n; q++) {
+        const int32_t *row = trans + q * 256;
+        for (int b = 0; b < 256; b++) colh[b] = mix64(colh[b], (uint64_t)(uint32_t)row[b]);
+    }
+    for (int b = 0; b < 256; b++) {
+        rep[b] = b;
+        for (int c = 0; c < b; c++)
+            if (rep[c] == c && colh[c] == colh[b]) { rep[b] = c; break; }
+    }
+    for (Py_ssize_t q = 0; q < n; q++) {  /* a hash collision keeps its byte apart (exact) */
+        const int32_t *row = trans + q * 256;
+        for (int b = 0; b < 256; b++)
+            if (rep[b] != b && row[rep[b]] != row[b]) rep[b] = b;
+    }
+    int k = 0;
+    for (int b = 0; b < 256; b++)
+        if (rep[b] == b) cols[k++] = b;
+    int32_t *tk = (int32_t *)malloc((size_t)n * (size_t)(k ? k : 1) * sizeof(int32_t));
+    if (!tk) {
+        free(cls); free(nxt); free(slot); free(colh);
+        PyBuffer_Release(&tb); PyBuffer_Release(&fb);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t q = 0; q < n; q++)
+        for (int j = 0; j < k; j++) tk[q * k + j] = trans[q * 256 + cols[j]];
+    Py_ssize_t ncls = 0;
+    int seen0 = -1, seen1 = -1;  /* round 0: accepting or not, numbered by first state */
+    for (Py_ssize_t q = 0; q < n; q++) {
+        int f = final[q] != 0;
+        int *s = f ? &seen1 : &seen0;
+        if (*s < 0) *s = (int)ncls++;
+        cls[q] = *s;
+    }
+    for (Py_ssize_t r = 0; r < depth; r++) {
+        for (Py_ssize_t i = 0; i < cap; i++) slot[i] = -1;
+        Py_ssize_t m = 0;
+        for (Py_ssize_t q = 0; q < n; q++) {
+            const int32_t *row = tk + q * k;
+            uint64_t h = mix64(0, (uint64_t)(uint32_t)cls[q]);
+            for (int j = 0; j < k; j++) {
+                int32_t t = row[j];
+                h = mix64(h, t < 0 ? 0xffffffffULL : (uint64_t)(uint32_t)cls[t]);
+            }
+            Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(cap - 1));
+            for (;;) {
+                int32_t p = slot[i];
+                if (p < 0) { slot[i] = (int32_t)q; nxt[q] = (int32_t)m++; break; }
+                int eq = cls[p] == cls[q];
+                const int32_t *prow = tk + (Py_ssize_t)p * k;
+                for (int j = 0; j < k && eq; j++) {
+                    int32_t a = prow[j], b2 = row[j];
+                    eq = (a < 0 ? -1 : cls[a]) == (b2 < 0 ? -1 : cls[b2]);
+                }
+                if (eq) { nxt[q] = nxt[p]; break; }
+                i = (i + 1) & (cap - 1);
+            }
+        }
+        int32_t *tmp = cls; cls = nxt; nxt = tmp;
+        if (m == ncls) break;  /* nothing split: stable from here on */
+        ncls = m;
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)cls, n * (Py_ssize_t)sizeof(int32_t));
+    free(cls); free(nxt); free(slot); free(colh); free(tk);
+    PyBuffer_Release(&tb); PyBuffer_Release(&fb);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"depth_classes", depth_classes, METH_VARARGS, "DFA states by class of equal behaviour up to a depth (Moore's refinement)."},
     {"bfs_order", bfs_order, METH_VARARGS, "A DFA state's reachable states in canonical breadth-first order."},
     {"reach", reach, METH_VARARGS, "How deep every string a slice keeps alive stays alive from a DFA state."},
     {"walk_rests", walk_rests, METH_VARARGS, "One DFA state over a rest set (rest_walk.walk's loop)."},

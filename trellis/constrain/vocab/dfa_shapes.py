@@ -4,7 +4,14 @@
 their tables as bytes, so equal shapes of different terminals (a schema's string fields, one
 string DFA under several names) share one walk (``scannerless.EarleyConstraint._shape``,
 ``walk_cache.py``); a literal chain or a few chains are keyed by their text instead, and a
-sub-automaton over ``CANON_MAX`` states by a digest of its DFA's tables.
+sub-automaton over ``CANON_MAX`` states by a digest of its DFA's tables and the state's class of
+behaviour up to ``depth`` bytes.
+
+Why the class: a walk reads no token further than its length, so two states that keep alive and
+accept the same byte strings of up to the longest token's length walk alike, whatever lies deeper.
+In a length-bounded string (``maxLength: 128``: ~1,700 states) every position with 48 or more
+characters left is one class on Gemma's vocabulary (48-byte tokens), so its walks are made once
+instead of once per position (sp_120's 128-character field: ~0.85 ms a position before).
 """
 
 from __future__ import annotations
@@ -21,13 +28,19 @@ from trellis.constrain.vocab.rest_walk import c_table
 from trellis.constrain.vocab.walks import walkc
 
 CANON_MAX = 256
+# Key a large sub-automaton by its state's class up to the walk's depth (``depth_classes``);
+# False: by the state itself (``benchmarks/ab_masks.py --switch depth``).
+DEPTH_CLASSES = True
 
 
-def canonical(dfa: ByteDFA, q: int) -> tuple[Hashable, bool]:
+def canonical(dfa: ByteDFA, q: int, depth: int | None = None) -> tuple[Hashable, bool]:
     """The sub-automaton of ``dfa`` reachable from ``q``, states numbered in breadth-first order
-    of first appearance (by byte), as bytes; ``("dfa", content digest, q)`` when it has over
-    ``CANON_MAX`` states (then the walk is shared only by DFAs with the very same tables). With
-    it, whether its accepting states are all dead ends (known only for the bytes form)."""
+    of first appearance (by byte), as bytes; when it has over ``CANON_MAX`` states,
+    ``("dfa", content digest, q)``, or with ``depth`` (the longest byte string a walk reads)
+    ``("dfa<=", digest, depth, class)``: ``q``'s class among the DFA's states that behave alike on
+    every byte string of up to ``depth`` bytes (``depth_classes``; the walk is then shared by
+    those states of DFAs with the very same tables). With it, whether its accepting states are
+    all dead ends (known only for the bytes form)."""
     lit = literal_at(dfa, q)
     words = None if lit is not None else words_at(dfa, q)  # a few chains: a string enum's values
     if lit is not None or words is not None:  # the chains themselves (0.2-0.5 ms -> ~1-10 us)
@@ -52,6 +65,23 @@ def canonical(dfa: ByteDFA, q: int) -> tuple[Hashable, bool]:
             _SHAPES_BYTES = 0
         _SHAPES[key] = hit
         _SHAPES_BYTES += size
+    if depth is not None and isinstance(hit[0], tuple) and walkc is not None and DEPTH_CLASSES:
+        return ("dfa<=", digest, depth, int(depth_classes(dfa, depth)[q])), False
+    return hit
+
+
+def depth_classes(dfa: ByteDFA, depth: int) -> np.ndarray:
+    """[S] int32: each state's class of behaviour on byte strings of up to ``depth`` bytes (which
+    keep the DFA alive, where it accepts), numbered by first state; memoised on the DFA (~9 ms
+    for a 128-character string's 1,666 states at depth 48, once per DFA in a process). In C only
+    (``_walkc.depth_classes``): without it ``canonical`` keys by state."""
+    name = f"_depth_classes_{depth}"
+    hit = dfa.__dict__.get(name)
+    if hit is None:
+        trans = c_table(dfa.trans)
+        hit = np.frombuffer(walkc.depth_classes(trans, trans.shape[0], np.ascontiguousarray(dfa.final, np.bool_),
+                                                depth), dtype=np.int32)
+        dfa.__dict__[name] = hit
     return hit
 
 
