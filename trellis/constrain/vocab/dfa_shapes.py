@@ -4,14 +4,14 @@
 their tables as bytes, so equal shapes of different terminals (a schema's string fields, one
 string DFA under several names) share one walk (``scannerless.EarleyConstraint._shape``,
 ``walk_cache.py``); a literal chain or a few chains are keyed by their text instead, and a
-sub-automaton over ``CANON_MAX`` states by a digest of its DFA's tables and the state's class of
-behaviour up to ``depth`` bytes.
+sub-automaton over ``CANON_MAX`` states by a digest of its DFA's tables.
 
-Why the class: a walk reads no token further than its length, so two states that keep alive and
-accept the same byte strings of up to the longest token's length walk alike, whatever lies deeper.
-In a length-bounded string (``maxLength: 128``: ~1,700 states) every position with 48 or more
-characters left is one class on Gemma's vocabulary (48-byte tokens), so its walks are made once
-instead of once per position (sp_120's 128-character field: ~0.85 ms a position before).
+A state is keyed as the first state of its class of states alike up to the walk's depth: a walk
+reads no token further than its length, so two states that keep alive and accept the same byte
+strings of up to the longest token's length walk alike, whatever lies deeper. In a length-bounded
+string (``maxLength: 128``: ~1,700 states) every position with 48 or more characters left is one
+class on Gemma's vocabulary (48-byte tokens), so its walks are made once instead of once per
+position (sp_120's 128-character field: ~0.85 ms a position before).
 """
 
 from __future__ import annotations
@@ -28,23 +28,25 @@ from trellis.constrain.vocab.rest_walk import c_table
 from trellis.constrain.vocab.walks import walkc
 
 CANON_MAX = 256
-# Key a large sub-automaton by its state's class up to the walk's depth (``depth_classes``);
-# False: by the state itself (``benchmarks/ab_masks.py --switch depth``).
+# Walk a state as the first state of its class up to the walk's depth (``depth_representative``);
+# False: as itself (``benchmarks/ab_masks.py --switch depth``).
 DEPTH_CLASSES = True
 
 
 def canonical(dfa: ByteDFA, q: int, depth: int | None = None) -> tuple[Hashable, bool]:
     """The sub-automaton of ``dfa`` reachable from ``q``, states numbered in breadth-first order
-    of first appearance (by byte), as bytes; when it has over ``CANON_MAX`` states,
-    ``("dfa", content digest, q)``, or with ``depth`` (the longest byte string a walk reads)
-    ``("dfa<=", digest, depth, class)``: ``q``'s class among the DFA's states that behave alike on
-    every byte string of up to ``depth`` bytes (``depth_classes``; the walk is then shared by
-    those states of DFAs with the very same tables). With it, whether its accepting states are
-    all dead ends (known only for the bytes form)."""
+    of first appearance (by byte), as bytes; ``("dfa", content digest, q)`` when it has over
+    ``CANON_MAX`` states (then the walk is shared only by DFAs with the very same tables). With
+    ``depth`` (the longest byte string a walk reads), that of the first state of ``q``'s class of
+    states that behave alike on every byte string of up to ``depth`` bytes (``depth_classes``):
+    the walk is the same from each. With it, whether its accepting states are all dead ends
+    (known only for the bytes form; within ``depth`` bytes, the same for the whole class)."""
     lit = literal_at(dfa, q)
     words = None if lit is not None else words_at(dfa, q)  # a few chains: a string enum's values
     if lit is not None or words is not None:  # the chains themselves (0.2-0.5 ms -> ~1-10 us)
         return (("lit", lit.text, lit.ends) if lit is not None else ("lit", words)), False
+    if depth is not None:
+        q = depth_representative(dfa, q, depth)
     # Every schema builds its own DFA objects for the same terminals (a string, a number): the
     # shape is memoised by DFA content, not identity (~45 us a state otherwise; fresh masks over
     # 40 maskbench schemas 166 -> 152 ms, commit 79da505). The digest lives on the DFA object.
@@ -65,24 +67,30 @@ def canonical(dfa: ByteDFA, q: int, depth: int | None = None) -> tuple[Hashable,
             _SHAPES_BYTES = 0
         _SHAPES[key] = hit
         _SHAPES_BYTES += size
-    if depth is not None and isinstance(hit[0], tuple) and walkc is not None and DEPTH_CLASSES:
-        return ("dfa<=", digest, depth, int(depth_classes(dfa, depth)[q])), False
     return hit
+
+
+def depth_representative(dfa: ByteDFA, q: int, depth: int) -> int:
+    """The first state of ``q``'s class of states alike up to ``depth`` bytes, in a DFA of more
+    states than ``depth`` (only a longer chain has states alike there: a length-bounded string's
+    positions with ``depth`` or more characters left); else ``q``. Without the C kernel: ``q``."""
+    if not DEPTH_CLASSES or walkc is None or dfa.num_states <= depth:
+        return q
+    name = f"_depth_first_{depth}"
+    first = dfa.__dict__.get(name)
+    if first is None:
+        cls = depth_classes(dfa, depth)
+        first = dfa.__dict__[name] = np.unique(cls, return_index=True)[1][cls]  # (classes are 0..k-1)
+    return int(first[q])
 
 
 def depth_classes(dfa: ByteDFA, depth: int) -> np.ndarray:
     """[S] int32: each state's class of behaviour on byte strings of up to ``depth`` bytes (which
-    keep the DFA alive, where it accepts), numbered by first state; memoised on the DFA (~9 ms
-    for a 128-character string's 1,666 states at depth 48, once per DFA in a process). In C only
-    (``_walkc.depth_classes``): without it ``canonical`` keys by state."""
-    name = f"_depth_classes_{depth}"
-    hit = dfa.__dict__.get(name)
-    if hit is None:
-        trans = c_table(dfa.trans)
-        hit = np.frombuffer(walkc.depth_classes(trans, trans.shape[0], np.ascontiguousarray(dfa.final, np.bool_),
-                                                depth), dtype=np.int32)
-        dfa.__dict__[name] = hit
-    return hit
+    keep the DFA alive, where it accepts), numbered by first state (C: ``_walkc.depth_classes``;
+    ~7 ms for a 128-character string's 1,666 states at depth 48, ~0.5 ms for 210 states)."""
+    trans = c_table(dfa.trans)
+    return np.frombuffer(walkc.depth_classes(trans, trans.shape[0], np.ascontiguousarray(dfa.final, np.bool_), depth),
+                         dtype=np.int32)
 
 
 # Shapes by (DFA content digest, state), bounded in bytes: a shape is ~1 KB per state of its
