@@ -28,7 +28,7 @@ class KeyCell:
 
 _UNIONS = ("oneOf", "dependentSchemas", "dependencies", "dependentRequired", "not", "type", "enum", "$ref")
 START = 0
-Val = tuple  # ("c", class) | ("lit", "null"|"true"|"false") | ("S"|"N", regex) | ("SC", (lo, hi)) | ("SR", rule) | ("O"|"A", class)
+Val = tuple  # ("c", class) | ("lit", "null"|"true"|"false") | ("S"|"N", regex) | ("SC", (lo, hi[, unit])) | ("SR", rule) | ("O"|"A", class)
 
 
 @dataclass

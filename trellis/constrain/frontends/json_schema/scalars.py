@@ -9,7 +9,7 @@ from typing import Any
 
 from trellis.constrain.frontends.json_schema.emit_base import EmitterBase, Val
 from trellis.constrain.frontends.json_schema.limits import CHUNK, MAX_AUTOMATON, MAX_PATTERN_STRING, MAX_STRING
-from trellis.constrain.frontends.json_schema.pattern_chunks import pattern_chunk_rules
+from trellis.constrain.frontends.json_schema.pattern_chunks import class_run, pattern_chunk_rules
 from trellis.constrain.frontends.json_schema.specs import StrSpec
 from trellis.constrain.automata.finite_words import venn_words
 from trellis.constrain.automata.regex_ir import (JSON_CONTENT, JSON_NUMBER, JSON_UNIT, TooComplex, Unsupported, fsm_and,
@@ -71,6 +71,14 @@ class ScalarRules(EmitterBase):
         if pc is None:
             return False
         f, lo, hi = pc
+        # One character class repeated (Earley's long chunks only): counted like a plain string
+        # with that class as its unit (``class_run``); LALR keeps the chunks its greedy-lexing
+        # argument was made for.
+        run = class_run(f) if self.string_chunk != CHUNK and (hi is None or hi <= MAX_STRING) else None
+        if run is not None:
+            unit, m = run
+            lo = max(lo, m)
+            return None if hi is not None and hi < lo else ("SC", (lo, hi, unit))
         name = f"sp{len(self._chunks)}"
         try:
             if max(lo, hi or 0) > MAX_PATTERN_STRING:
@@ -95,8 +103,9 @@ class ScalarRules(EmitterBase):
             self.soften("pattern", f"{e}; constraint dropped")
             return JSON_CONTENT
 
-    def _chunk_rules(self, lo: int, hi: int | None) -> str:
-        """Rules for strings of lo..hi characters: CHUNK-character lexemes counted by the parser.
+    def _chunk_rules(self, lo: int, hi: int | None, unit: str = JSON_UNIT) -> str:
+        """Rules for strings of lo..hi characters: CHUNK-character lexemes counted by the parser;
+        a character is ``unit`` (a pattern that is one class repeated: ``_pattern_chunked``).
 
         One regex ``U{lo,hi}`` would be a byte DFA of ~60 states per character (unminimised
         UTF-8 and escapes); here the lexer DFA is CHUNK characters deep whatever the bound.
@@ -105,13 +114,16 @@ class ScalarRules(EmitterBase):
         levels (``_level_rules``): linear counting rules would make Lark's LALR construction
         superlinear (40 000 characters took 110 s).
         """
-        if hi is not None and hi > MAX_STRING:
+        if hi is not None and hi > MAX_STRING:  # (a class unit never comes here: _pattern_chunked)
             return self._level_rules(lo, hi)
         name = f"sc{lo}_{'inf' if hi is None else hi}"
+        if unit != JSON_UNIT:
+            units = self.__dict__.setdefault("_units", {})
+            name += f"_u{units.setdefault(unit, len(units))}"
         if name in self._chunks:
             return name
         self._chunks.add(name)
-        k, u = self.string_chunk, regex_atom(JSON_UNIT)
+        k, u = self.string_chunk, regex_atom(unit)
         # chunks before the tail: a tail reads up to k characters, so a bound of k or less is one
         # terminal (no chunk DFA is built: EARLEY_CHUNK's is ~1,700 states)
         top = max(0, (hi - 1) // k) if hi is not None else -(-lo // k)
