@@ -29,7 +29,7 @@ p90) over schemas of the per-schema ratio of mask sums (arm B / arm A).
 
 * ``cut``: trie cuts (``slices.trie_cut_for``);
 * ``cstep`` / ``cclose`` / ``ctake``: the chart's C loops (``_statec`` step; item-set closure; the
-  byte walks of ``_take`` and ``Earley.walk``), read when a recogniser is made;
+  byte walks of ``Earley.take_rests`` and ``Earley.walk``), read when a recogniser is made;
 * ``cmiss``: the C walks' memo misses stepped in C (without it: each miss calls the Python
   ``Earley.step_miss``, as before);
 * ``cminus``: ``_dfac.minus_words`` (an open object's key regex minus its declared keys);
@@ -37,8 +37,9 @@ p90) over schemas of the per-schema ratio of mask sums (arm B / arm A).
 * ``digest``: ``walk_cache.key_digest``'s memo;
 * ``cmany``: the C step's boundary after several terminals complete at one byte
   (``Earley._after_many`` read in C; without it such a step declines to Python);
-* ``ctrie``: a chart walk of a large leftover set as one C take, its rests in byte order sharing
-  their prefixes (``scannerless.CHART_WALK_C``; without it: the grouped walk by chart state);
+* ``ctrie``: every chart walk of a leftover set as one C take over its arrays, grouped by chart
+  state (``scannerless.CHART_WALK_C``; without it: the numpy grouped walk, small groups and sets
+  rest by rest through ``Earley.walk``);
 * ``depth``: a large sub-automaton's walks keyed by its state's class up to the longest token
   (``dfa_shapes.DEPTH_CLASSES``; without it: by the state);
 * ``all``: every one of the above.
@@ -100,7 +101,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
         "member": flip([cut_walk, literal_walk], "member", isin),
         "digest": flip([walk_cache, vocab_walk, scannerless], "key_digest", digest),
     }
-    take_off, take_on = flip([earley], "native_take", None)
+    take_off, take_on = flip([earley], "native_take_rests", None)
     walk_off, walk_on = flip([earley], "native_walk", None)
     out["ctake"] = (lambda: (take_off(), walk_off())), (lambda: (take_on(), walk_on()))
 
@@ -108,21 +109,22 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
         self.charge(len(data) >> 3)
         return self._native_walk(state, data, self._steps, self.step_miss)
 
-    def take_py_miss(self, state, idx, tids, lengths, done, tokens):
-        if self._native_take is None:
+    def take_rests_py_miss(self, state, base, length, flat, stride):
+        if self._native_take_rests is None:
             return None
-        taken, units = self._native_take(state, idx, tids, lengths, done, tokens, self._steps, self.step_miss)
+        taken, units = self._native_take_rests(state, base, length, flat, stride, self._steps, self.step_miss)
         self.charge(units)
-        return taken
+        return np.frombuffer(taken, dtype=np.int64)
 
     cls = earley.Earley
-    walk_c, take_c = cls.walk, cls.take
+    walk_c, take_c = cls.walk, cls.take_rests
 
     def miss_off() -> None:
-        cls.walk, cls.take = (lambda s, *a: walk_py_miss(s, *a) if s._native_walk else walk_c(s, *a)), take_py_miss
+        cls.walk = lambda s, *a: walk_py_miss(s, *a) if s._native_walk else walk_c(s, *a)
+        cls.take_rests = take_rests_py_miss
 
     def miss_on() -> None:
-        cls.walk, cls.take = walk_c, take_c
+        cls.walk, cls.take_rests = walk_c, take_c
 
     out["cmiss"] = miss_off, miss_on
     init = cls.__init__

@@ -316,7 +316,7 @@ def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
 @pytest.mark.parametrize("gid", ["lark/lark.lark", "outlines/arithmetic.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
 @pytest.mark.parametrize("cap", [1 << 22, 40])
 def test_the_c_walks_miss_as_the_python_step_does(gid: str, cap: int, monkeypatch) -> None:
-    """``Earley.walk`` and ``Earley.take`` step their memo misses in C (``_statec.c``'s walker):
+    """``Earley.walk`` and ``Earley.take_rests`` step their memo misses in C (``_statec.c``'s walker):
     the same states as through the Python ``step_miss``, the same work charged, the same memo
     entries and scan count (its bounds hit at the same points: ``cap`` 40 clears it every few
     steps), and ``WorkExhausted`` raised at the same point under a small work limit."""
@@ -353,22 +353,25 @@ def test_the_c_walks_miss_as_the_python_step_does(gid: str, cap: int, monkeypatc
                     assert a[5] == b[5]
                     compared += 1
                     exhausted += a[1]
-        # take: the rests of one token set from each state, through C misses and through Python
+        # take_rests: token suffixes from each state, through C misses and through Python
+        from trellis.constrain.vocab.rest_walk import RestSet
+
+        vr, stride = RestSet.vocabulary(c.tm), c.tm.mat_t.shape[1]
         for s in states[:10]:
-            tids = [rng.randrange(len(c.vocab.tokens)) for _ in range(30)]
-            tids = [t for t in tids if c.vocab.tokens[t]]
-            lengths = [rng.randint(1, len(c.vocab.tokens[t])) for t in tids]
+            pick = np.array(sorted(rng.sample(range(len(vr)), min(len(vr), 30))), dtype=np.int64)
+            off = np.array([rng.randint(0, int(vr.length[i]) - 1) for i in pick], dtype=np.int64)
+            base, length = vr.base[pick] + off * stride, (vr.length[pick] - off).astype(np.int32)
             got = []
             for via_python in (False, False, True):  # (the first makes the item sets the others find)
                 e._steps.clear()
                 e._steps_scans, e.work, e.work_limit = 0, 0, earley_mod.UNBOUNDED
                 if via_python:
-                    taken, units = e._native_take(s, range(len(tids)), tids, lengths, [0] * len(tids), c._toks,
-                                                  e._steps, e.step_miss)
+                    taken, units = e._native_take_rests(s, base, length, c._flat, stride, e._steps, e.step_miss)
                     e.charge(units)
+                    taken = np.frombuffer(taken, dtype=np.int64)
                 else:
-                    taken = e.take(s, range(len(tids)), tids, lengths, [0] * len(tids), c._toks)
-                got.append((taken, e.work, e._steps_scans, set(e._steps)))
+                    taken = e.take_rests(s, base, length, c._flat, stride)
+                got.append((taken.tolist(), e.work, e._steps_scans, set(e._steps)))
             assert got[1] == got[2]
     finally:
         e.work, e.work_limit = 0, earley_mod.UNBOUNDED
@@ -377,41 +380,36 @@ def test_the_c_walks_miss_as_the_python_step_does(gid: str, cap: int, monkeypatc
 
 @needs_c
 @pytest.mark.parametrize("gid", ["lark/lark.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
-def test_the_c_take_groups_rests_exactly(gid: str) -> None:
-    """``_statec.take`` steps its rests together, grouped by chart state: the rests it takes are
-    exactly those a plain byte-by-byte walk takes, for rest lists full of shared prefixes,
-    duplicates, prefixes of one another, empty rests and rests that fail part-way; its units count
-    the (state, byte) lookups of the grouped walk and the rest-bytes it moved."""
+def test_the_c_take_rests_groups_rests_exactly(gid: str) -> None:
+    """``_statec.take_rests`` steps its rests together, grouped by chart state: the rests it takes
+    are exactly those a plain byte-by-byte walk takes, for rest sets full of shared prefixes,
+    duplicates, suffixes of one another, empty rests and rests that fail part-way (token suffixes
+    over the column-major token matrix, as a ``RestSet`` holds them); its units count the (state,
+    byte) lookups of the grouped walk and the rest-bytes it moved."""
+    from trellis.constrain.vocab.rest_walk import RestSet
+
     c = _fresh_corpus_constraint(gid)
     e = c.earley
     rng = random.Random(gid)
-    toks = c._toks
-    nonempty = [i for i, t in enumerate(toks) if t]
+    vr, stride = RestSet.vocabulary(c.tm), c.tm.mat_t.shape[1]
+    flat = c.tm.mat_t.reshape(-1)
     compared = taken_some = failed_some = 0
     for s in list(_random_states(c, rng, 10))[:12]:
-        tids = [rng.choice(nonempty) for _ in range(rng.randint(1, 120))]
-        tids += rng.sample(tids, min(len(tids), 10))  # duplicates
-        lengths = [rng.randint(0, len(toks[t])) for t in tids]
-        done = [rng.randint(0, n) for n in lengths]
-        taken = e.take(s, range(len(tids)), tids, lengths, done, toks)
-        want = []
-        for i, (t, n, j) in enumerate(zip(tids, lengths, done)):
-            cur = s
-            for b in toks[t][len(toks[t]) - n + j:]:
-                cur = e.step(cur, b)
-                if cur is None:
-                    break
-            if cur is not None:
-                want.append(i)
-        assert taken == want, (s, tids, lengths, done)
+        pick = [rng.randrange(len(vr)) for _ in range(rng.randint(1, 150))]
+        pick += rng.sample(pick, min(len(pick), 10))  # duplicates
+        pick = np.array(pick, dtype=np.int64)
+        off = np.array([rng.randint(0, int(vr.length[i])) for i in pick], dtype=np.int64)  # (= length: empty)
+        base, length = vr.base[pick] + off * stride, (vr.length[pick] - off).astype(np.int32)
+        rests = [bytes(flat[base[r] + np.arange(length[r]) * stride]) for r in range(len(pick))]
+        taken = e.take_rests(s, base, length, c._flat, stride).tolist()
+        assert taken == [r for r, data in enumerate(rests) if e.walk(s, data) is not None], (s, rests)
         compared += 1
         taken_some += bool(taken)
-        failed_some += len(taken) < len(tids)
+        failed_some += len(taken) < len(rests)
         # the units: one per eight (state, byte) pairs looked up, rests grouped by equal chart
         # states at each depth, and one per 64 rest-bytes moved
-        _, units = e._native_take(s, range(len(tids)), tids, lengths, done, toks, e._steps, e.step_declined, e,
-                                  e._tables, earley_mod.STEP_CACHE_SCANS)
-        rests = [toks[t][len(toks[t]) - n + j:] for t, n, j in zip(tids, lengths, done)]
+        _, units = e._native_take_rests(s, base, length, c._flat, stride, e._steps, e.step_declined, e, e._tables,
+                                        earley_mod.STEP_CACHE_SCANS)
         groups = {s: [r for r in rests if r]} if any(rests) else {}
         lookups = moved = depth = 0
         while groups:
@@ -426,18 +424,6 @@ def test_the_c_take_groups_rests_exactly(gid: str) -> None:
             groups = {k: v for k, v in nxt.items() if v}
             depth += 1
         assert units == (lookups >> 3) + (moved >> 6)
-        # take_rests: the same over a rest set's arrays (column-major token matrix, int64/int32)
-        from trellis.constrain.vocab.rest_walk import RestSet
-
-        vr = RestSet.vocabulary(c.tm)
-        stride = c.tm.mat_t.shape[1]
-        pick = np.array(sorted(rng.sample(range(len(vr)), min(len(vr), 150))), dtype=np.int64)
-        off = np.array([rng.randint(0, int(vr.length[i])) for i in pick], dtype=np.int64)
-        base, length = vr.base[pick] + off * stride, (vr.length[pick] - off).astype(np.int32)
-        got = e.take_rests(s, base, length, c._flat, stride)
-        flat = c.tm.mat_t.reshape(-1)
-        want = [r for r in range(len(pick)) if e.walk(s, bytes(flat[base[r] + np.arange(length[r]) * stride])) is not None]
-        assert got.tolist() == want
     assert compared >= 5 and taken_some and failed_some
 
 
@@ -491,7 +477,7 @@ def test_chart_walks_in_c_give_the_grouped_walks_masks(monkeypatch) -> None:
 @needs_c
 def test_a_raise_in_the_python_step_propagates_through_the_c_walks() -> None:
     """Where the C step declines, the walks call the Python step; when that raises (``WorkExhausted``
-    past the work bound) the exception reaches the caller as it is, from ``walk``, ``take`` and
+    past the work bound) the exception reaches the caller as it is, from ``walk`` and
     ``take_rests``. The walker used to read ``earley.work`` back with the exception pending, and
     CPython's type lookup clears a pending error on a method-cache miss: the call then returned
     NULL with no exception (a SystemError, intermittently). The step here changes the class, so
@@ -511,7 +497,6 @@ def test_a_raise_in_the_python_step_propagates_through_the_c_walks() -> None:
     stride = c.tm.mat_t.shape[1]
     calls = [
         lambda: e._native_walk(s, b"{}", {}, declined, e, no_tables, 1 << 22),
-        lambda: e._native_take(s, [0], [int(vr.tid[0])], [1], [0], c._toks, {}, declined, e, no_tables, 1 << 22),
         lambda: e._native_take_rests(s, vr.base[:20], vr.length[:20], c._flat, stride, {}, declined, e, no_tables,
                                      1 << 22),
     ]

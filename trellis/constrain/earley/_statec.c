@@ -21,7 +21,7 @@
  * either form; ``earley.chart_state`` makes one or the other (the pure-Python
  * form where this module is not built; tests/constrain/test_chart_state.py: equal masks).
  *
- * Below the type: the chart's inner loops over States (``step``, ``close``, ``walk``, ``take``),
+ * Below the type: the chart's inner loops over States (``step``, ``close``, ``walk``, ``take_rests``),
  * each declining or equal to the Python code it stands for in earley.py / scannerless.py.
  */
 #define PY_SSIZE_T_CLEAN
@@ -783,23 +783,21 @@ done:
 }
 
 
-/* -- scannerless._take's loop: token suffixes stepped through the chart from one state, a byte at
- * a time through the step memo. Why: resolving the tokens split at a terminal's end (``",``
+/* -- scannerless's chart walks: token suffixes stepped through the chart from one state, a byte
+ * at a time through the step memo. Why: resolving the tokens split at a terminal's end (``",``
  * ``"}`` after a string) steps a few bytes per token through memo hits; the interpreter's loop
  * around each lookup was ~10% of the median schema's fresh masks (cProfile of bench_fresh's
  * median schemas: _take, Earley.walk).
  *
  * walk(state, data, steps, step[, earley, tables, cap]) -> the state after the bytes of data (None:
  *   they are not taken): Earley.walk's loop (the caller charges the walk's own units).
- * take(state, idx, tids, lengths, done, tokens, steps, step[, earley, tables, cap]) -> (taken, units)
- *   For each j: the rest idx[j], the last lengths[j] bytes of tokens[tids[j]], after its first
- *   done[j], stepped from state. taken: the idx[j] whose bytes the chart takes whole (in order);
- *   units: the work of those walks for the caller to charge (one per eight (state, byte) lookups
- *   and one per 64 rest-bytes moved). The rests are stepped together, grouped by chart state
- *   (``walk_grouped``). Why: a rest set is the leftovers of thousands of tokens after a terminal's
- *   end (lark.lark: whitespace, a name, a comment); scannerless._chart_walk grouped them by chart
- *   state with ~15 numpy calls per group and byte, the largest function of lark.lark's slowest
- *   masks.
+ * take_rests (below): the rests of a rest set stepped from state, together, grouped by chart
+ *   state (``walk_grouped``); the units of those walks for the caller to charge (one per eight
+ *   (state, byte) lookups and one per 64 rest-bytes moved). Why: a rest set is the leftovers of
+ *   thousands of tokens after a terminal's end (lark.lark: whitespace, a name, a comment);
+ *   scannerless._chart_walk grouped them by chart state with ~15 numpy calls per group and byte,
+ *   the largest function of lark.lark's slowest masks. (A list-based ``take`` over token ids
+ *   came first; once every chart walk went through take_rests it was left unused, and removed.)
  *
  * A byte is looked up in steps[(state, byte)]. On a miss, without earley: step(state, byte)
  * (Earley.step_miss, which steps and memoises). With earley (the Earley object), tables (its six
@@ -1113,72 +1111,11 @@ static PyObject *chart_walk(PyObject *module, PyObject *args) {
     return r;
 }
 
-static PyObject *chart_take(PyObject *module, PyObject *args) {
-    PyObject *state, *idx, *tids, *lengths, *done, *tokens, *steps, *step, *earley = NULL, *tables = NULL;
-    long long cap = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOO!O!O|OOL:take", &state, &idx, &tids, &lengths, &done, &PyTuple_Type, &tokens,
-                          &PyDict_Type, &steps, &step, &earley, &tables, &cap))
-        return NULL;
-    Walker w;
-    if (walker_init(&w, steps, step, earley, tables, cap) < 0) return NULL;
-    PyObject *fi = PySequence_Fast(idx, "take: idx"), *ft = PySequence_Fast(tids, "take: tids"),
-             *fl = PySequence_Fast(lengths, "take: lengths"), *fd = PySequence_Fast(done, "take: done");
-    PyObject *out = PyList_New(0), *result = NULL;
-    long long units = 0, lookups = 0, moved = 0;
-    Rest *rs = NULL;
-    char *ok = NULL;
-    if (!fi || !ft || !fl || !fd || !out) goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fi);
-    if (PySequence_Fast_GET_SIZE(ft) != n || PySequence_Fast_GET_SIZE(fl) != n || PySequence_Fast_GET_SIZE(fd) != n) {
-        PyErr_SetString(PyExc_ValueError, "take: idx, tids, lengths and done differ in length");
-        goto done;
-    }
-    rs = (Rest *)malloc((size_t)(n ? n : 1) * sizeof(Rest));
-    ok = (char *)calloc((size_t)(n ? n : 1), 1);
-    if (!rs || !ok) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t t = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(ft, k));
-        Py_ssize_t len = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fl, k));
-        Py_ssize_t j = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fd, k));
-        if (PyErr_Occurred()) goto done;
-        if (t < 0 || t >= PyTuple_GET_SIZE(tokens) || !PyBytes_Check(PyTuple_GET_ITEM(tokens, t))) {
-            PyErr_SetString(PyExc_ValueError, "take: a token id out of range");
-            goto done;
-        }
-        PyObject *tok = PyTuple_GET_ITEM(tokens, t);
-        Py_ssize_t tl = PyBytes_GET_SIZE(tok);
-        if (len < 0 || len > tl || j < 0 || j > len) {
-            PyErr_SetString(PyExc_ValueError, "take: a rest beyond its token");
-            goto done;
-        }
-        rs[k].p = (const unsigned char *)PyBytes_AS_STRING(tok) + (tl - len + j);
-        rs[k].m = len - j;
-        rs[k].k = k;
-    }
-    if (walk_grouped(state, rs, n, 1, ok, &lookups, &moved, &w) < 0) goto done;
-    units = (lookups >> 3) + (moved >> 6);
-    for (Py_ssize_t k = 0; k < n; k++)
-        if (ok[k] && PyList_Append(out, PySequence_Fast_GET_ITEM(fi, k)) < 0) goto done;
-    if (walker_store(&w) == 0) result = Py_BuildValue("(OL)", out, units);
-done:
-    free(rs);
-    free(ok);
-    Py_XDECREF(fi);
-    Py_XDECREF(ft);
-    Py_XDECREF(fl);
-    Py_XDECREF(fd);
-    Py_XDECREF(out);
-    return result;
-}
-
 /* take_rests(state, base, length, flat, stride, steps, step[, earley, tables, cap]) -> (taken, units)
  *   take over a rest set as scannerless holds it (rest_walk.RestSet): rest r's bytes are
  *   flat[base[r] + d * stride] for d < length[r] (base int64, length int32, flat the token matrix's
- *   bytes, column-major). taken: bytes of the int64 indices r taken, ascending. Why not take: a
- *   chart walk of ~100k leftovers spent ~4 ms converting its arrays to and from Python lists. */
+ *   bytes, column-major). taken: bytes of the int64 indices r taken, ascending. Why arrays, not
+ *   lists: a chart walk of ~100k leftovers spent ~4 ms converting them to and from Python lists. */
 static PyObject *chart_take_rests(PyObject *module, PyObject *args) {
     PyObject *state, *steps, *step, *earley = NULL, *tables = NULL;
     Py_buffer base_b, len_b, flat_b;
@@ -1237,7 +1174,6 @@ done:
 static PyMethodDef module_methods[] = {
     {"step", state_step, METH_VARARGS, "Earley.step's scan loop over a State (see the C source)."},
     {"close", items_close, METH_VARARGS, "Earley._close's agenda over (item, origin) pairs (see the C source)."},
-    {"take", chart_take, METH_VARARGS, "scannerless._take's loop: token suffixes through the step memo (see the C source)."},
     {"walk", chart_walk, METH_VARARGS, "Earley.walk's loop: bytes through the step memo (see the C source)."},
     {"take_rests", chart_take_rests, METH_VARARGS, "take over a scannerless rest set's arrays (see the C source)."},
     {NULL, NULL, 0, NULL},

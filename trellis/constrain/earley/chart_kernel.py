@@ -1,5 +1,5 @@
 """The chart's C kernels (``_statec.c``) and their Python forms: which form a chart state takes,
-the C inner loops of ``earley.Earley`` (``step``, ``close``, ``walk``, ``take``, ``take_rests``: None where the
+the C inner loops of ``earley.Earley`` (``step``, ``close``, ``walk``, ``take_rests``: None where the
 module is not built, or with ``TRELLIS_STATE_KERNEL=python``), and the flat step tables of a
 terminal DFA (``scan_tables``). ``earley.py`` reads them once per recogniser (``Earley.__init__``),
 so a test can make one recogniser of each form."""
@@ -21,11 +21,11 @@ from trellis.constrain.automata.byte_dfa import ByteDFA
 # ``TRELLIS_STATE_KERNEL=python`` forces the tuple.
 try:
     from trellis.constrain.earley._statec import State as NativeState, close as native_close, step as native_step, \
-        take as native_take, take_rests as native_take_rests, walk as native_walk
+        take_rests as native_take_rests, walk as native_walk
 except ImportError:  # pragma: no cover - depends on the install
-    NativeState = native_step = native_close = native_take = native_take_rests = native_walk = None
+    NativeState = native_step = native_close = native_take_rests = native_walk = None
 if os.environ.get("TRELLIS_STATE_KERNEL", "").lower() == "python":
-    NativeState = native_step = native_close = native_take = native_take_rests = native_walk = None
+    NativeState = native_step = native_close = native_take_rests = native_walk = None
 ChartState = Any
 
 

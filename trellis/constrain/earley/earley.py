@@ -52,7 +52,7 @@ from trellis.constrain.automata.charsets import cs_diff
 from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, state_bits
 from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 from trellis.constrain.earley.chart_kernel import (ChartState, NativeState, chart_state, native_close, native_step,
-                                                   native_take, native_take_rests, native_walk, scan_tables)
+                                                   native_take_rests, native_walk, scan_tables)
 from trellis.constrain.earley.chart_kernel import STATE_KERNEL, tuple_state  # noqa: F401 - read here by tests and docs
 
 # Scans (~100 bytes each: a 3-tuple and its set slot) that the step memo may hold, keys and values
@@ -109,8 +109,8 @@ class Earley:
         # of each), and the C step only over C states.
         self.make_state = chart_state
         native = chart_state is NativeState
-        self._native_step, self._native_close, self._native_take, self._native_walk, self._native_take_rests = (
-            (native_step, native_close, native_take, native_walk, native_take_rests) if native else (None,) * 5)
+        self._native_step, self._native_close, self._native_walk, self._native_take_rests = (
+            (native_step, native_close, native_walk, native_take_rests) if native else (None,) * 4)
         m = len(ir.terminals)
         # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on.
         self.next_sym: list[int | None] = []
@@ -559,17 +559,6 @@ class Earley:
             if state is None:
                 return None
         return state
-
-    def take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int], done: list[int],
-             tokens: tuple[bytes, ...]) -> list[int] | None:
-        """The rests ``idx`` (the last ``lengths[j]`` bytes of ``tokens[tids[j]]`` after their first
-        ``done[j]``) the chart takes whole from ``state``, in order, in C; None without ``_statec``."""
-        if self._native_take is None:
-            return None
-        taken, units = self._native_take(state, idx, tids, lengths, done, tokens, self._steps, self.step_declined,
-                                         self, self._tables, STEP_CACHE_SCANS)
-        self.charge(units)
-        return taken
 
     def take_rests(self, state: ChartState, base: np.ndarray, length: np.ndarray, flat: np.ndarray,
                    stride: int) -> np.ndarray | None:

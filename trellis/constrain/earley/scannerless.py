@@ -105,7 +105,7 @@ class EarleyConstraint:
         self.ir = ir
         self.earley = Earley(ir)
         self.tm = TokenMatrix.of(vocab)
-        self._toks = tuple(vocab.tokens)  # (a tuple for _statec.take; no copy when it is one)
+        self._toks = tuple(vocab.tokens)  # (no copy when it is one)
         self._flat = np.ascontiguousarray(self.tm.mat_t).reshape(-1)  # (a view: mat_t is contiguous; take_rests)
         self._vocab_rests = RestSet.vocabulary(self.tm)
         self._dfa = self.earley.scan_dfa  # per scan id (grows as cut terminals are met)
@@ -488,10 +488,8 @@ class EarleyConstraint:
     def _take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int],
               done: list[int]) -> list[int]:
         """The rests ``idx`` (tokens ``tids``, the last ``lengths`` bytes of each) whose bytes after the first
-        ``done[j]`` the chart takes whole from ``state``, in order (in C: ``_statec.take``)."""
-        taken = self.earley.take(state, idx, tids, lengths, done, self._toks)
-        if taken is not None:
-            return taken
+        ``done[j]`` the chart takes whole from ``state``, in order: each distinct rest walked once (the
+        form without ``_statec``; with it every chart walk is ``Earley.take_rests``)."""
         toks, walk = self._toks, self.earley.walk
         seen: dict[bytes, bool] = {}
         out = []
