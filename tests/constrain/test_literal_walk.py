@@ -60,7 +60,7 @@ def _vocabulary_walks(seed: int, patterns: list, find):
                 continue
             for follow in (None, rng.random(256) < 0.5):
                 flat = walk(dfa.trans, dfa.final, q, vocab_rs, tm, follow)
-                ids, fast = words_vocabulary_ids(found if isinstance(found, tuple) else (found,), vocab_rs, tm, follow)
+                ids, fast = words_vocabulary_ids((found,) if isinstance(found, Literal) else found, vocab_rs, tm, follow)
                 assert ids.tolist() == np.flatnonzero(flat.inside).tolist() and not len(fast.inside), (p, q)
                 fast.inside = np.zeros(len(vocab_rs), dtype=bool)
                 fast.inside[ids] = True
