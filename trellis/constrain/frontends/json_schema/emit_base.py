@@ -61,6 +61,7 @@ class EmitterBase:
         self.autos: dict[tuple[str, int], Automaton] = {}
         self._scalars: dict[tuple[int, str], Val | None] = {}
         self._chunks: set[str] = set()
+        self._units: dict[str, int] = {}  # ScalarRules._chunk_rules: a class unit's number in rule names
         self._extra_rules: list[tuple[str, str]] = []
         self.terms: dict[tuple[str, str], str] = {}
         self.ptr = ""

@@ -118,8 +118,7 @@ class ScalarRules(EmitterBase):
             return self._level_rules(lo, hi)
         name = f"sc{lo}_{'inf' if hi is None else hi}"
         if unit != JSON_UNIT:
-            units = self.__dict__.setdefault("_units", {})
-            name += f"_u{units.setdefault(unit, len(units))}"
+            name += f"_u{self._units.setdefault(unit, len(self._units))}"
         if name in self._chunks:
             return name
         self._chunks.add(name)
