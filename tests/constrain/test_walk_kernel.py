@@ -180,13 +180,13 @@ def test_c_canonical_order_equals_the_python_one(monkeypatch) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_depth_classes_are_the_states_alike_up_to_the_depth(seed: int) -> None:
-    """``_walkc.depth_classes``: two states share a class exactly when they keep alive, and accept
+    """``_dfac.depth_classes``: two states share a class exactly when they keep alive, and accept
     after, the same byte strings of up to ``depth`` bytes (every string over a small alphabet
     enumerated), on random DFAs with dead bytes, several accepting states and unreachable ones;
     classes are numbered by their first state."""
     import itertools
 
-    from trellis.constrain.vocab.dfa_shapes import walkc as kernel
+    from trellis.constrain.automata.byte_dfa import _dfac as kernel
 
     if kernel is None:
         pytest.skip("the C kernel is not built")
@@ -201,7 +201,7 @@ def test_depth_classes_are_the_states_alike_up_to_the_depth(seed: int) -> None:
                     trans[q, b] = rng.integers(0, n)
         final = rng.random(n) < 0.35
         depth = int(rng.integers(0, 5))
-        cls = np.frombuffer(kernel.depth_classes(trans, n, final, depth), dtype=np.int32)
+        cls = np.frombuffer(kernel.depth_classes(trans, final, depth), dtype=np.int32)
 
         def behaviour(q: int) -> tuple:
             out = []
@@ -220,4 +220,4 @@ def test_depth_classes_are_the_states_alike_up_to_the_depth(seed: int) -> None:
         firsts = [int(cls[q]) for q in range(n) if cls[q] not in cls[:q]]
         assert firsts == list(range(len(firsts)))
     with pytest.raises(ValueError):
-        kernel.depth_classes(np.zeros((2, 256), dtype=np.int32), 3, np.zeros(3, dtype=bool), 1)
+        kernel.depth_classes(np.zeros((2, 256), dtype=np.int32), np.zeros(3, dtype=bool), 1)

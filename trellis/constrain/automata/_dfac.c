@@ -11,6 +11,9 @@
  * subset_construction: the Python sweep over edge endpoints, state by state breadth-first, each
  * state's successor subsets numbered in byte order of first appearance.
  *
+ * depth_classes: the states alike up to a depth (Moore's refinement, ``refine``, for that many
+ * rounds), for the vocabulary walks' keys (vocab/dfa_shapes.py).
+ *
  * minimal: the algorithm is the Python one, so the output is identical
  * (tests/constrain/test_dfa_kernel.py):
  *   - acyclic DFAs: bottom-up classes in reverse topological order (Revuz, "Minimisation of acyclic
@@ -141,6 +144,58 @@ static Py_ssize_t by_first_state(int32_t *cls, Py_ssize_t n, Py_ssize_t k) {
     return next;
 }
 
+/* Moore's partition refinement of tables t [m, 256] (final flags f) over the byte columns
+ * reps[0:nc], from the partition by finality, for at most ``rounds`` rounds or until a round
+ * splits nothing (*converged). cls [m]: each state's class, numbered by first state (every round
+ * numbers its classes in order of first appearance). Returns the number of classes, -1 when out
+ * of memory. After r rounds, two states share a class exactly when they keep alive, and accept
+ * after, the same byte strings of at most r bytes; once converged, the full equivalence. */
+static Py_ssize_t refine(const int32_t *t, const uint8_t *f, Py_ssize_t m, const int *reps, int nc, Py_ssize_t rounds,
+                         int32_t *cls, int *converged) {
+    Py_ssize_t kc = 1;
+    for (Py_ssize_t u = 0; u < m; u++) { /* by finality, numbered by first state: state 0's is 0 */
+        cls[u] = (f[u] != 0) != (f[0] != 0);
+        if (cls[u]) kc = 2;
+    }
+    *converged = m <= 1;
+    if (*converged) return kc;
+    Py_ssize_t width = 1 + nc;
+    int32_t *sig = (int32_t *)malloc((size_t)m * width * sizeof(int32_t));
+    int32_t *nxt = (int32_t *)malloc((size_t)m * sizeof(int32_t));
+    int32_t *id = (int32_t *)malloc((size_t)m * sizeof(int32_t));
+    table h = {0};
+    if (!sig || !nxt || !id || table_init(&h, m, sig, width) < 0) {
+        free(sig);
+        free(nxt);
+        free(id);
+        return -1;
+    }
+    for (Py_ssize_t round = 0; round < rounds && !*converged; round++) {
+        table_clear(&h);
+        Py_ssize_t k2 = 0;
+        for (Py_ssize_t u = 0; u < m; u++) {
+            int32_t *s = sig + (size_t)u * width;
+            const int32_t *row = t + u * 256;
+            s[0] = cls[u];
+            for (int c = 0; c < nc; c++) {
+                int32_t v = row[reps[c]];
+                s[1 + c] = v >= 0 ? cls[v] : -1;
+            }
+            int32_t r = table_intern(&h, (int32_t)u);
+            if (r == u) id[u] = (int32_t)k2++;
+            nxt[u] = id[r];
+        }
+        memcpy(cls, nxt, (size_t)m * sizeof(int32_t));
+        *converged = k2 == kc;
+        kc = k2;
+    }
+    free(sig);
+    free(nxt);
+    free(id);
+    free(h.slot);
+    return kc;
+}
+
 /* Revuz's bottom-up minimisation; returns 1 done, 0 cyclic (nothing done), -1 no memory. */
 static int acyclic(const int32_t *t, const uint8_t *f, Py_ssize_t n, const int *reps, int nc, int32_t *cls,
                    Py_ssize_t *k_out) {
@@ -206,10 +261,9 @@ static PyObject *minimal(PyObject *self, PyObject *args) {
     Py_buffer tb, fb;
     if (!PyArg_ParseTuple(args, "y*y*", &tb, &fb)) return NULL;
     PyObject *res = NULL;
-    int32_t *cls = NULL, *keep = NULL, *tt = NULL, *sig = NULL, *nxt = NULL, *queue = NULL;
+    int32_t *cls = NULL, *keep = NULL, *tt = NULL, *queue = NULL;
     uint8_t *live = NULL, *ft = NULL;
     int32_t *radj_head = NULL, *radj_next = NULL, *radj_src = NULL;
-    table h = {0};
     Py_ssize_t n = fb.len;
     const int32_t *t = (const int32_t *)tb.buf;
     const uint8_t *f = (const uint8_t *)fb.buf;
@@ -287,45 +341,13 @@ static PyObject *minimal(PyObject *self, PyObject *args) {
     }
     /* Moore refinement on the trimmed DFA (its byte classes are a coarsening of the input's:
      * the representative columns still tell every class apart) */
-    int32_t *id = keep; /* reused below as the class id of each interned state */
-    for (Py_ssize_t u = 0; u < m; u++) cls[u] = ft[u];
-    Py_ssize_t kc = 1;
-    for (Py_ssize_t u = 1; u < m; u++)
-        if (ft[u] != ft[0]) {
-            kc = 2;
-            break;
-        }
-    int converged = m <= 1;
-    if (!converged) {
-        Py_ssize_t width = 1 + nc;
-        sig = (int32_t *)malloc((size_t)m * width * sizeof(int32_t));
-        nxt = (int32_t *)malloc((size_t)m * sizeof(int32_t));
-        if (!sig || !nxt || table_init(&h, m, sig, width) < 0) goto nomem;
-        for (int round = 0; round < MAX_ROUNDS && !converged; round++) {
-            table_clear(&h);
-            Py_ssize_t k2 = 0;
-            for (Py_ssize_t u = 0; u < m; u++) {
-                int32_t *s = sig + (size_t)u * width;
-                const int32_t *row = tt + u * 256;
-                s[0] = cls[u];
-                for (int c = 0; c < nc; c++) {
-                    int32_t v = row[reps[c]];
-                    s[1 + c] = v >= 0 ? cls[v] : -1;
-                }
-                int32_t r = table_intern(&h, (int32_t)u);
-                if (r == u) id[u] = (int32_t)k2++;
-                nxt[u] = id[r];
-            }
-            memcpy(cls, nxt, (size_t)m * sizeof(int32_t));
-            converged = k2 == kc;
-            kc = k2;
-        }
-    }
+    int converged;
+    Py_ssize_t kc = refine(tt, ft, m, reps, nc, MAX_ROUNDS, cls, &converged);
+    if (kc < 0) goto nomem;
     if (!converged || m <= 1) { /* the trimmed DFA as it is (the Python version's fallback) */
         for (Py_ssize_t u = 0; u < m; u++) cls[u] = (int32_t)u;
         kc = m;
     }
-    /* ids were given in order of first appearance: already numbered by first state */
     res = result(tt, ft, m, cls, kc);
     goto out;
 nomem:
@@ -337,14 +359,43 @@ out:
     free(keep);
     free(tt);
     free(ft);
-    free(sig);
-    free(nxt);
     free(queue);
     free(live);
     free(radj_head);
     free(radj_next);
     free(radj_src);
-    free(h.slot);
+    return res;
+}
+
+
+/* depth_classes(trans, final, depth) -> bytearray (int32 per state): each state's class of
+ * behaviour on byte strings of at most ``depth`` bytes (which keep the DFA alive, where it
+ * accepts), numbered by first state: ``refine`` for ``depth`` rounds (fewer once nothing splits)
+ * on the untrimmed tables. A vocabulary walk reads no token past its length, so a walk is the same
+ * from every state of a class at the longest token's depth (vocab/dfa_shapes.py: a length-bounded
+ * string's positions with that many characters left share one walk). */
+static PyObject *depth_classes(PyObject *self, PyObject *args) {
+    Py_buffer tb, fb;
+    Py_ssize_t depth;
+    if (!PyArg_ParseTuple(args, "y*y*n", &tb, &fb, &depth)) return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t n = fb.len;
+    if (tb.len != n * 256 * 4 || n < 1 || depth < 0) {
+        PyErr_SetString(PyExc_ValueError, "depth_classes: trans must be int32 [n, 256] and final bool [n], n >= 1, depth >= 0");
+        goto out;
+    }
+    res = PyByteArray_FromStringAndSize(NULL, n * 4);
+    if (!res) goto out;
+    int reps[256], converged;
+    int nc = byte_classes((const int32_t *)tb.buf, n, reps);
+    if (refine((const int32_t *)tb.buf, (const uint8_t *)fb.buf, n, reps, nc, depth,
+               (int32_t *)PyByteArray_AS_STRING(res), &converged) < 0) {
+        Py_CLEAR(res);
+        PyErr_NoMemory();
+    }
+out:
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&fb);
     return res;
 }
 
@@ -812,6 +863,9 @@ static PyMethodDef methods[] = {
     {"minus_words", minus_words, METH_VARARGS,
      "minus_words(a_trans, a_final, a_live, kid_lo, kid_byte, kid_node, end) -> (trans, final, origin, inner) | None "
      "(byte_dfa._minus_words in C)."},
+    {"depth_classes", depth_classes, METH_VARARGS,
+     "depth_classes(trans: int32 [n,256] buffer, final: bool [n] buffer, depth) -> bytearray of int32 classes "
+     "(states alike on every byte string of at most depth bytes, numbered by first state)."},
     {"minimal", minimal, METH_VARARGS,
      "minimal(trans: int32 [n,256] buffer, final: bool [n] buffer) -> (trans bytearray, final bytearray, k) | None "
      "(None: the start state cannot reach acceptance)."},

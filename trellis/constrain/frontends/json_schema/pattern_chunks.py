@@ -87,7 +87,7 @@ def class_run(f: Any) -> tuple[str, int] | None:
     f = minimal(f)
     live = live_states(f)
     s, m, symbols = f.initial, 0, None
-    while s in live and m <= MAX_CHUNK_NODES:
+    while s in live and m < len(f.states):  # (a longer chain revisits a state: a cycle, not C{m,})
         out = {sym: t for sym, t in f.map.get(s, {}).items() if t in live}
         if not out or len(set(out.values())) != 1 or (symbols is not None and set(out) != symbols):
             return None
