@@ -186,7 +186,7 @@ def test_depth_classes_are_the_states_alike_up_to_the_depth(seed: int) -> None:
     classes are numbered by their first state."""
     import itertools
 
-    from trellis.constrain.automata.byte_dfa import _dfac as kernel
+    from trellis.constrain.automata.dfa_minimise import dfac as kernel
 
     if kernel is None:
         pytest.skip("the C kernel is not built")

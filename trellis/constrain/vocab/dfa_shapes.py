@@ -21,7 +21,8 @@ from typing import Hashable
 
 import numpy as np
 
-from trellis.constrain.automata.byte_dfa import ByteDFA, _dfac
+from trellis.constrain.automata.byte_dfa import ByteDFA
+from trellis.constrain.automata.dfa_minimise import dfac
 from trellis.constrain.automata.byte_dfa import literal_at
 from trellis.constrain.vocab.literal_walk import words_at
 from trellis.constrain.vocab.rest_walk import c_table
@@ -74,7 +75,7 @@ def depth_representative(dfa: ByteDFA, q: int, depth: int) -> int:
     """The first state of ``q``'s class of states alike up to ``depth`` bytes, in a DFA of more
     states than ``depth`` (only a longer chain has states alike there: a length-bounded string's
     positions with ``depth`` or more characters left); else ``q``. Without the C kernel: ``q``."""
-    if not DEPTH_CLASSES or _dfac is None or dfa.num_states <= depth:
+    if not DEPTH_CLASSES or dfac is None or dfa.num_states <= depth:
         return q
     name = f"_depth_first_{depth}"
     first = dfa.__dict__.get(name)
@@ -89,7 +90,7 @@ def depth_classes(dfa: ByteDFA, depth: int) -> np.ndarray:
     keep the DFA alive, where it accepts), numbered by first state (C: ``_dfac.depth_classes``,
     Moore's refinement shared with ``dfa_minimise.minimal``; ~7 ms for a 128-character string's
     1,666 states at depth 48, ~0.5 ms for 210 states)."""
-    return np.frombuffer(_dfac.depth_classes(c_table(dfa.trans), np.ascontiguousarray(dfa.final, np.bool_), depth),
+    return np.frombuffer(dfac.depth_classes(c_table(dfa.trans), np.ascontiguousarray(dfa.final, np.bool_), depth),
                          dtype=np.int32)
 
 
