@@ -17,7 +17,8 @@ from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.dfa_minimise import (already_deterministic, minimal, minimal_numpy, subset_construction,
                                             subset_construction_numpy)
 from trellis.constrain.errors import GrammarError
-from trellis.constrain.automata.regex_compile import RegexTooLarge, regex_nfa
+from trellis.constrain.automata import regex_compile
+from trellis.constrain.automata.regex_compile import RegexTooLarge, epsilon_free, epsilon_free_py, regex_nfa
 
 pytestmark = pytest.mark.skipif(dfa_minimise.KERNEL != "c", reason="the C kernel is not built in this install")
 
@@ -219,3 +220,51 @@ def test_minus_words_in_c_is_the_python_product(seed: int, monkeypatch) -> None:
             assert got.cut.base is a
             compared += 1
     assert compared > 300 and empty > 0, (compared, empty)
+
+
+def _determinised(edges: list, finals: set) -> tuple[np.ndarray, np.ndarray]:
+    return subset_construction_numpy(edges, finals, 0)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS + [r"(?:a?){20}b", r"(?:|x|(?:y|)*)+z", r"\d{2,5}(?:[.,]\d*)?"])
+def test_c_epsilon_free_determinises_as_python(pattern: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C ``epsilon_free`` may number states otherwise, but the DFA of its NFA is the Python
+    one's table for table (the subset construction numbers subsets breadth-first by byte)."""
+    got = _determinised(*regex_nfa(pattern))
+    monkeypatch.setattr(regex_compile, "dfac", None)
+    _same_tables(got, _determinised(*regex_nfa(pattern)))
+
+
+def test_c_epsilon_free_on_random_nfas() -> None:
+    """Random NFAs with empty moves (cycles of them, moves to self, nodes no byte reaches): the
+    same determinised tables as the Python function, and the same edge counts (states renumbered)."""
+    rng = np.random.default_rng(5)
+    cyclic = 0
+    for _ in range(800):
+        n = int(rng.integers(2, 14))
+        nfa = regex_compile._NFA()
+        for _u in range(n):
+            nfa.new()
+        for u in range(n):
+            for _e in range(int(rng.integers(0, 4))):
+                lo = int(rng.integers(0, 256))
+                nfa.edges[u].append((lo, min(255, lo + int(rng.integers(0, 30))), int(rng.integers(0, n))))
+            nfa.eps[u].extend(int(x) for x in rng.integers(0, n, size=int(rng.integers(0, 3))))
+        start, end = int(rng.integers(0, n)), int(rng.integers(0, n))
+        got, want = epsilon_free(nfa, start, end), epsilon_free_py(nfa, start, end)
+        assert sorted(map(len, got[0])) == sorted(map(len, want[0]))
+        assert len(got[1]) == len(want[1]) and (0 in got[1]) == (0 in want[1])
+        _same_tables(_determinised(*got), _determinised(*want))
+        cyclic += any(u in nfa.eps[v] and v in nfa.eps[u] for u in range(n) for v in range(n))
+    assert cyclic > 50
+
+
+@pytest.mark.parametrize("edges,eps", [([[(0, 1, 7)]], [[]]), ([[]], [[4]]), ([[(0, 1)]], [[]]), ([[]], [[], []]),
+                                       ([None], [[]]), ([[]], [None])])
+def test_c_epsilon_free_refuses_malformed_nfas(edges: object, eps: object) -> None:
+    """A move to a node that does not exist, a short edge, lists of different lengths, a node that
+    is not a list: a typed error, never a crash."""
+    with pytest.raises((ValueError, TypeError)):
+        regex_compile.dfac.epsilon_free(edges, eps, 0, 0)
+    with pytest.raises(ValueError):
+        regex_compile.dfac.epsilon_free([[]], [[]], 3, 0)

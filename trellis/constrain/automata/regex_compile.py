@@ -28,6 +28,7 @@ terminals, where ``re.match`` makes it matter, go through ``regex.terminal_dfa``
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -43,6 +44,16 @@ import re
 
 from trellis.constrain.automata.charsets import MAXC, Ranges, cs_diff, cs_neg, cs_union
 from trellis.constrain.automata.utf8 import utf8_dawg
+
+# ``dfac``: the C ``epsilon_free`` (``_dfac.c``, built by setup.py), or None: the Python one below. Loaded here,
+# not through ``dfa_minimise`` (which imports this module), under the same switch
+# (``TRELLIS_DFA_KERNEL=numpy``: the Python/numpy code throughout).
+try:
+    from trellis.constrain.automata import _dfac as dfac
+except ImportError:  # pragma: no cover - depends on the install
+    dfac = None
+if os.environ.get("TRELLIS_DFA_KERNEL", "").lower() == "numpy":
+    dfac = None
 
 # A regex past this is refused rather than compiled for seconds: building, closing and determinising
 # an NFA costs ~15-40 us a state in Python (``/(ab){2,50000}c/i``, 150k states: 4.4 s a compile;
@@ -197,8 +208,15 @@ def char_set(op: object, av: object, flags: int) -> Ranges:
     """Exactly the code points (no surrogates) one single-character node matches under ``flags``.
     Memoised per node and flags: a repeat copies its body's nodes (``/(ab){2,50000}c/i`` asks for
     the same two case-folded sets 100,000 times; 7.4 -> 1.9 s a compile with the memo)."""
-    key = (op, _hashable(av), flags)
-    got = _CHAR_SETS.get(key)
+    # (a class's items are (opcode, int | (lo, hi) | None) tuples: its list as a tuple hashes
+    # without the recursive copy, which was ~half of the Thompson construction's time over the
+    # 1,614 terminal regexes of bench_fresh's schemas, cProfile)
+    key = (op, tuple(av) if type(av) is list else av, flags)
+    try:
+        got = _CHAR_SETS.get(key)
+    except TypeError:  # an unhashable item: copied all the way down
+        key = (op, _hashable(av), flags)
+        got = _CHAR_SETS.get(key)
     if got is None:
         if len(_CHAR_SETS) >= 4096:
             _CHAR_SETS.clear()
@@ -276,12 +294,22 @@ class _NFA:
         self.geps.append([])
         return len(self.edges) - 1
 
+    def new_many(self, k: int) -> range:
+        """``k`` new states at once (``new`` per state was a tenth of the construction's time)."""
+        n = len(self.edges)
+        if n + k > MAX_NFA_STATES:
+            raise RegexTooLarge(f"over {MAX_NFA_STATES:,} automaton states")
+        self.edges.extend([] for _ in range(k))
+        self.eps.extend([] for _ in range(k))
+        self.geps.extend([] for _ in range(k))
+        return range(n, n + k)
+
     def chars(self, s: int, e: int, ranges: Ranges) -> None:
         """Edges s -> e over the UTF-8 encodings of ``ranges``: a copy of the set's byte automaton
         (``utf8_dawg``), deterministic, so the subset construction pairs at most one of its
         states with each state of the other sets met along the same bytes."""
         nodes = utf8_dawg(ranges)
-        ids = [s] + [self.new() for _ in nodes[1:]]
+        ids = [s, *self.new_many(len(nodes) - 1)]
         for i, row in enumerate(nodes):
             out = self.edges[ids[i]]
             for lo, hi, t in row:
@@ -413,7 +441,17 @@ def _in_repeat(e: RegexTooLarge, lo: int, hi: int) -> RegexTooLarge:
 def epsilon_free(nfa: _NFA, start: int, end: int) -> tuple[Edges, set[int]]:
     """The NFA without empty moves, states renumbered from ``start`` = 0: a state's edges are the
     byte edges of its closure; it is final when its closure holds ``end``. Only the start and
-    targets of byte edges are kept (the others are only ever passed through)."""
+    targets of byte edges are kept (the others are only ever passed through). In C where
+    ``_dfac`` is built (its states may be numbered otherwise: the DFA built from either is the
+    same, table for table, ``test_dfa_kernel``; regex_nfa over bench_fresh's 1,614 schema regexes
+    3.1 -> 2.1 s)."""
+    if dfac is not None:
+        return dfac.epsilon_free(nfa.edges, nfa.eps, start, end)
+    return epsilon_free_py(nfa, start, end)
+
+
+def epsilon_free_py(nfa: _NFA, start: int, end: int) -> tuple[Edges, set[int]]:
+    """``epsilon_free`` in Python (installs without ``_dfac``; the reference of the C one)."""
     closures: dict[int, list[int]] = {}
 
     def closure(q: int) -> list[int]:
