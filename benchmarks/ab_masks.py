@@ -21,9 +21,11 @@ not the arm's), and each arm compiles the grammar on the default path (work boun
 advance past the bound ends that arm's document (counted; the ratio compares documents both arms
 finished).
 
-Timed: every ``fill_mask`` along the document (each on a state the constraint has never seen).
+Timed: every ``fill_mask`` along the document (each on a state the constraint has never seen),
+and the compile before it (``compile`` and ``start``).
 Printed per arm: the masks' sum, p99, how many took over 1 ms and the longest; and the median (p10,
-p90) over schemas of the per-schema ratio of mask sums (arm B / arm A).
+p90) over schemas of the per-schema ratio of mask sums (arm B / arm A); then the compiles' sum and
+median per arm and the median per-schema ratio of compile times.
 
 ``--switch`` names what arm A turns off (arm B is the code as it is):
 
@@ -40,6 +42,8 @@ p90) over schemas of the per-schema ratio of mask sums (arm B / arm A).
 * ``ctrie``: every chart walk of a leftover set as one C take over its arrays, grouped by chart
   state (``scannerless.CHART_WALK_C``; without it: the numpy grouped walk, small groups and sets
   rest by rest through ``Earley.walk``);
+* ``ceps``: ``_dfac.epsilon_free`` (a terminal regex's NFA without its empty moves; acts on
+  compiles: see the compile line);
 * ``depth``: a large sub-automaton's walks keyed by its state's class up to the longest token
   (``dfa_shapes.DEPTH_CLASSES``; without it: by the state);
 * ``all``: every one of the above.
@@ -64,12 +68,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth")
+SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     """name -> (turn it off, turn it back on)."""
     import trellis.constrain.automata.byte_dfa as byte_dfa
+    import trellis.constrain.automata.regex_compile as regex_compile
     import trellis.constrain.earley.earley as earley
     import trellis.constrain.earley.scannerless as scannerless
     import trellis.constrain.vocab.cut_walk as cut_walk
@@ -98,6 +103,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
         "cstep": flip([earley], "native_step", None),
         "cclose": flip([earley], "native_close", None),
         "cminus": flip([byte_dfa], "_dfac", None),
+        "ceps": flip([regex_compile], "dfac", None),
         "member": flip([cut_walk, literal_walk], "member", isin),
         "digest": flip([walk_cache, vocab_walk, scannerless], "key_digest", digest),
     }
@@ -230,6 +236,7 @@ def main() -> None:
     gc.disable()
     masks: dict[str, list[float]] = collections.defaultdict(list)
     per: dict[str, dict[str, float]] = collections.defaultdict(dict)
+    compiles: dict[str, dict[str, float]] = collections.defaultdict(dict)
     done = 0
     for name, schema, ids in [x for _ in range(args.reps) for x in inputs]:
         if done >= args.schemas * args.reps and not args.grammars:
@@ -244,11 +251,13 @@ def main() -> None:
                 fresh._restore()
             arms[arm]()
             compile_mod.COMPILED.clear()
+            t0 = time.perf_counter()
             try:
                 c = compile(schema if args.grammars else JsonSchema(schema, closed_objects=False), vocab)
             except Exception:  # noqa: BLE001 - a refused schema (both arms alike)
                 break
             s, total = c.start(), 0.0
+            compiles[arm][name] = compiles[arm].get(name, 0.0) + time.perf_counter() - t0
             for i in range(len(ids) + 1):
                 t0 = time.perf_counter()
                 try:
@@ -283,9 +292,16 @@ def main() -> None:
     r = np.array([per["on"][n] / per["off"][n] for n in common])
     print(f"per-{'document' if args.grammars else 'schema'} mask sum, as it is / without: median {np.median(r):.3f} (p10 {np.percentile(r, 10):.3f}, "
           f"p90 {np.percentile(r, 90):.3f}) over {len(common)} {'documents' if args.grammars else 'schemas'}")
+    both = [n for n in compiles["off"] if n in compiles["on"]]
+    for arm in ("off", "on"):
+        a = np.array([compiles[arm][n] for n in both]) * 1e3
+        print(f"{label[arm]:>22s}: {len(a)} compiles, sum {a.sum():.1f} ms, median {np.median(a):.2f} ms")
+    r = np.array([compiles["on"][n] / compiles["off"][n] for n in both])
+    print(f"per-input compile, as it is / without: median {np.median(r):.3f} (p10 {np.percentile(r, 10):.3f}, "
+          f"p90 {np.percentile(r, 90):.3f})")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"switch": args.switch, "masks": masks, "per_schema": per}, f)
+            json.dump({"switch": args.switch, "masks": masks, "per_schema": per, "compiles": compiles}, f)
 
 
 if __name__ == "__main__":

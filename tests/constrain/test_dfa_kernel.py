@@ -268,3 +268,18 @@ def test_c_epsilon_free_refuses_malformed_nfas(edges: object, eps: object) -> No
         regex_compile.dfac.epsilon_free(edges, eps, 0, 0)
     with pytest.raises(ValueError):
         regex_compile.dfac.epsilon_free([[]], [[]], 3, 0)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_determinised_in_c_is_the_python_path(pattern: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the kernel, ``determinised`` runs the C subsets even on NFAs that are deterministic
+    already; without it, ``already_deterministic`` takes those: the same tables either way."""
+    edges, finals = regex_nfa(pattern)
+    got = dfa_minimise.determinised(edges, finals, 0)
+    monkeypatch.setattr(dfa_minimise, "dfac", None)
+    _same_tables(got, dfa_minimise.determinised(edges, finals, 0))
+
+
+def test_some_terminal_nfas_are_deterministic_already() -> None:
+    # (so the test above compares the two paths on such NFAs, not only the subset constructions)
+    assert sum(already_deterministic(*regex_nfa(p), 0) is not None for p in PATTERNS) >= 3

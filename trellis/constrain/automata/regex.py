@@ -27,7 +27,7 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import (ByteDFA, difference, intersects, literal_dfa,
                                         restrict_first_char, trim, word_trie)
-from trellis.constrain.automata.dfa_minimise import (MAX_DFA_STATES, already_deterministic, minimal, minimise,
+from trellis.constrain.automata.dfa_minimise import (MAX_DFA_STATES, determinised, minimal, minimise,
                                             subset_construction, unique_rows)
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.automata.regex_compile import Lookaround, RegexTooLarge, RegexUnsupported, regex_nfa
@@ -94,10 +94,7 @@ def _automaton(pattern: str, *, name: str, ordered: bool = False) -> tuple[np.nd
             edges, finals = regex_nfa(pattern)
         except Lookaround:
             return automaton(pattern)
-        # chains such as flexible JSON whitespace are deterministic already
-        det = already_deterministic(edges, finals, 0)
-        trans, final = det if det is not None else subset_construction(edges, finals, 0)
-        return trans, final, None
+        return (*determinised(edges, finals, 0), None)
     except RegexTooLarge as e:  # from any stage: the NFA, the subsets, the lookaround automaton
         raise GrammarError(f"{name}: regex too large ({e}) in /{pattern}/") from None
     except RegexUnsupported as e:

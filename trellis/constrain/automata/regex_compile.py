@@ -287,21 +287,22 @@ class _NFA:
         self.empty_loop = False
 
     def new(self) -> int:
-        if len(self.edges) >= MAX_NFA_STATES:
+        n = len(self.edges)
+        if n >= MAX_NFA_STATES:
             raise RegexTooLarge(f"over {MAX_NFA_STATES:,} automaton states")
         self.edges.append([])
         self.eps.append([])
         self.geps.append([])
-        return len(self.edges) - 1
+        return n
 
     def new_many(self, k: int) -> range:
         """``k`` new states at once (``new`` per state was a tenth of the construction's time)."""
         n = len(self.edges)
         if n + k > MAX_NFA_STATES:
             raise RegexTooLarge(f"over {MAX_NFA_STATES:,} automaton states")
-        self.edges.extend([] for _ in range(k))
-        self.eps.extend([] for _ in range(k))
-        self.geps.extend([] for _ in range(k))
+        self.edges += [[] for _ in range(k)]
+        self.eps += [[] for _ in range(k)]
+        self.geps += [[] for _ in range(k)]
         return range(n, n + k)
 
     def chars(self, s: int, e: int, ranges: Ranges) -> None:
@@ -309,6 +310,9 @@ class _NFA:
         (``utf8_dawg``), deterministic, so the subset construction pairs at most one of its
         states with each state of the other sets met along the same bytes."""
         nodes = utf8_dawg(ranges)
+        if len(nodes) == 1:  # one byte (an ASCII class): its ranges, to the end
+            self.edges[s] += [(lo, hi, e) for lo, hi, _ in nodes[0]]
+            return
         ids = [s, *self.new_many(len(nodes) - 1)]
         for i, row in enumerate(nodes):
             out = self.edges[ids[i]]
