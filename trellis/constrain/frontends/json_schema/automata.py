@@ -193,23 +193,24 @@ class Automata(KeyClasses, ScalarRules):
         return c
 
     def _live(self, a: Automaton, ok: Callable) -> tuple[set, bool]:
-        """(states on a productive path from start to acceptance, whether one exists)."""
-        good = [e for e in a.edges if ok(e[2])]
-        fwd = {START}
-        changed = True
-        while changed:
-            changed = False
-            for s, _, _, d in good:
-                if s in fwd and d not in fwd:
-                    fwd.add(d)
-                    changed = True
-        back = set(a.accepting)
-        changed = True
-        while changed:
-            changed = False
-            for s, _, _, d in good:
-                if d in back and s not in back:
-                    back.add(s)
-                    changed = True
-        live = fwd & back
+        """(states on a productive path from start to acceptance, whether one exists): a search
+        forward from the start and one backward from acceptance over the productive edges (sweeps
+        to a fixpoint took a round per state of a chain written against the edge order)."""
+        succ: dict[int, list[int]] = {}
+        pred: dict[int, list[int]] = {}
+        for s, _, v, d in a.edges:
+            if ok(v):
+                succ.setdefault(s, []).append(d)
+                pred.setdefault(d, []).append(s)
+
+        def reach(seeds: set, adj: dict[int, list[int]]) -> set:
+            seen, todo = set(seeds), list(seeds)
+            while todo:
+                for d in adj.get(todo.pop(), ()):
+                    if d not in seen:
+                        seen.add(d)
+                        todo.append(d)
+            return seen
+
+        live = reach({START}, succ) & reach(set(a.accepting), pred)
         return live, START in live
