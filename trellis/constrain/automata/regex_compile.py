@@ -447,8 +447,8 @@ def epsilon_free(nfa: _NFA, start: int, end: int) -> tuple[Edges, set[int]]:
     byte edges of its closure; it is final when its closure holds ``end``. Only the start and
     targets of byte edges are kept (the others are only ever passed through). In C where
     ``_dfac`` is built (its states may be numbered otherwise: the DFA built from either is the
-    same, table for table, ``test_dfa_kernel``; regex_nfa over bench_fresh's 1,614 schema regexes
-    3.1 -> 2.1 s)."""
+    same, table for table, ``test_dfa_kernel``; this step over bench_fresh's 1,614 schema regexes,
+    collector off: 360-473 -> 95-122 ms; regex_nfa with the collector on 3.1 -> 2.5 s)."""
     if dfac is not None:
         return dfac.epsilon_free(nfa.edges, nfa.eps, start, end)
     return epsilon_free_py(nfa, start, end)
