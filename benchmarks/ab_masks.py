@@ -44,6 +44,10 @@ median per arm and the median per-schema ratio of compile times.
   rest by rest through ``Earley.walk``);
 * ``ceps``: ``_dfac.epsilon_free`` (a terminal regex's NFA without its empty moves; acts on
   compiles: see the compile line);
+* ``cprefix``: ``_walkc.prefix_bounds`` (where the tokens equal to and starting with each prefix of a
+  literal lie in the sorted vocabulary; without it: ``bisect`` on Python bytes);
+* ``nprow``: ``mask.write_row``'s numpy copy into a CPU row (without it: ``torch.from_numpy`` and
+  ``copy_``, as before; times ``fill_mask``, which is what the arms time);
 * ``depth``: a large sub-automaton's walks keyed by its state's class up to the longest token
   (``dfa_shapes.DEPTH_CLASSES``; without it: by the state);
 * ``all``: every one of the above.
@@ -68,7 +72,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps")
+SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
+            "cprefix", "nprow")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -141,6 +146,16 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
 
     out["cmany"] = (lambda: setattr(cls, "__init__", init_without_many)), (lambda: setattr(cls, "__init__", init))
     out["ctrie"] = flip([scannerless], "CHART_WALK_C", False)
+    sv = literal_walk.SortedVocab
+    out["cprefix"] = flip([sv], "prefix_bounds", sv.prefix_bounds_py)
+
+    def torch_copy(out_row: torch.Tensor, row: np.ndarray) -> None:
+        out_row.copy_(torch.from_numpy(row))
+
+    import trellis.constrain.lalr.cfg as cfg
+    import trellis.constrain.regex_constraint as regex_constraint
+
+    out["nprow"] = flip([scannerless, cfg, regex_constraint], "write_row", torch_copy)
     out["depth"] = flip([dfa_shapes], "DEPTH_CLASSES", False)
     return out
 

@@ -4,6 +4,7 @@ elsewhere; both must be the definition, for any vocabulary size, strided rows an
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from trellis.mask import allocate_bitmask, allowed_ids, apply_bitmask_, bitmask_to_bool, bool_to_bitmask
@@ -68,3 +69,19 @@ def test_few_set_bit_ids_lists_a_sparse_row_and_declines_a_dense_one():
             assert torch.equal(got, want)
         ids = torch.arange(1000)
         assert torch.equal(bits_at(row, ids), allowed)
+
+
+def test_write_row_matches_torch_copy_on_every_layout():
+    from trellis.mask import write_row
+
+    rng = np.random.default_rng(3)
+    row = rng.integers(-2**31, 2**31 - 1, size=40, dtype=np.int64).astype(np.int32)
+    batch = allocate_bitmask(3, 40 * 32)
+    write_row(batch[1], row)  # a contiguous row of a batch: the numpy path
+    assert torch.equal(batch[1], torch.from_numpy(row)) and (batch[[0, 2]] == -1).all()
+    strided = torch.zeros(80, dtype=torch.int32)[::2]  # a strided view: written in place too
+    write_row(strided, row)
+    assert torch.equal(strided, torch.from_numpy(row))
+    wide = torch.zeros(40, dtype=torch.int64)  # another dtype: torch's copy (it casts)
+    write_row(wide, row)
+    assert torch.equal(wide, torch.from_numpy(row).long())

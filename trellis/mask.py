@@ -20,6 +20,17 @@ def allocate_bitmask(rows: int, vocab_size: int) -> Tensor:
     return torch.full((rows, bitmask_width(vocab_size)), -1, dtype=torch.int32)
 
 
+def write_row(out: Tensor, row: np.ndarray) -> None:
+    """Copy the packed mask ``row`` ([W] int32) into the bitmask row ``out`` in place. A CPU row is
+    written through its numpy view: ``torch.from_numpy`` + ``copy_`` cost ~9.5 us a mask against
+    ~7.5 (bench_fresh's 94 schemas, ~11k fills, in-process A/B), ~10% of a fresh document's mask
+    time by a sampling profile. Other devices (CUDA) take torch's copy."""
+    if out.is_cpu and out.dtype == torch.int32 and not out.requires_grad:
+        np.copyto(out.numpy(), row)
+    else:
+        out.copy_(torch.from_numpy(row))
+
+
 def bitmask_to_bool(bitmask: Tensor, vocab_size: int) -> Tensor:
     """[rows, W] int32 -> [rows, V] bool (True = allowed)."""
     if bitmask.device.type == "cpu":

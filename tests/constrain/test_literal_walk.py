@@ -103,3 +103,27 @@ def test_finite_sub_automata_walk_path_by_path_as_the_flat_walk(seed: int) -> No
     assert words_at(regex_to_byte_dfa(r"a(?:bc)*d"), 0) is None  # a loop beside a finite path
     assert words_at(regex_to_byte_dfa(r"[a-z]{3}"), 0) is None  # 26^3 paths: past MAX_WORDS
     assert words_at(regex_to_byte_dfa(r"(?:ab|ac)d"), 0) == (Literal(b"abd", (3,)), Literal(b"acd", (3,)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_prefix_bounds_in_c_equal_the_bisections(seed: int) -> None:
+    """``SortedVocab.prefix_bounds`` (C, where ``_walkc`` is built) equals its bisect form on
+    texts that are prefixes, extensions and near misses of the vocabulary's tokens (NUL, 0xff,
+    byte-equal twins), and the triples say what they claim about the sorted keys."""
+    from trellis.constrain.vocab.literal_walk import SortedVocab
+    from trellis.constrain.vocab.walks import walkc
+
+    if walkc is None:
+        pytest.skip("the C kernel is not built")
+    sv = SortedVocab.of(TokenMatrix.of(_vocab(seed)))
+    rng = random.Random(seed)
+    texts = [k + bytes(rng.choice(ALPHA) for _ in range(rng.randint(0, 3))) for k in rng.sample(sv.keys, 200)]
+    texts += [bytes(rng.choice(ALPHA) for _ in range(rng.randint(1, 8))) for _ in range(200)] + [b"\xff" * 7, b"\x00"]
+    for text in texts:
+        got = sv.prefix_bounds(text)
+        assert got == sv.prefix_bounds_py(text), text
+        for k, (lo, eq, hi) in enumerate(got, 1):
+            p = text[:k]
+            assert all(x == p for x in sv.keys[lo:eq]) and all(x.startswith(p) for x in sv.keys[lo:hi])
+            assert (lo == 0 or sv.keys[lo - 1] < p) and (hi == len(sv.keys) or not sv.keys[hi].startswith(p))
+        assert len(got) == len(text) or not any(x.startswith(text[:len(got) + 1]) for x in sv.keys)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Hashable
 
 import numpy as np
-import torch
 from torch import Tensor
 
+from trellis.mask import write_row
 from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.dfa_minimise import byte_classes
 from trellis.constrain.automata.regex import regex_to_byte_dfa
@@ -74,7 +74,7 @@ class RegexConstraint:
         return m
 
     def fill_mask(self, state: Hashable, out: Tensor) -> None:
-        out.copy_(torch.from_numpy(self.mask_array(state)))
+        write_row(out, self.mask_array(state))
 
     def is_accepting(self, state: Hashable) -> bool:
         return bool(self.dfa.final[int(state)])  # type: ignore[arg-type]

@@ -66,9 +66,9 @@ from collections import OrderedDict
 from typing import Hashable, Iterable
 
 import numpy as np
-import torch
 from torch import Tensor
 
+from trellis.mask import write_row
 from trellis.constrain.vocab.cut_walk import Simulation, patch
 from trellis.constrain.vocab.dfa_shapes import canonical
 from trellis.constrain.earley.earley import ChartState, Earley
@@ -204,7 +204,7 @@ class EarleyConstraint:
         return bool(state[1])  # type: ignore[index]
 
     def fill_mask(self, state: Hashable, out: Tensor) -> None:
-        out.copy_(torch.from_numpy(self.mask_array(state)))
+        write_row(out, self.mask_array(state))
 
     def mask_array(self, state: Hashable) -> np.ndarray:
         """[W] int32 packed mask row of ``state`` (cached: do not modify)."""

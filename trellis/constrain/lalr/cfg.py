@@ -73,9 +73,9 @@ from collections import OrderedDict
 from typing import Hashable
 
 import numpy as np
-import torch
 from torch import Tensor
 
+from trellis.mask import write_row
 from trellis.constrain.lalr.lalr_runtime import (TOP_DECODE, TOP_DEPTHS, VIABILITY_DEPTH, VIABILITY_TOP, CfgState,
                                             LalrRuntime, Stack)
 from trellis.constrain.errors import lark_error
@@ -155,7 +155,7 @@ class CFGConstraint:
         return len(state[0])  # type: ignore[index]
 
     def fill_mask(self, state: Hashable, out: Tensor) -> None:
-        out.copy_(torch.from_numpy(self.mask_array(state)))
+        write_row(out, self.mask_array(state))
 
     # -- masks
     def walk(self, g: int) -> WalkTable:

@@ -779,6 +779,72 @@ static PyObject *bfs_order(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* Lexicographic order of key i (bytes blob[offs[i]:offs[i+1]]) against p[0:k]: <0, 0, >0. */
+static inline int key_cmp(const uint8_t *blob, const int64_t *offs, int64_t i, const uint8_t *p, Py_ssize_t k) {
+    int64_t len = offs[i + 1] - offs[i];
+    int64_t m = len < k ? len : k;
+    int c = m ? memcmp(blob + offs[i], p, (size_t)m) : 0;
+    if (c) return c;
+    return len < k ? -1 : len > k ? 1 : 0;
+}
+
+static inline int key_starts(const uint8_t *blob, const int64_t *offs, int64_t i, const uint8_t *p, Py_ssize_t k) {
+    return offs[i + 1] - offs[i] >= k && memcmp(blob + offs[i], p, (size_t)k) == 0;
+}
+
+/* prefix_bounds(blob, offs, n, text, lo) -> bytes (int64 triples)
+ *   blob, offs int64 [n + 1]: n keys in lexicographic order, key i = blob[offs[i]:offs[i+1]]
+ *   text: the literal; lo: a lower bound on where its first prefix's keys start (0: none known)
+ * For k = 1, 2, ... while some key starts with p = text[:k]: (lo_k, eq_k, hi_k), the keys
+ * [lo_k, eq_k) equal to p and [lo_k, hi_k) starting with it: literal_walk's two bisects per prefix
+ * on Python bytes (``bisect_left`` on the key list, ~18 rich comparisons a search), by memcmp.
+ * Fewer triples than len(text): no key starts with the next prefix. */
+static PyObject *prefix_bounds(PyObject *self, PyObject *args) {
+    Py_buffer bb, ob, tb;
+    Py_ssize_t n, lo;
+    if (!PyArg_ParseTuple(args, "y*y*ny*n", &bb, &ob, &n, &tb, &lo)) return NULL;
+    const uint8_t *blob = (const uint8_t *)bb.buf, *p = (const uint8_t *)tb.buf;
+    const int64_t *offs = (const int64_t *)ob.buf;
+    Py_ssize_t L = tb.len;
+    PyObject *res = NULL;
+    int64_t *out = NULL;
+    if (n < 0 || ob.len < (n + 1) * (Py_ssize_t)sizeof(int64_t) || lo < 0 || lo > n ||
+        (n > 0 && (offs[0] < 0 || offs[n] > bb.len))) {
+        PyErr_SetString(PyExc_ValueError, "prefix_bounds: offsets out of range");
+        goto done;
+    }
+    out = (int64_t *)malloc((size_t)(L ? L : 1) * 3 * sizeof(int64_t));
+    if (!out) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t k, rows = 0;
+    int64_t hi = n;  /* the keys starting with the previous prefix end here */
+    for (k = 1; k <= L; k++) {
+        int64_t a = lo, b = hi;  /* lower bound of p[:k] in [lo, hi): every later key is greater */
+        while (a < b) {
+            int64_t mid = a + (b - a) / 2;
+            if (key_cmp(blob, offs, mid, p, k) < 0) a = mid + 1; else b = mid;
+        }
+        lo = a;
+        if (lo >= hi || !key_starts(blob, offs, lo, p, k)) break;
+        int64_t eq = lo;
+        while (eq < hi && offs[eq + 1] - offs[eq] == k && key_starts(blob, offs, eq, p, k)) eq++;
+        a = eq, b = hi;  /* the first key from eq on that does not start with p[:k] */
+        while (a < b) {
+            int64_t mid = a + (b - a) / 2;
+            if (key_starts(blob, offs, mid, p, k)) a = mid + 1; else b = mid;
+        }
+        hi = a;
+        out[rows * 3] = lo, out[rows * 3 + 1] = eq, out[rows * 3 + 2] = hi;
+        rows++;
+    }
+    res = as_bytes(out, rows * 3);
+done:
+    free(out);
+    PyBuffer_Release(&bb);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&tb);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"bfs_order", bfs_order, METH_VARARGS, "A DFA state's reachable states in canonical breadth-first order."},
     {"reach", reach, METH_VARARGS, "How deep every string a slice keeps alive stays alive from a DFA state."},
@@ -789,6 +855,7 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Mark the walked rests (or their tokens' bits) behind allowed leftovers."},
     {"gather_dense", gather_dense, METH_VARARGS, "gather by one pass over the crossings (no index)."},
     {"gather_ids", gather_ids, METH_VARARGS, "gather into a bitmask row from token ids looked up once per walk."},
+    {"prefix_bounds", prefix_bounds, METH_VARARGS, "Where the keys equal to and starting with each prefix of a literal lie in a sorted key list."},
     {"leftovers", leftovers, METH_VARARGS, "The rest set of the leftovers after crossings (RestSet.of)."},
     {NULL, NULL, 0, NULL},
 };

@@ -27,13 +27,12 @@ c951e9b), 281 -> 156 ms for its whole request in ``benchmarks/bench_fresh.py``.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA, Cut
-from trellis.constrain.vocab.literal_walk import SortedVocab, prefix_successor
+from trellis.constrain.vocab.literal_walk import SortedVocab
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, member, walk
 from trellis.constrain.vocab.walks import TokenMatrix
 
@@ -178,15 +177,12 @@ class Simulation:
 def affected_rests(paths: list[bytes], tm: TokenMatrix) -> np.ndarray:
     """Sorted indices in ``RestSet.vocabulary(tm)`` of the tokens that start with some path."""
     sv = SortedVocab.of(tm)
-    keys, n = sv.keys, len(sv.keys)
     runs = []
     for p in paths:
-        lo = bisect_left(keys, p)
-        if lo == n or not keys[lo].startswith(p):
-            continue
-        succ = prefix_successor(p)
-        hi = n if succ is None else bisect_left(keys, succ, lo)
-        runs.append(sv.rest[lo:hi])
+        bounds = sv.prefix_bounds(p) if p else [[0, 0, len(sv.keys)]]
+        if len(bounds) >= max(len(p), 1):  # some token starts with all of p: they are [lo, hi)
+            lo, _, hi = bounds[-1]
+            runs.append(sv.rest[lo:hi])
     return np.unique(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import MAX_LITERAL, ByteDFA, Literal, chain_tables
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, member, with_crossings
-from trellis.constrain.vocab.walks import TokenMatrix
+from trellis.constrain.vocab.walks import TokenMatrix, walkc
 
 # A rest set whose bucket for the literal's first byte holds more rests than this is walked by
 # numpy (``rest_walk.walk``): a Python check costs ~1-2 us a rest, a numpy walk ~0.2-0.4 ms.
@@ -41,11 +41,14 @@ MAX_PY_RESTS = 192
 
 @dataclass(eq=False)
 class SortedVocab:
-    """The valid tokens in lexicographic order (``keys``) and each one's rest index in
-    ``RestSet.vocabulary(tm)`` (``rest``)."""
+    """The valid tokens in lexicographic order (``keys``), each one's rest index in
+    ``RestSet.vocabulary(tm)`` (``rest``), and the keys as one byte string (``blob``, key ``i`` at
+    ``offs[i]:offs[i + 1]``) for the C searches (``prefix_bounds``)."""
 
     keys: list[bytes]
     rest: np.ndarray  # [N] int64
+    blob: bytes
+    offs: np.ndarray  # [N + 1] int64
 
     @classmethod
     def of(cls, tm: TokenMatrix) -> "SortedVocab":
@@ -54,8 +57,39 @@ class SortedVocab:
             order = tm.order.tolist()
             keys = [tm.tokens[t] for t in order]
             rest = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
-            hit = tm.__dict__["_sorted_vocab"] = cls([keys[r] for r in rest.tolist()], rest)
+            keys = [keys[r] for r in rest.tolist()]
+            offs = np.zeros(len(keys) + 1, dtype=np.int64)
+            np.cumsum(np.fromiter(map(len, keys), dtype=np.int64, count=len(keys)), out=offs[1:])
+            hit = tm.__dict__["_sorted_vocab"] = cls(keys, rest, b"".join(keys), offs)
         return hit
+
+    def prefix_bounds(self, text: bytes) -> list[list[int]]:
+        """For ``k = 1, 2, ...`` while some key starts with ``p = text[:k]``: ``(lo, eq, hi)``, the
+        keys ``[lo, eq)`` equal to ``p`` and ``[lo, hi)`` starting with it (fewer triples than
+        ``len(text)``: no key starts with the next prefix). In C where ``_walkc`` is built: the
+        two ``bisect_left`` per prefix on Python bytes were ~5% of a fresh document's mask time
+        (a sampling profile over bench_fresh's middle 40 schemas)."""
+        if walkc is not None:
+            return np.frombuffer(walkc.prefix_bounds(self.blob, self.offs, len(self.keys), text, 0),
+                                 dtype=np.int64).reshape(-1, 3).tolist()
+        return self.prefix_bounds_py(text)
+
+    def prefix_bounds_py(self, text: bytes) -> list[list[int]]:
+        """``prefix_bounds`` by ``bisect`` (the form without ``_walkc``, and its reference)."""
+        keys, n = self.keys, len(self.keys)
+        out = []
+        lo = 0
+        for k in range(1, len(text) + 1):
+            p = text[:k]
+            lo = bisect_left(keys, p, lo)
+            if lo == n or not keys[lo].startswith(p):
+                break
+            eq = lo
+            while eq < n and keys[eq] == p:
+                eq += 1
+            succ = prefix_successor(p)
+            out.append([lo, eq, n if succ is None else bisect_left(keys, succ, eq)])
+        return out
 
 
 def prefix_successor(p: bytes) -> bytes | None:
@@ -81,7 +115,6 @@ def words_vocabulary_ids(lits: tuple[Literal, ...], rs: RestSet, tm: TokenMatrix
     path, and crosses after ``j`` bytes iff ``j`` ends a path's word that it starts with (and
     is not all of it). A token inside stays only inside (``drop_inside``)."""
     sv = SortedVocab.of(tm)
-    keys, n = sv.keys, len(sv.keys)
     runs: list[np.ndarray] = []
     ci: list[np.ndarray] = []
     cj: list[np.ndarray] = []
@@ -92,36 +125,28 @@ def words_vocabulary_ids(lits: tuple[Literal, ...], rs: RestSet, tm: TokenMatrix
     alive: dict[bytes, bool] | None = {} if len(lits) > 1 else None  # (one literal: no prefix repeats)
     for lit in lits:
         s, ends = lit.text, set(lit.ends)
-        lo = 0
+        bounds = sv.prefix_bounds(s)
         for k in range(1, len(s) + 1):
-            p = s[:k]
             if alive is not None:
+                p = s[:k]
                 seen = alive.get(p)
                 if seen is not None:
                     if not seen:
                         break
                     continue
-            lo = bisect_left(keys, p, lo)
-            ok = lo < n and keys[lo].startswith(p)
-            if alive is not None:
-                alive[p] = ok
-            if not ok:
-                break  # no token starts with p, so none with a longer prefix of s either
-            eq = lo  # the tokens equal to p follow at once (a scan: most prefixes match 0-1 tokens)
-            while eq < n and keys[eq] == p:
-                eq += 1
+                alive[p] = k <= len(bounds)
+            if k > len(bounds):
+                break  # no token starts with s[:k], so none with a longer prefix of s either
+            lo, eq, hi = bounds[k - 1]
             if eq > lo:
-                runs.append(sv.rest[lo:eq])  # tokens equal to p: a prefix of s
-            if k in ends:
-                succ = prefix_successor(p)
-                hi = n if succ is None else bisect_left(keys, succ, eq)
-                if hi > eq:  # tokens longer than p that start with it: the terminal can end after k
-                    r = sv.rest[eq:hi]
-                    if follow is not None:
-                        r = r[follow[tm.mat_t[k, rs.base[r]]]]
-                    if len(r):
-                        ci.append(r)
-                        cj.append(np.full(len(r), k, dtype=np.int64))
+                runs.append(sv.rest[lo:eq])  # tokens equal to s[:k]: a prefix of s
+            if k in ends and hi > eq:  # tokens longer than s[:k] that start with it: the terminal can end after k
+                r = sv.rest[eq:hi]
+                if follow is not None:
+                    r = r[follow[tm.mat_t[k, rs.base[r]]]]
+                if len(r):
+                    ci.append(r)
+                    cj.append(np.full(len(r), k, dtype=np.int64))
     none = np.zeros(0, dtype=np.int64)
     ids = np.sort(np.concatenate(runs)) if runs else none  # (tokens equal to distinct prefixes: distinct)
     i, j = (np.concatenate(ci), np.concatenate(cj)) if ci else (none, none)
