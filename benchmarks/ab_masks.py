@@ -48,6 +48,8 @@ median per arm and the median per-schema ratio of compile times.
   literal lie in the sorted vocabulary; without it: ``bisect`` on Python bytes);
 * ``nprow``: ``mask.write_row``'s numpy copy into a CPU row (without it: ``torch.from_numpy`` and
   ``copy_``, as before; times ``fill_mask``, which is what the arms time);
+* ``cpack``: ``TokenMatrix.pack_where`` (a walk's kept tokens packed by one C pass over its flags;
+  without it: the boolean gather of their ids first, then packed);
 * ``depth``: a large sub-automaton's walks keyed by its state's class up to the longest token
   (``dfa_shapes.DEPTH_CLASSES``; without it: by the state);
 * ``all``: every one of the above.
@@ -73,7 +75,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow")
+            "cprefix", "nprow", "cpack")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -155,6 +157,10 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     import trellis.constrain.lalr.cfg as cfg
     import trellis.constrain.regex_constraint as regex_constraint
 
+    import trellis.constrain.vocab.walks as walks_mod
+
+    tmc = walks_mod.TokenMatrix
+    out["cpack"] = flip([tmc], "pack_where", lambda self, ids, flags: self.pack_ids(ids[flags]))
     out["nprow"] = flip([scannerless, cfg, regex_constraint], "write_row", torch_copy)
     out["depth"] = flip([dfa_shapes], "DEPTH_CLASSES", False)
     return out

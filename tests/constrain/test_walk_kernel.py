@@ -221,3 +221,22 @@ def test_depth_classes_are_the_states_alike_up_to_the_depth(seed: int) -> None:
         assert firsts == list(range(len(firsts)))
     with pytest.raises(ValueError):
         kernel.depth_classes(np.zeros((2, 256), dtype=np.int32), np.zeros(3, dtype=bool), 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pack_where_equals_packing_the_gathered_ids(seed: int) -> None:
+    """``TokenMatrix.pack_where`` (C ``set_bits`` with flags) packs exactly ``ids[flags]``, at every
+    density, with ids repeated (an OR), and a flag array of the wrong length is refused."""
+    tm = TokenMatrix.of(_vocab(seed))
+    rng = np.random.default_rng(seed)
+    rs = RestSet.vocabulary(tm)
+    for density in (0.0, 0.01, 0.5, 0.99, 1.0):
+        ids = np.concatenate([rs.tid, rs.tid[: len(rs.tid) // 3]])
+        flags = rng.random(len(ids)) < density
+        assert np.array_equal(tm.pack_where(ids, flags), tm.pack_ids(ids[flags]))
+        assert np.array_equal(tm.pack_where(rs.tid, flags[: len(rs.tid)]), tm.pack_ids(rs.tid[flags[: len(rs.tid)]]))
+    if walks.walkc is not None:
+        with pytest.raises(ValueError):
+            walks.walkc.set_bits(np.zeros(tm.words, dtype=np.int32), rs.tid, np.zeros(3, dtype=np.uint8))
+        with pytest.raises(IndexError):
+            walks.walkc.set_bits(np.zeros(1, dtype=np.int32), np.array([40], dtype=np.int64), np.ones(1, dtype=np.uint8))

@@ -347,15 +347,42 @@ done:
  * fresh documents of 10 corpus grammars: sources + pack_ids + sparse_ids + the mask's ORs ~13% of
  * all mask time). */
 
-/* set_bits(out, ids): out (int32 [W], written) |= bit id%32 of word id//32 for every id (int64). */
+/* set_bits(out, ids[, flags]): out (int32 [W], written) |= bit id%32 of word id//32 for every id
+ * (int64), or with flags (uint8, one per id) for the ids whose flag is set: a walk's bool result
+ * packed without the boolean gather ``ids[flags]`` first (``TokenMatrix.pack_where``: 0.62 instead
+ * of 1.38 ms for a 30-character string interior's 143k tokens on Gemma's vocabulary). */
 static PyObject *set_bits(PyObject *self, PyObject *args) {
-    Py_buffer out_b, ids_b;
-    if (!PyArg_ParseTuple(args, "w*y*", &out_b, &ids_b)) return NULL;
+    Py_buffer out_b, ids_b, flags_b;
+    PyObject *flags_o = Py_None;
+    if (!PyArg_ParseTuple(args, "w*y*|O", &out_b, &ids_b, &flags_o)) return NULL;
     uint32_t *out = (uint32_t *)out_b.buf;
     const int64_t *ids = (const int64_t *)ids_b.buf;
     Py_ssize_t n = ids_b.len / 8, bits = (out_b.len / 4) * 32;
+    const uint8_t *flags = NULL;
     PyObject *result = Py_None;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    if (flags_o != Py_None) {
+        if (PyObject_GetBuffer(flags_o, &flags_b, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&out_b);
+            PyBuffer_Release(&ids_b);
+            return NULL;
+        }
+        flags = (const uint8_t *)flags_b.buf;
+        if (flags_b.len != n) {
+            PyErr_SetString(PyExc_ValueError, "set_bits: one flag per id");
+            result = NULL;
+            n = 0;
+        }
+    }
+    for (Py_ssize_t i = 0; flags && i < n; i++) {  /* (no branch on the flag: kept tokens come in runs) */
+        int64_t t = ids[i];
+        if (t < 0 || t >= bits) {
+            PyErr_SetString(PyExc_IndexError, "set_bits: token id out of range");
+            result = NULL;
+            break;
+        }
+        out[t >> 5] |= (uint32_t)(flags[i] != 0) << (t & 31);
+    }
+    for (Py_ssize_t i = 0; !flags && i < n; i++) {
         int64_t t = ids[i];
         if (t < 0 || t >= bits) {
             PyErr_SetString(PyExc_IndexError, "set_bits: token id out of range");
@@ -364,6 +391,7 @@ static PyObject *set_bits(PyObject *self, PyObject *args) {
         }
         out[t >> 5] |= (uint32_t)1 << (t & 31);
     }
+    if (flags_o != Py_None) PyBuffer_Release(&flags_b);
     PyBuffer_Release(&out_b);
     PyBuffer_Release(&ids_b);
     Py_XINCREF(result);

@@ -109,7 +109,7 @@ def _build(tm: TokenMatrix, pattern: str) -> Slice:
     member_len = vocab.length[inside]
     longest = int(member_len.max(initial=0))
     upto = np.cumsum(np.bincount(member_len, minlength=longest + 1))
-    return Slice(pattern, inside, tm.pack_ids(vocab.tid[inside]), rest, index, dfa, moves, _loop_byte(dfa),
+    return Slice(pattern, inside, tm.pack_where(vocab.tid, inside), rest, index, dfa, moves, _loop_byte(dfa),
                  longest, upto, {})
 
 
@@ -291,7 +291,7 @@ def bounded_cover(tm: TokenMatrix, sl: Slice, level: int) -> Cover:
         inside = sl.inside & (vocab.length <= level)
         inside.setflags(write=False)
         rest, index = _others(tm, inside)
-        hit = sl.bounded[level] = Cover(f"{sl.pattern}{{,{level}}}", inside, tm.pack_ids(vocab.tid[inside]), rest, index)
+        hit = sl.bounded[level] = Cover(f"{sl.pattern}{{,{level}}}", inside, tm.pack_where(vocab.tid, inside), rest, index)
     return hit
 
 
@@ -362,4 +362,4 @@ def walk_sliced(sl: Cover, trans: np.ndarray, final: np.ndarray, q: int, tm: Tok
     w = walk(trans, final, q, sl.rest, tm, follow)
     inside = sl.inside.copy()
     inside[sl.index] = w.inside
-    return sl.packed | tm.pack_ids(sl.rest.tid[w.inside]), Walk(inside, w.cross, sl.index[w.src], w.inv)
+    return sl.packed | tm.pack_where(sl.rest.tid, w.inside), Walk(inside, w.cross, sl.index[w.src], w.inv)

@@ -58,7 +58,7 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
             how, w = "trie", walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow, trie_cut_for(tm, dfa, q))
         else:
             how, w = "flat", flat_walk(dfa.trans, dfa.final, q, rs, tm, follow)
-        packed = tm.pack_ids(rs.tid[w.inside])
+        packed = tm.pack_where(rs.tid, w.inside)
     w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
     if w.cross is not None:
         w.cross.key = key_digest((key, how))

@@ -150,6 +150,19 @@ class TokenMatrix:
         walkc.set_bits(out, c_int64(ids))
         return out
 
+    def pack_where(self, ids: np.ndarray, flags: np.ndarray) -> np.ndarray:
+        """``pack_ids(ids[flags])`` for a bool ``flags`` per id (a walk's ``inside`` over a rest
+        set's ``tid``). Where a quarter or more are kept, in C without the boolean gather, one
+        pass over every flag: on Gemma's vocabulary a 30-character string's interior (143k tokens
+        kept) packs in 0.62 ms instead of 1.38, a JSON string's (254k) in 0.45 instead of 0.75;
+        a few kept (12.6k) stay with the gather (0.07 ms against the pass's 0.47)."""
+        if (walkc is None or len(flags) != len(ids) or flags.dtype != np.bool_
+                or np.count_nonzero(flags) * 4 < len(flags)):
+            return self.pack_ids(ids[flags])
+        out = np.zeros(self.words, dtype=np.int32)
+        walkc.set_bits(out, c_int64(ids), np.ascontiguousarray(flags))
+        return out
+
     def sparse_ids(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``pack_ids(ids)`` as (indices of its nonzero words [int32], their values [int32]): the
         end-state groups of a table hold a few tokens each (sql_select: median 3 nonzero words of
