@@ -50,6 +50,9 @@ median per arm and the median per-schema ratio of compile times.
   ``copy_``, as before; times ``fill_mask``, which is what the arms time);
 * ``cpack``: ``TokenMatrix.pack_where`` (a walk's kept tokens packed by one C pass over its flags;
   without it: the boolean gather of their ids first, then packed);
+* ``patch``: ``alike_patch`` (a broad state's walk patched from that of a state walked before which
+  walks alike on all but a few tokens: a length-bounded string's positions; without it: each
+  walked in full);
 * ``depth``: a large sub-automaton's walks keyed by its state's class up to the longest token
   (``dfa_shapes.DEPTH_CLASSES``; without it: by the state);
 * ``all``: every one of the above.
@@ -75,7 +78,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack")
+            "cprefix", "nprow", "cpack", "patch")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -148,6 +151,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
 
     out["cmany"] = (lambda: setattr(cls, "__init__", init_without_many)), (lambda: setattr(cls, "__init__", init))
     out["ctrie"] = flip([scannerless], "CHART_WALK_C", False)
+    out["patch"] = flip([vocab_walk], "PATCH", False)
     sv = literal_walk.SortedVocab
     out["cprefix"] = flip([sv], "prefix_bounds", sv.prefix_bounds_py)
 

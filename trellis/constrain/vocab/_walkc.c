@@ -873,6 +873,129 @@ done:
     return res;
 }
 
+/* divergence(trans, final, q, r, cap) -> (bytes [256] uint8, depth) or None
+ *   trans int32 [S*256] (-1 dead), final uint8 [S]; q, r two states
+ * Walks the pairs (a, c) the same byte strings reach from (q, r), up to cap bytes: a pair
+ * *diverges* on byte b when exactly one of a, c moves on b, or both do to states of different
+ * finality. Returns the bytes some reachable pair diverges on (1 each) and the fewest bytes read
+ * to the first divergence (cap + 1: none), or None past 2048 states (the pair table is S*S
+ * bytes). A byte string that never takes a diverging byte walks alike from q and r: alive at
+ * the same places, accepting at the same places (alike_patch.py). */
+static PyObject *divergence(PyObject *self, PyObject *args) {
+    Py_buffer tb, fb;
+    long long q, r, cap;
+    if (!PyArg_ParseTuple(args, "y*y*LLL", &tb, &fb, &q, &r, &cap)) return NULL;
+    const int32_t *trans = (const int32_t *)tb.buf;
+    const uint8_t *final = (const uint8_t *)fb.buf;
+    Py_ssize_t n = fb.len;
+    PyObject *result = NULL;
+    uint8_t *seen = NULL;
+    int64_t *cur = NULL, *nxt = NULL;
+    if (tb.len != n * 1024 || q < 0 || q >= n || r < 0 || r >= n || cap < 0) {
+        PyErr_SetString(PyExc_ValueError, "divergence: table sizes or states out of range");
+        goto done;
+    }
+    if (n > 2048) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    seen = (uint8_t *)calloc((size_t)(n * n), 1);
+    cur = (int64_t *)malloc((size_t)(n * n + 1) * sizeof(int64_t));
+    nxt = (int64_t *)malloc((size_t)(n * n + 1) * sizeof(int64_t));
+    if (!seen || !cur || !nxt) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t diverge[256] = {0};
+    long long first = cap + 1;
+    Py_ssize_t ncur = 0;
+    if (q != r) {
+        cur[ncur++] = q * n + r;
+        seen[q * n + r] = 1;
+    }
+    for (long long depth = 1; depth <= cap && ncur; depth++) {
+        Py_ssize_t nn = 0;
+        for (Py_ssize_t i = 0; i < ncur; i++) {
+            int64_t a = cur[i] / n, c = cur[i] % n;
+            const int32_t *ra = trans + a * 256, *rc = trans + c * 256;
+            for (int b = 0; b < 256; b++) {
+                int32_t ta = ra[b], tc = rc[b];
+                if (ta < 0 && tc < 0) continue;
+                if (ta < 0 || tc < 0 || final[ta] != final[tc]) {
+                    diverge[b] = 1;
+                    if (depth < first) first = depth;
+                    continue;
+                }
+                if (ta == tc) continue;  /* one state from here on: alike */
+                int64_t key = (int64_t)ta * n + tc;
+                if (!seen[key]) {
+                    seen[key] = 1;
+                    nxt[nn++] = key;
+                }
+            }
+        }
+        int64_t *tmp = cur; cur = nxt; nxt = tmp;
+        ncur = nn;
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)diverge, 256);
+    if (bytes) {
+        result = Py_BuildValue("(NL)", bytes, first);
+    }
+done:
+    free(seen);
+    free(cur);
+    free(nxt);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&fb);
+    return result;
+}
+
+/* holding(rows, width, stride, base, length, parting, min_len) -> bytes (int64)
+ *   rows/width/stride/base/length: a rest set over the token matrix (as walk_rests reads it);
+ *   parting uint8 [256]
+ * The indices of the rests of at least min_len bytes that hold a byte marked in parting: the
+ * tokens alike_patch walks again (one pass over the vocabulary's bytes, ~1-2 ms on Gemma's, for
+ * any set of bytes: a numpy pass per byte was ~1.5-4 ms each). */
+static PyObject *holding(PyObject *self, PyObject *args) {
+    Py_buffer rows_b, base_b, len_b, part_b;
+    long long width, stride, min_len;
+    if (!PyArg_ParseTuple(args, "y*LLy*y*y*L", &rows_b, &width, &stride, &base_b, &len_b, &part_b, &min_len))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *out = NULL;
+    const uint8_t *rows = (const uint8_t *)rows_b.buf, *parting = (const uint8_t *)part_b.buf;
+    const int64_t *base = (const int64_t *)base_b.buf;
+    const int32_t *length = (const int32_t *)len_b.buf;
+    Py_ssize_t n = base_b.len / 8;
+    if (len_b.len != 4 * n || part_b.len != 256 || stride <= 0 || width < 0 || rows_b.len < stride * width) {
+        PyErr_SetString(PyExc_ValueError, "holding: arrays of the wrong size or dtype");
+        goto done;
+    }
+    out = (int64_t *)malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!out) { PyErr_NoMemory(); goto done; }
+    double inv = 1.0 / (double)stride;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t len = length[i];
+        if (len < min_len || base[i] < 0) continue;
+        const uint8_t *p = rest_bytes(rows, width, stride, inv, base[i]);
+        for (int32_t j = 0; j < len; j++)
+            if (parting[p[j]]) {
+                out[k++] = i;
+                break;
+            }
+    }
+    result = as_bytes(out, k);
+done:
+    free(out);
+    PyBuffer_Release(&rows_b);
+    PyBuffer_Release(&base_b);
+    PyBuffer_Release(&len_b);
+    PyBuffer_Release(&part_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"bfs_order", bfs_order, METH_VARARGS, "A DFA state's reachable states in canonical breadth-first order."},
     {"reach", reach, METH_VARARGS, "How deep every string a slice keeps alive stays alive from a DFA state."},
@@ -883,6 +1006,8 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Mark the walked rests (or their tokens' bits) behind allowed leftovers."},
     {"gather_dense", gather_dense, METH_VARARGS, "gather by one pass over the crossings (no index)."},
     {"gather_ids", gather_ids, METH_VARARGS, "gather into a bitmask row from token ids looked up once per walk."},
+    {"holding", holding, METH_VARARGS, "The rests that hold one of some bytes (alike_patch)."},
+    {"divergence", divergence, METH_VARARGS, "The bytes on which two DFA states' walks can part (alike_patch)."},
     {"prefix_bounds", prefix_bounds, METH_VARARGS, "Where the keys equal to and starting with each prefix of a literal lie in a sorted key list."},
     {"leftovers", leftovers, METH_VARARGS, "The rest set of the leftovers after crossings (RestSet.of)."},
     {NULL, NULL, 0, NULL},

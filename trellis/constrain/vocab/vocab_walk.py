@@ -19,6 +19,7 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.byte_dfa import literal_at
+from trellis.constrain.vocab import alike_patch
 from trellis.constrain.vocab.literal_walk import words_at, words_vocabulary_ids
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk as flat_walk
 from trellis.constrain.vocab.slices import cover_for, trie_cut_for, walk_sliced
@@ -36,6 +37,10 @@ from trellis.constrain.vocab.walks import TokenMatrix
 # json.gbnf's 0.60x, nothing beyond 1.09x (noise). (1,024 starting tokens instead: composition_csv
 # 1.21-1.38x slower.)
 TRIE_MIN_SHARE = 3 / 8
+# A broad state (the trie's) that walks alike with one walked before on all but a few tokens is
+# patched from that walk (``alike_patch``: a length-bounded string's positions); False: every such
+# state walked in full.
+PATCH = True
 
 
 def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: Hashable) -> tuple[np.ndarray, Walk]:
@@ -53,12 +58,19 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
         (packed, w), how = walk_sliced(sl, dfa.trans, dfa.final, q, tm, follow), "slice " + sl.pattern
     else:
         starting = int(np.diff(rs.lo)[dfa.trans[q] >= 0].sum())
-        if starting >= TRIE_MIN_SHARE * len(rs):
-            # (a cut changes which nodes are visited, not the walk: the method's name stays "trie")
-            how, w = "trie", walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow, trie_cut_for(tm, dfa, q))
+        broad = starting >= TRIE_MIN_SHARE * len(rs)
+        hit = alike_patch.patched(dfa, q, tm, follow) if broad and PATCH else None
+        if hit is not None:  # alike to a state walked before but for a few tokens: those walked only
+            (packed, w), how = hit, "patch"
         else:
-            how, w = "flat", flat_walk(dfa.trans, dfa.final, q, rs, tm, follow)
-        packed = tm.pack_where(rs.tid, w.inside)
+            if broad:
+                # (a cut changes which nodes are visited, not the walk: the method's name stays "trie")
+                how, w = "trie", walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow, trie_cut_for(tm, dfa, q))
+            else:
+                how, w = "flat", flat_walk(dfa.trans, dfa.final, q, rs, tm, follow)
+            packed = tm.pack_where(rs.tid, w.inside)
+            if broad and PATCH:
+                alike_patch.remember(dfa, q, tm, follow, packed, w)
     w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
     if w.cross is not None:
         w.cross.key = key_digest((key, how))
