@@ -125,3 +125,7 @@ def test_references_are_held_by_a_bounded_number_of_dfas(monkeypatch: pytest.Mon
         w = walk(dfa.trans, dfa.final, 0, rs, tm)
         alike_patch.remember(dfa, 0, tm, None, tm.pack_ids(rs.tid[w.inside]), w)
     assert [("_alike_refs" in d.__dict__) for d in dfas] == [False, False, True, True, True]
+    from trellis.constrain.compile import clear_caches
+
+    clear_caches()  # what a new process starts from: no references
+    assert not any("_alike_refs" in d.__dict__ for d in dfas) and not alike_patch._HOLDERS

@@ -85,7 +85,7 @@ def clear_caches() -> None:
     """Forget every in-process memo of compiled grammars and shared tables (the disk cache stays:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
-    from trellis.constrain.vocab import dfa_shapes, rest_walk
+    from trellis.constrain.vocab import alike_patch, dfa_shapes, rest_walk
     from trellis.constrain.automata import fsm_product, regex_compile, regex_ir
     from trellis.constrain.frontends import formats, pattern, ranges
     from trellis.constrain.automata.byte_dfa import LITERAL_MEMO
@@ -97,6 +97,7 @@ def clear_caches() -> None:
     wait_for_cache_writes()
     LISTED.clear()
     COMPILED.clear()
+    alike_patch.forget()
     DFA_MEMO.clear()
     PARTS_MEMO.clear()
     SHARED.clear()

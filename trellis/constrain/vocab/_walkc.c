@@ -890,7 +890,7 @@ static PyObject *divergence(PyObject *self, PyObject *args) {
     Py_ssize_t n = fb.len;
     PyObject *result = NULL;
     uint8_t *seen = NULL;
-    int64_t *cur = NULL, *nxt = NULL;
+    vec cur = {0}, nxt = {0};
     if (tb.len != n * 1024 || q < 0 || q >= n || r < 0 || r >= n || cap < 0) {
         PyErr_SetString(PyExc_ValueError, "divergence: table sizes or states out of range");
         goto done;
@@ -901,27 +901,25 @@ static PyObject *divergence(PyObject *self, PyObject *args) {
         goto done;
     }
     seen = (uint8_t *)calloc((size_t)(n * n), 1);
-    cur = (int64_t *)malloc((size_t)(n * n + 1) * sizeof(int64_t));
-    nxt = (int64_t *)malloc((size_t)(n * n + 1) * sizeof(int64_t));
-    if (!seen || !cur || !nxt) {
+    if (!seen || (q != r && vec_push(&cur, q * n + r) < 0)) {
         PyErr_NoMemory();
         goto done;
     }
+    if (q != r) seen[q * n + r] = 1;
     uint8_t diverge[256] = {0};
     long long first = cap + 1;
-    Py_ssize_t ncur = 0;
-    if (q != r) {
-        cur[ncur++] = q * n + r;
-        seen[q * n + r] = 1;
-    }
-    for (long long depth = 1; depth <= cap && ncur; depth++) {
-        Py_ssize_t nn = 0;
-        for (Py_ssize_t i = 0; i < ncur; i++) {
-            int64_t a = cur[i] / n, c = cur[i] % n;
+    for (long long depth = 1; depth <= cap && cur.n; depth++) {
+        nxt.n = 0;
+        for (Py_ssize_t i = 0; i < cur.n; i++) {
+            int64_t a = cur.a[i] / n, c = cur.a[i] % n;
             const int32_t *ra = trans + a * 256, *rc = trans + c * 256;
             for (int b = 0; b < 256; b++) {
                 int32_t ta = ra[b], tc = rc[b];
                 if (ta < 0 && tc < 0) continue;
+                if (ta >= n || tc >= n) {
+                    PyErr_SetString(PyExc_ValueError, "divergence: a transition past the last state");
+                    goto done;
+                }
                 if (ta < 0 || tc < 0 || final[ta] != final[tc]) {
                     diverge[b] = 1;
                     if (depth < first) first = depth;
@@ -931,21 +929,21 @@ static PyObject *divergence(PyObject *self, PyObject *args) {
                 int64_t key = (int64_t)ta * n + tc;
                 if (!seen[key]) {
                     seen[key] = 1;
-                    nxt[nn++] = key;
+                    if (vec_push(&nxt, key) < 0) {
+                        PyErr_NoMemory();
+                        goto done;
+                    }
                 }
             }
         }
-        int64_t *tmp = cur; cur = nxt; nxt = tmp;
-        ncur = nn;
+        vec tmp = cur; cur = nxt; nxt = tmp;
     }
     PyObject *bytes = PyBytes_FromStringAndSize((const char *)diverge, 256);
-    if (bytes) {
-        result = Py_BuildValue("(NL)", bytes, first);
-    }
+    if (bytes) result = Py_BuildValue("(NL)", bytes, first);
 done:
     free(seen);
-    free(cur);
-    free(nxt);
+    free(cur.a);
+    free(nxt.a);
     PyBuffer_Release(&tb);
     PyBuffer_Release(&fb);
     return result;

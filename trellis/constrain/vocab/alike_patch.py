@@ -85,6 +85,13 @@ def _at_least(tm: TokenMatrix) -> np.ndarray:
     return hit
 
 
+def forget() -> None:
+    """Drop every reference walk (``compile.clear_caches``: what a new process starts from)."""
+    for dfa in list(_HOLDERS.values()):
+        dfa.__dict__.pop("_alike_refs", None)
+    _HOLDERS.clear()
+
+
 def remember(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, packed: np.ndarray, w: Walk) -> None:
     """Keep the walk of ``dfa`` from ``q`` over ``RestSet.vocabulary(tm)`` as a reference."""
     if walkc is None or dfa.num_states > 2048 or (w.cross is not None and len(w.src) > MAX_REF_CROSSINGS):
