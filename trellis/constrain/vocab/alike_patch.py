@@ -27,6 +27,7 @@ method: ``vocab_walk``'s ``how``).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -51,6 +52,7 @@ MAX_BYTES = 8
 # schema after another holds a bounded number.
 MAX_HOLDERS = 64
 _HOLDERS: OrderedDict[int, ByteDFA] = OrderedDict()
+_LOCK = threading.Lock()
 # Walks with more crossings than this are not kept as references (a reference holds its
 # leftover set: a state where most tokens can end the terminal early has ~200k).
 MAX_REF_CROSSINGS = 50_000
@@ -87,9 +89,10 @@ def _at_least(tm: TokenMatrix) -> np.ndarray:
 
 def forget() -> None:
     """Drop every reference walk (``compile.clear_caches``: what a new process starts from)."""
-    for dfa in list(_HOLDERS.values()):
-        dfa.__dict__.pop("_alike_refs", None)
-    _HOLDERS.clear()
+    with _LOCK:
+        for dfa in list(_HOLDERS.values()):
+            dfa.__dict__.pop("_alike_refs", None)
+        _HOLDERS.clear()
 
 
 def remember(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, packed: np.ndarray, w: Walk) -> None:
@@ -99,10 +102,11 @@ def remember(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, p
     refs = dfa.__dict__.setdefault("_alike_refs", {}).setdefault((id(tm), _follow_key(follow)), [])
     refs.insert(0, (q, packed, w.cross, w.src, w.inv))
     del refs[KEEP:]
-    _HOLDERS[id(dfa)] = dfa
-    _HOLDERS.move_to_end(id(dfa))
-    while len(_HOLDERS) > MAX_HOLDERS:
-        _HOLDERS.popitem(last=False)[1].__dict__.pop("_alike_refs", None)
+    with _LOCK:  # (masks of one engine run on one thread; two engines may share a DFA)
+        _HOLDERS[id(dfa)] = dfa
+        _HOLDERS.move_to_end(id(dfa))
+        while len(_HOLDERS) > MAX_HOLDERS:
+            _HOLDERS.popitem(last=False)[1].__dict__.pop("_alike_refs", None)
 
 
 def patched(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None) -> tuple[np.ndarray, Walk] | None:
