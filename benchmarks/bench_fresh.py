@@ -228,11 +228,9 @@ class Fresh:
         for sub in SHARED_DISK:
             d = os.path.join(self.run_dir, sub)
             snap["disk"][sub] = set(os.listdir(d)) if os.path.isdir(d) else set()
-        # alike_patch's reference walks live on (memoised) DFA objects: kept as they were too
-        holders = _memo("trellis.constrain.vocab.alike_patch", "_HOLDERS")
-        if holders is not None:
-            snap["alike"] = [(d, {k: list(v) for k, v in d.__dict__.get("_alike_refs", {}).items()})
-                             for d in holders.values()]
+        saved = _memo("trellis.constrain.vocab.alike_patch", "saved")  # reference walks, on memoised DFAs
+        if saved is not None:
+            snap["alike"] = saved()
         self._snap = snap
 
     def _restore(self) -> None:
@@ -259,14 +257,9 @@ class Fresh:
                         lock.release()
             elif hasattr(m, "clear"):
                 m.clear()
-        holders = _memo("trellis.constrain.vocab.alike_patch", "_HOLDERS")
-        if holders is not None:
-            for d in list(holders.values()):
-                d.__dict__.pop("_alike_refs", None)
-            holders.clear()
-            for d, refs in snap.get("alike", []):
-                d.__dict__["_alike_refs"] = {k: list(v) for k, v in refs.items()}
-                holders[id(d)] = d
+        restore = _memo("trellis.constrain.vocab.alike_patch", "restore")
+        if restore is not None:
+            restore(snap.get("alike", []))
         for sub in SHARED_DISK:
             d = os.path.join(self.run_dir, sub)
             if os.path.isdir(d):

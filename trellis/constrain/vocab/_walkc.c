@@ -373,23 +373,14 @@ static PyObject *set_bits(PyObject *self, PyObject *args) {
             n = 0;
         }
     }
-    for (Py_ssize_t i = 0; flags && i < n; i++) {  /* (no branch on the flag: kept tokens come in runs) */
+    for (Py_ssize_t i = 0; i < n; i++) {  /* (no branch on a flag: kept tokens come in runs) */
         int64_t t = ids[i];
         if (t < 0 || t >= bits) {
             PyErr_SetString(PyExc_IndexError, "set_bits: token id out of range");
             result = NULL;
             break;
         }
-        out[t >> 5] |= (uint32_t)(flags[i] != 0) << (t & 31);
-    }
-    for (Py_ssize_t i = 0; !flags && i < n; i++) {
-        int64_t t = ids[i];
-        if (t < 0 || t >= bits) {
-            PyErr_SetString(PyExc_IndexError, "set_bits: token id out of range");
-            result = NULL;
-            break;
-        }
-        out[t >> 5] |= (uint32_t)1 << (t & 31);
+        out[t >> 5] |= (uint32_t)(flags ? flags[i] != 0 : 1) << (t & 31);
     }
     if (flags_o != Py_None) PyBuffer_Release(&flags_b);
     PyBuffer_Release(&out_b);
@@ -820,24 +811,23 @@ static inline int key_starts(const uint8_t *blob, const int64_t *offs, int64_t i
     return offs[i + 1] - offs[i] >= k && memcmp(blob + offs[i], p, (size_t)k) == 0;
 }
 
-/* prefix_bounds(blob, offs, n, text, lo) -> bytes (int64 triples)
+/* prefix_bounds(blob, offs, text) -> bytes (int64 triples)
  *   blob, offs int64 [n + 1]: n keys in lexicographic order, key i = blob[offs[i]:offs[i+1]]
- *   text: the literal; lo: a lower bound on where its first prefix's keys start (0: none known)
+ *   text: the literal
  * For k = 1, 2, ... while some key starts with p = text[:k]: (lo_k, eq_k, hi_k), the keys
  * [lo_k, eq_k) equal to p and [lo_k, hi_k) starting with it: literal_walk's two bisects per prefix
  * on Python bytes (``bisect_left`` on the key list, ~18 rich comparisons a search), by memcmp.
  * Fewer triples than len(text): no key starts with the next prefix. */
 static PyObject *prefix_bounds(PyObject *self, PyObject *args) {
     Py_buffer bb, ob, tb;
-    Py_ssize_t n, lo;
-    if (!PyArg_ParseTuple(args, "y*y*ny*n", &bb, &ob, &n, &tb, &lo)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &bb, &ob, &tb)) return NULL;
+    Py_ssize_t n = ob.len / (Py_ssize_t)sizeof(int64_t) - 1, lo = 0;
     const uint8_t *blob = (const uint8_t *)bb.buf, *p = (const uint8_t *)tb.buf;
     const int64_t *offs = (const int64_t *)ob.buf;
     Py_ssize_t L = tb.len;
     PyObject *res = NULL;
     int64_t *out = NULL;
-    if (n < 0 || ob.len < (n + 1) * (Py_ssize_t)sizeof(int64_t) || lo < 0 || lo > n ||
-        (n > 0 && (offs[0] < 0 || offs[n] > bb.len))) {
+    if (n < 0 || ob.len != (n + 1) * (Py_ssize_t)sizeof(int64_t) || offs[0] < 0 || offs[n] > bb.len) {
         PyErr_SetString(PyExc_ValueError, "prefix_bounds: offsets out of range");
         goto done;
     }
@@ -949,17 +939,16 @@ done:
     return result;
 }
 
-/* holding(rows, width, stride, base, length, parting, min_len) -> bytes (int64)
+/* holding(rows, width, stride, base, length, parting) -> bytes (int64)
  *   rows/width/stride/base/length: a rest set over the token matrix (as walk_rests reads it);
  *   parting uint8 [256]
- * The indices of the rests of at least min_len bytes that hold a byte marked in parting: the
+ * The indices of the rests that hold a byte marked in parting: the
  * tokens alike_patch walks again (one pass over the vocabulary's bytes, ~1-2 ms on Gemma's, for
  * any set of bytes: a numpy pass per byte was ~1.5-4 ms each). */
 static PyObject *holding(PyObject *self, PyObject *args) {
     Py_buffer rows_b, base_b, len_b, part_b;
-    long long width, stride, min_len;
-    if (!PyArg_ParseTuple(args, "y*LLy*y*y*L", &rows_b, &width, &stride, &base_b, &len_b, &part_b, &min_len))
-        return NULL;
+    long long width, stride;
+    if (!PyArg_ParseTuple(args, "y*LLy*y*y*", &rows_b, &width, &stride, &base_b, &len_b, &part_b)) return NULL;
     PyObject *result = NULL;
     int64_t *out = NULL;
     const uint8_t *rows = (const uint8_t *)rows_b.buf, *parting = (const uint8_t *)part_b.buf;
@@ -976,7 +965,7 @@ static PyObject *holding(PyObject *self, PyObject *args) {
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t len = length[i];
-        if (len < min_len || base[i] < 0) continue;
+        if (base[i] < 0) continue;
         const uint8_t *p = rest_bytes(rows, width, stride, inv, base[i]);
         for (int32_t j = 0; j < len; j++)
             if (parting[p[j]]) {

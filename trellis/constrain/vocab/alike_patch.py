@@ -71,7 +71,7 @@ def _holding(tm: TokenMatrix, parting: bytes) -> np.ndarray:
     if hit is None:
         vocab = RestSet.vocabulary(tm)
         hit = np.frombuffer(walkc.holding(rows(tm), tm.mat_t.shape[0], tm.mat_t.shape[1], vocab.base, vocab.length,
-                                          parting, 1), dtype=np.int64)
+                                          parting), dtype=np.int64)
         if len(table) > 256:
             table.clear()
         table[parting] = hit
@@ -93,6 +93,23 @@ def forget() -> None:
         for dfa in list(_HOLDERS.values()):
             dfa.__dict__.pop("_alike_refs", None)
         _HOLDERS.clear()
+
+
+def saved() -> list:
+    """The references as they are now, for ``restore`` (a benchmark puts them back between inputs,
+    as it does the walk cache: they live on memoised DFAs, which outlast one input)."""
+    with _LOCK:
+        return [(dfa, {k: list(v) for k, v in dfa.__dict__.get("_alike_refs", {}).items()})
+                for dfa in _HOLDERS.values()]
+
+
+def restore(state: list) -> None:
+    """Put back the references ``saved`` returned, and only those."""
+    forget()
+    with _LOCK:
+        for dfa, refs in state:
+            dfa.__dict__["_alike_refs"] = {k: list(v) for k, v in refs.items()}
+            _HOLDERS[id(dfa)] = dfa
 
 
 def remember(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, packed: np.ndarray, w: Walk) -> None:
@@ -128,7 +145,8 @@ def patched(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None) ->
         parting, first = got
         # a token shorter than the first divergence walks alike, and so does one without a parting byte
         if parting.count(1) > MAX_BYTES:
-            index, size = None, int(_at_least(tm)[min(first, len(_at_least(tm)) - 1)])  # (listed if chosen)
+            at_least = _at_least(tm)
+            index, size = None, int(at_least[min(first, len(at_least) - 1)])  # (listed if chosen)
         else:
             index = _holding(tm, parting)
             index = index[vocab.length[index] >= first]
@@ -140,9 +158,7 @@ def patched(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None) ->
     _, index, first, (_, ref_packed, ref_cross, ref_src, ref_inv) = best
     if index is None:
         index = np.flatnonzero(vocab.length >= first)
-    first_byte = tm.mat_t.reshape(-1)[vocab.base[index]]  # sorted: a subset of a set sorted by first byte
-    sub = RestSet(vocab.tid[index], vocab.base[index], vocab.length[index],
-                  np.searchsorted(first_byte, np.arange(257)).astype(np.int64), True)
+    sub = vocab.subset(tm, index)
     sw = walk(dfa.trans, dfa.final, q, sub, tm, follow)
     packed = (ref_packed & ~tm.pack_ids(sub.tid)) | tm.pack_ids(sub.tid[sw.inside])
     stride = tm.mat_t.shape[1]

@@ -71,8 +71,7 @@ class SortedVocab:
         two ``bisect_left`` per prefix on Python bytes were ~5% of a fresh document's mask time
         (a sampling profile over bench_fresh's middle 40 schemas)."""
         if walkc is not None:
-            return np.frombuffer(walkc.prefix_bounds(self.blob, self.offs, len(self.keys), text, 0),
-                                 dtype=np.int64).reshape(-1, 3).tolist()
+            return np.frombuffer(walkc.prefix_bounds(self.blob, self.offs, text), dtype=np.int64).reshape(-1, 3).tolist()
         return self.prefix_bounds_py(text)
 
     def prefix_bounds_py(self, text: bytes) -> list[list[int]]:

@@ -61,6 +61,13 @@ class RestSet:
             tm.__dict__["_vocab_rests"] = hit
         return hit
 
+    def subset(self, tm: TokenMatrix, index: np.ndarray) -> "RestSet":
+        """The rests at the sorted indices ``index`` (still in first-byte order: only ``lo`` is
+        counted again)."""
+        first = tm.mat_t.reshape(-1)[self.base[index]]
+        return RestSet(self.tid[index], self.base[index], self.length[index],
+                       np.searchsorted(first, np.arange(257)).astype(np.int64), self.distinct)
+
     @classmethod
     def of(cls, tm: TokenMatrix, tid: np.ndarray, base: np.ndarray, length: np.ndarray, *,
            distinct: bool = False) -> tuple["RestSet", np.ndarray]:

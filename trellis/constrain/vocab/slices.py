@@ -165,12 +165,8 @@ def slice_for(tm: TokenMatrix, trans: np.ndarray, q: int) -> Slice | None:
 def _others(tm: TokenMatrix, inside: np.ndarray) -> tuple[RestSet, np.ndarray]:
     """The valid tokens not in ``inside`` (bool over ``RestSet.vocabulary(tm)``) as a rest set,
     and each one's index in the vocabulary's."""
-    vocab = RestSet.vocabulary(tm)
     index = np.flatnonzero(~inside)
-    first = tm.mat_t.reshape(-1)[vocab.base[index]]  # still sorted: a subset of a sorted set
-    rest = RestSet(vocab.tid[index], vocab.base[index], vocab.length[index],
-                   np.searchsorted(first, np.arange(257)).astype(np.int64), True)
-    return rest, index
+    return RestSet.vocabulary(tm).subset(tm, index), index
 
 
 # Bounded covers (module docstring): the member lengths a reach is rounded down to. Below the
