@@ -55,6 +55,9 @@ median per arm and the median per-schema ratio of compile times.
   walked in full);
 * ``depth``: a large sub-automaton's walks keyed by its state's class up to the longest token
   (``dfa_shapes.DEPTH_CLASSES``; without it: by the state);
+* ``compact``: canonical shapes as their alike byte columns once (``dfa_shapes.COMPACT_SHAPES``:
+  ~20 KB instead of ~256 KB for a string's 256-state shape, hashed, compared and digested by every
+  walk-cache lookup; without it: the [n, 256] table);
 * ``all``: every one of the above.
 """
 
@@ -78,7 +81,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack", "patch")
+            "cprefix", "nprow", "cpack", "patch", "compact")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -152,6 +155,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     out["cmany"] = (lambda: setattr(cls, "__init__", init_without_many)), (lambda: setattr(cls, "__init__", init))
     out["ctrie"] = flip([scannerless], "CHART_WALK_C", False)
     out["patch"] = flip([vocab_walk], "PATCH", False)
+    out["compact"] = flip([dfa_shapes], "COMPACT_SHAPES", False)
     sv = literal_walk.SortedVocab
     out["cprefix"] = flip([sv], "prefix_bounds", sv.prefix_bounds_py)
 

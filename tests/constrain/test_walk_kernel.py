@@ -240,3 +240,120 @@ def test_pack_where_equals_packing_the_gathered_ids(seed: int) -> None:
             walks.walkc.set_bits(np.zeros(tm.words, dtype=np.int32), rs.tid, np.zeros(3, dtype=np.uint8))
         with pytest.raises(IndexError):
             walks.walkc.set_bits(np.zeros(1, dtype=np.int32), np.array([40], dtype=np.int64), np.ones(1, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_column_classes_are_the_table_with_alike_columns_once(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dfa_shapes.column_classes``: the C kernel and numpy give the same bytes, and they are the
+    table exactly (every column is its class's column; classes numbered by first byte, no two
+    alike); the content digest tells apart tables that differ in one cell or one final flag."""
+    from trellis.constrain.automata.byte_dfa import ByteDFA
+    from trellis.constrain.vocab import dfa_shapes
+
+    rng = np.random.default_rng(seed)
+    tables = [regex_to_byte_dfa(p).trans for p in PATTERNS[:6] + [r'"[^"]{0,40}"']]
+    for _ in range(30):
+        n = int(rng.integers(1, 40))
+        t = np.full((n, 256), -1, dtype=np.int32)
+        cols = rng.choice(256, size=int(rng.integers(1, 256)), replace=False)
+        t[:, cols] = rng.integers(-1, n, size=(n, len(cols)))
+        if rng.random() < 0.5:  # some columns copied: classes of several bytes
+            t[:, rng.integers(0, 256, 20)] = t[:, [cols[0]]]
+        tables.append(t)
+    for t in tables:
+        cmap, table = dfa_shapes.column_classes(t)
+        with monkeypatch.context() as m:
+            m.setattr(dfa_shapes, "dfac", None)
+            assert dfa_shapes.column_classes(t) == (cmap, table)
+        cm = np.frombuffer(cmap, dtype=np.uint8)
+        tab = np.frombuffer(table, dtype=np.int32).reshape(t.shape[0], -1)
+        assert np.array_equal(tab[:, cm], t)
+        firsts = [int(cm[b]) for b in range(256) if cm[b] not in cm[:b]]
+        assert firsts == list(range(tab.shape[1]))
+        assert len({tab[:, c].tobytes() for c in range(tab.shape[1])}) == tab.shape[1]
+    base = regex_to_byte_dfa(r'"[^"]{0,40}"')
+    other = base.trans.copy()
+    u, b = np.argwhere(other >= 0)[-1]
+    other[u, b] = -1
+    flipped = base.final.copy()
+    flipped[2] = not flipped[2]
+    digests = {dfa_shapes.content_digest(ByteDFA(t, f)) for t, f in
+               [(base.trans, base.final), (other, base.final), (base.trans, flipped)]}
+    assert len(digests) == 3
+
+
+def _moore(trans: np.ndarray, final: np.ndarray, rounds: int) -> np.ndarray:
+    """Moore's refinement, every state every round (numpy), classes numbered by first state."""
+    def by_first(cls: np.ndarray) -> np.ndarray:
+        _, first, inv = np.unique(cls, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int32)
+        rank[np.argsort(first)] = np.arange(len(first))
+        return rank[inv.reshape(-1)]
+
+    cls = by_first((final != final[0]).astype(np.int64))
+    for _ in range(rounds):
+        nxt = np.where(trans >= 0, cls[np.maximum(trans, 0)], -1)
+        sig = np.concatenate([cls[:, None], nxt], axis=1)
+        _, first, inv = np.unique(sig, axis=0, return_index=True, return_inverse=True)
+        new = by_first(inv.reshape(-1))
+        if len(first) == cls.max() + 1:
+            break
+        cls = new
+    return cls
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_depth_classes_by_worklist_equal_moore_rounds(seed: int) -> None:
+    """``_dfac.depth_classes`` (refinement by worklist: only the predecessors of states that moved
+    are looked at again) equals Moore's refinement over every state every round, on length-bounded
+    strings (which split one position a round, for up to ~60 rounds) and random DFAs of up to 300
+    states, at depths 0-70."""
+    from trellis.constrain.automata.dfa_minimise import dfac as kernel
+
+    if kernel is None:
+        pytest.skip("the C kernel is not built")
+    rng = np.random.default_rng(seed)
+    cases = [(regex_to_byte_dfa(p).trans, regex_to_byte_dfa(p).final)
+             for p in [r'"[^"]{0,60}"', r'[a-c]{3,50}x', r"(?:ab|c){2,40}d", r'"(?:[^"\\]|\\.){5,30}"']]
+    for _ in range(12):
+        n = int(rng.integers(1, 300))
+        trans = np.full((n, 256), -1, dtype=np.int32)
+        live = rng.choice(256, size=int(rng.integers(1, 12)), replace=False)
+        for b in live:
+            on = rng.random(n) < 0.7
+            trans[on, b] = rng.integers(0, n, size=int(on.sum()))
+        cases.append((trans, rng.random(n) < 0.2))
+    for trans, final in cases:
+        for depth in (0, 1, 2, 5, 17, 48, 70):
+            got = np.frombuffer(kernel.depth_classes(trans, np.ascontiguousarray(final, np.bool_), depth),
+                                dtype=np.int32)
+            assert np.array_equal(got, _moore(trans, final, depth)), (trans.shape[0], depth)
+
+
+def test_compact_shapes_are_the_full_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dfa_shapes.COMPACT_SHAPES``: a compact shape decodes to the [n, 256] table and flags of the
+    full form, from every state (so equal compact shapes are equal sub-automata), and whether its
+    accepting states end dead is read the same from both forms."""
+    import struct
+
+    from trellis.constrain.vocab import dfa_shapes
+
+    dfas = [regex_to_byte_dfa(p) for p in PATTERNS + MORE + [r'"[^"]{0,100}"', r"(?:ab|c){2,40}d"]]
+    seen = 0
+    for d in dfas:
+        for q in range(d.num_states):
+            compact = dfa_shapes._bfs_shape(d, q)
+            with monkeypatch.context() as m:
+                m.setattr(dfa_shapes, "COMPACT_SHAPES", False)
+                full = dfa_shapes._bfs_shape(d, q)
+            if full is None:
+                assert compact is None
+                continue
+            n, nc = struct.unpack_from("<ii", compact, 1)
+            cmap = np.frombuffer(compact, dtype=np.uint8, count=256, offset=9)
+            table = np.frombuffer(compact, dtype=np.int32, count=n * nc, offset=9 + 256).reshape(n, nc)
+            assert compact[:1] == b"C" and len(compact) == 9 + 256 + 4 * n * nc + n
+            assert table[:, cmap].tobytes() + compact[9 + 256 + 4 * n * nc:] == full
+            assert dfa_shapes._ends_dead(compact) == dfa_shapes._ends_dead(full)
+            seen += 1
+    assert seen > 300

@@ -1,7 +1,7 @@
 """Canonical shapes of sub-automata: what a vocabulary walk from one DFA state depends on.
 
 ``canonical(dfa, q)`` numbers the states reachable from ``q`` breadth-first (by byte) and returns
-their tables as bytes, so equal shapes of different terminals (a schema's string fields, one
+their tables as bytes (alike byte columns once: ``COMPACT_SHAPES``), so equal shapes of different terminals (a schema's string fields, one
 string DFA under several names) share one walk (``scannerless.EarleyConstraint._shape``,
 ``walk_cache.py``); a literal chain or a few chains are keyed by their text instead, and a
 sub-automaton over ``CANON_MAX`` states by a digest of its DFA's tables.
@@ -17,6 +17,7 @@ position (sp_120's 128-character field: ~0.85 ms a position before).
 from __future__ import annotations
 
 import hashlib
+import struct
 from typing import Hashable
 
 import numpy as np
@@ -29,6 +30,11 @@ from trellis.constrain.vocab.rest_walk import c_table
 from trellis.constrain.vocab.walks import walkc
 
 CANON_MAX = 256
+# Shapes as their alike byte columns once (``column_classes``: "C", n and nc, the class map, the
+# [n, nc] table, the flags: ~20 KB for a 256-state string shape instead of ~256 KB, which every
+# walk key's hash, comparison and disk digest read); False: the [n, 256] table
+# (``benchmarks/ab_masks.py --switch compact``).
+COMPACT_SHAPES = True
 # Walk a state as the first state of its class up to the walk's depth (``depth_representative``);
 # False: as itself (``benchmarks/ab_masks.py --switch depth``).
 DEPTH_CLASSES = True
@@ -53,10 +59,8 @@ def canonical(dfa: ByteDFA, q: int, depth: int | None = None) -> tuple[Hashable,
     # 40 maskbench schemas 166 -> 152 ms, commit 79da505). The digest lives on the DFA object.
     digest = dfa.__dict__.get("_digest")
     if digest is None:
-        h = hashlib.blake2b(dfa.trans.tobytes(), digest_size=16)
-        h.update(dfa.final.tobytes())
-        digest = dfa.__dict__["_digest"] = h.digest()
-    key = (digest, q)
+        digest = dfa.__dict__["_digest"] = content_digest(dfa)
+    key = (digest, q, COMPACT_SHAPES)
     hit = _SHAPES.get(key)
     if hit is None:
         global _SHAPES_BYTES
@@ -69,6 +73,30 @@ def canonical(dfa: ByteDFA, q: int, depth: int | None = None) -> tuple[Hashable,
         _SHAPES[key] = hit
         _SHAPES_BYTES += size
     return hit
+
+
+def content_digest(dfa: ByteDFA) -> bytes:
+    """A digest of ``dfa``'s tables, taken over their alike byte columns kept once
+    (``column_classes``: the same tables exactly, ~1/13 of the bytes for a JSON string's 20 byte
+    classes; a 1,666-state length-bounded string's 1.7 MB took ~2.3 ms to hash whole)."""
+    cmap, table = column_classes(dfa.trans)
+    h = hashlib.blake2b(b"columns", digest_size=16)
+    for part in (cmap, table, np.ascontiguousarray(dfa.final, np.bool_).tobytes()):
+        h.update(part)
+    return h.digest()
+
+
+def column_classes(trans: np.ndarray) -> tuple[bytes, bytes]:
+    """(classmap [256] uint8, table [n, nc] int32) as bytes: ``trans`` with each class of alike byte
+    columns kept once, classes numbered by their first byte, so ``trans[:, b] ==
+    table[:, classmap[b]]`` (C: ``_dfac.column_classes``; numpy otherwise, the same bytes)."""
+    if dfac is not None:
+        return dfac.column_classes(c_table(trans))
+    t = np.ascontiguousarray(trans, dtype=np.int32)
+    _, first, inv = np.unique(np.ascontiguousarray(t.T), axis=0, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    return rank[inv.reshape(-1)].astype(np.uint8).tobytes(), np.ascontiguousarray(t[:, np.sort(first)]).tobytes()
 
 
 def depth_representative(dfa: ByteDFA, q: int, depth: int) -> int:
@@ -97,7 +125,7 @@ def depth_classes(dfa: ByteDFA, depth: int) -> np.ndarray:
 # Shapes by (DFA content digest, state), bounded in bytes: a shape is ~1 KB per state of its
 # sub-automaton (a 210-state chunked-string DFA makes ~200 shapes of up to 210 KB each).
 SHAPES_CACHE_BYTES = 64 * 2**20
-_SHAPES: dict[tuple[bytes, int], tuple[Hashable, bool]] = {}
+_SHAPES: dict[tuple[bytes, int, bool], tuple[Hashable, bool]] = {}
 _SHAPES_BYTES = 0
 
 
@@ -110,9 +138,14 @@ def clear_shapes() -> None:
 
 def _ends_dead(canon: bytes) -> bool:
     """Whether no accepting state of a ``_bfs_shape`` sub-automaton has a way on."""
-    n = len(canon) // 1025  # 256 int32 targets and one final flag per state
-    sub = np.frombuffer(canon, dtype=np.int32, count=n * 256).reshape(n, 256)
-    fin = np.frombuffer(canon, dtype=bool, offset=n * 1024)
+    if canon[:1] == b"C":  # compact: header, class map, [n, nc] table, flags
+        n, nc = struct.unpack_from("<ii", canon, 1)
+        sub = np.frombuffer(canon, dtype=np.int32, count=n * nc, offset=9 + 256).reshape(n, nc)
+        fin = np.frombuffer(canon, dtype=bool, offset=9 + 256 + n * nc * 4)
+    else:
+        n = len(canon) // 1025  # 256 int32 targets and one final flag per state
+        sub = np.frombuffer(canon, dtype=np.int32, count=n * 256).reshape(n, 256)
+        fin = np.frombuffer(canon, dtype=bool, offset=n * 1024)
     return not bool((fin & (sub >= 0).any(axis=1)).any())
 
 
@@ -144,4 +177,8 @@ def _shape_bytes(dfa: ByteDFA, order: np.ndarray) -> bytes:
     remap = np.full(trans.shape[0] + 1, -1, dtype=np.int32)
     remap[order] = np.arange(len(order), dtype=np.int32)
     sub = remap[trans[order]]  # -1 (dead) maps through remap[-1] = -1
-    return sub.tobytes() + dfa.final[order].tobytes()
+    fin = dfa.final[order].tobytes()
+    if not COMPACT_SHAPES:
+        return sub.tobytes() + fin
+    cmap, table = column_classes(sub)
+    return b"C" + struct.pack("<ii", len(order), len(table) // (4 * len(order))) + cmap + table + fin
