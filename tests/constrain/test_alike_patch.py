@@ -133,3 +133,26 @@ def test_references_are_held_by_a_bounded_number_of_dfas(monkeypatch: pytest.Mon
 
     clear_caches()  # what a new process starts from: no references
     assert not any("_alike_refs" in d.__dict__ for d in dfas) and not alike_patch._HOLDERS
+
+
+@pytest.mark.skipif(walkc is None, reason="references are kept only with the C kernel")
+def test_references_belong_to_their_token_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference is found only by the very token matrix it was walked over: references are kept
+    on memoised DFAs, which outlive a vocabulary, and a freed matrix's id is reused by the next."""
+    from collections import OrderedDict
+
+    monkeypatch.setattr(alike_patch, "_HOLDERS", OrderedDict())
+    tm = TokenMatrix.of(_vocab(0))
+    rs = RestSet.vocabulary(tm)
+    dfa = regex_to_byte_dfa(r'[^"\\]{0,20}"')
+    dfa.__dict__.pop("_alike_refs", None)
+    w = walk(dfa.trans, dfa.final, 0, rs, tm)
+    alike_patch.remember(dfa, 0, tm, None, tm.pack_ids(rs.tid[w.inside]), w)
+    q = int(dfa.trans[0, ord("a")])
+    assert alike_patch.patched(dfa, q, tm, None) is not None
+    other = TokenMatrix.of(_vocab(1))
+    key = next(iter(dfa.__dict__["_alike_refs"]))
+    # the other matrix under the first one's id (as when the first is freed and its id reused)
+    dfa.__dict__["_alike_refs"] = {(id(other), key[1]): dfa.__dict__["_alike_refs"][key]}
+    assert alike_patch.patched(dfa, q, other, None) is None
+    dfa.__dict__.pop("_alike_refs", None)

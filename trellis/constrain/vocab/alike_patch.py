@@ -99,7 +99,7 @@ def saved() -> list:
     """The references as they are now, for ``restore`` (a benchmark puts them back between inputs,
     as it does the walk cache: they live on memoised DFAs, which outlast one input)."""
     with _LOCK:
-        return [(dfa, {k: list(v) for k, v in dfa.__dict__.get("_alike_refs", {}).items()})
+        return [(dfa, {k: (v[0], list(v[1])) for k, v in dfa.__dict__.get("_alike_refs", {}).items()})
                 for dfa in _HOLDERS.values()]
 
 
@@ -108,7 +108,7 @@ def restore(state: list) -> None:
     forget()
     with _LOCK:
         for dfa, refs in state:
-            dfa.__dict__["_alike_refs"] = {k: list(v) for k, v in refs.items()}
+            dfa.__dict__["_alike_refs"] = {k: (v[0], list(v[1])) for k, v in refs.items()}
             _HOLDERS[id(dfa)] = dfa
 
 
@@ -116,7 +116,12 @@ def remember(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, p
     """Keep the walk of ``dfa`` from ``q`` over ``RestSet.vocabulary(tm)`` as a reference."""
     if walkc is None or dfa.num_states > 2048 or (w.cross is not None and len(w.src) > MAX_REF_CROSSINGS):
         return
-    refs = dfa.__dict__.setdefault("_alike_refs", {}).setdefault((id(tm), _follow_key(follow)), [])
+    table = dfa.__dict__.setdefault("_alike_refs", {})
+    key = (id(tm), _follow_key(follow))
+    held = table.get(key)
+    if held is None or held[0] is not tm:  # the matrix is held with them: its id is reused once it is freed
+        held = table[key] = (tm, [])
+    refs = held[1]
     refs.insert(0, (q, packed, w.cross, w.src, w.inv))
     del refs[KEEP:]
     with _LOCK:  # (masks of one engine run on one thread; two engines may share a DFA)
@@ -130,7 +135,8 @@ def patched(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None) ->
     """(packed tokens that stay inside, the walk) of ``dfa`` from ``q`` over the vocabulary, from
     a remembered walk of a state that walks alike on all but at most ``MAX_SHARE`` of the
     tokens; None where there is none."""
-    refs = dfa.__dict__.get("_alike_refs", {}).get((id(tm), _follow_key(follow)))
+    held = dfa.__dict__.get("_alike_refs", {}).get((id(tm), _follow_key(follow)))
+    refs = held[1] if held is not None and held[0] is tm else None
     if not refs or walkc is None:
         return None
     vocab = RestSet.vocabulary(tm)
