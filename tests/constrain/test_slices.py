@@ -105,7 +105,7 @@ def test_contains_only_what_the_state_keeps_alive(seed: int) -> None:
 
 def test_which_states_contain_which_slice() -> None:
     tm = TokenMatrix.of(_vocab(0))
-    printable, json_body, single = slices.slices(tm)
+    printable, json_body, single, words, lower = slices.slices(tm)
     string = regex_to_byte_dfa(PATTERNS[0])
     inner = int(string.trans[0, ord('"')])
     assert not contains(printable, string.trans, inner)  # a quote ends it
@@ -117,6 +117,12 @@ def test_which_states_contain_which_slice() -> None:
     comment = regex_to_byte_dfa(PATTERNS[2])
     after = int(comment.trans[int(comment.trans[0, ord("/")]), ord("/")])
     assert slice_for(tm, comment.trans, after) is printable
+    ident = regex_to_byte_dfa(r"[\-0-9A-Z_a-z]+(?:\.[\-0-9A-Z_a-z]+)*")  # a hostname's loop: letters and digits
+    assert slice_for(tm, ident.trans, int(ident.trans[0, ord("a")])) is words
+    assert contains(words, ident.trans, 0) and not contains(json_body, ident.trans, 0)  # from its start too
+    host = regex_to_byte_dfa(r"[a-z0-9-]+")  # lowercase only: the lowercase slice, not the words'
+    assert slice_for(tm, host.trans, int(host.trans[0, ord("a")])) is lower
+    assert slice_for(tm, regex_to_byte_dfa(r"[0-9]+").trans, 0) is None
     bounded = regex_to_byte_dfa(PATTERNS[5])
     assert slice_for(tm, bounded.trans, int(bounded.trans[0, ord('"')])) is None
     # a partial UTF-8 character is a member (it stays alive) and the slices' DFAs keep UTF-8 whole

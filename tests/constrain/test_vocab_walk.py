@@ -30,12 +30,14 @@ def _walks(monkeypatch, pattern: str, q: int) -> dict:
 
 def test_trie_and_flat_walks_agree_and_key_their_order(monkeypatch) -> None:
     rs = RestSet.vocabulary(TokenMatrix.of(_vocab(0)))
-    out = _walks(monkeypatch, r"[a-z_]\w*", 1)  # an identifier's interior: many crossings
+    # an identifier's interior without "a" (one with every letter takes the word slices, not these
+    # methods): many crossings
+    out = _walks(monkeypatch, r"[b-z_][0-9_b-z]*", 1)
     (p1, w1), (p2, w2) = out["trie"], out["flat"]
     assert (p1 == p2).all()
     assert _canon(w1, rs) == _canon(w2, rs) and w1.cross is not None
     assert w1.cross.key != w2.cross.key
-    again = _walks(monkeypatch, r"[a-z_]\w*", 1)
+    again = _walks(monkeypatch, r"[b-z_][0-9_b-z]*", 1)
     assert again["trie"][1].cross.key == w1.cross.key  # the same method, the same key
 
 

@@ -53,7 +53,20 @@ SLICES = (
     r"[^\x00-\x1f\x7f]+",  # printable text: a line comment's or a free-text terminal's interior
     r'[^"\\\x00-\x1f\x7f]+',  # a JSON string's body (llguidance's JSON slice, unbounded)
     r"[^'\\\x00-\x1f\x7f]+",  # a single-quoted string's body (SQL, Python, Lark literals)
+    # Words: an identifier, hostname or key pattern's loop (``[\-0-9A-Z_a-z]+``, ``\w+``,
+    # ``[a-z0-9-]+``) keeps every letters-and-digits token alive (53,100 of Gemma's, 33,189 all
+    # lowercase) and drops the rest at a space or punctuation: its walk was a trie walk of ~1.3 ms,
+    # ~0.45 with the slice (bench_fresh's o11684, its uri and "$(...)" patterns: nine masks over 1 ms).
+    r"[0-9A-Za-z]+",
+    r"[a-z]+",
 )
+WORDS = SLICES[-2:]  # held whole only: no bounded covers (``cover_for``)
+# False: the two word slices are built but not used (``benchmarks/ab_masks.py --switch words``).
+WORD_SLICES = True
+
+
+def _in_use(tm: TokenMatrix) -> tuple["Slice", ...]:
+    return slices(tm) if WORD_SLICES else slices(tm)[:-2]
 # Product pairs ``contains`` visits before it gives up (a full walk then, never a wrong answer):
 # a JSON string's interior against either slice visits ~20.
 PAIR_CAP = 256
@@ -156,7 +169,7 @@ def contains(sl: Slice, trans: np.ndarray, q: int) -> bool:
 
 def slice_for(tm: TokenMatrix, trans: np.ndarray, q: int) -> Slice | None:
     """The largest slice whose members all stay inside from state ``q`` of ``trans``, or None."""
-    for sl in slices(tm):
+    for sl in _in_use(tm):
         if contains(sl, trans, q):
             return sl
     return None
@@ -242,18 +255,24 @@ def reach_at(sl: Slice, dfa: ByteDFA, q: int) -> int | None:
 
 
 def cover_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> Cover | None:
-    """What ``vocab_walk`` may skip from state ``q``: the largest slice whose members all stay
-    alive from ``q`` (``slice_for``, or a reach of at least the longest member), else the bounded
-    cover of the slice with the most members of at most its reach, rounded down to a ``DEPTHS``
-    level; None when no slice reaches ``DEPTHS[0]`` bytes."""
+    """What ``vocab_walk`` may skip from state ``q``: of the slices whose members all stay alive
+    from ``q`` (a reach of at least the longest member) and the bounded covers (a slice's members
+    of at most its reach, rounded down to a ``DEPTHS`` level), the one with the most members;
+    None when no slice reaches ``DEPTHS[0]`` bytes."""
     if walkc is None:  # the numpy reach table is costly: unbounded containment first
         sl = slice_for(tm, dfa.trans, q)
         if sl is not None:
             return sl
     best: tuple[int, Slice, int] | None = None
     trans = dfa.trans
-    for sl in slices(tm):
+    for sl in _in_use(tm):
         if (trans[q, sl.moves[0][0]] < 0).any():  # a byte the slice starts with dies: reach 0
+            continue
+        if sl.pattern in WORDS and trans[q, 0x20] >= 0:
+            # A word slice pays where its others die at once (an identifier's loop: a space or
+            # punctuation ends it). Where a space goes on, its ~210k others (most of Gemma's
+            # tokens start with one) are walked flat, without the trie's shared prefixes: a
+            # printable ASCII class's positions took 4.5 ms instead of ~1 ms patched (o10012).
             continue
         if walkc is None:  # the slice's loop byte repeated dies within DEPTHS[0] bytes
             p = q
@@ -267,16 +286,23 @@ def cover_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> Cover | None:
         if d is None:
             return None
         if d >= sl.longest:  # every member stays alive: the slice itself
-            return sl
-        if d < DEPTHS[0]:
+            level = None
+            members = int(sl.members_upto[-1])
+        elif d < DEPTHS[0] or sl.pattern in WORDS:
+            # (a word slice's bounded cover walks its ~210k others flat at every position of a
+            # length-bounded alphanumeric string, which alike_patch patches from each other on a
+            # few hundred tokens: o10012's 30-character id, 48 -> 67 ms of masks)
             continue
-        level = max(x for x in DEPTHS if x <= d)
-        members = int(sl.members_upto[level])
+        else:
+            level = max(x for x in DEPTHS if x <= d)
+            members = int(sl.members_upto[level])
+        # the cover with the most members: a word slice held whole (53k of Gemma's tokens) must
+        # not beat the JSON body's members up to a bounded string's reach (~250k)
         if best is None or members > best[0]:
             best = (members, sl, level)
     if best is None:
         return None
-    return bounded_cover(tm, best[1], best[2])
+    return best[1] if best[2] is None else bounded_cover(tm, best[1], best[2])
 
 
 def bounded_cover(tm: TokenMatrix, sl: Slice, level: int) -> Cover:
