@@ -7,7 +7,7 @@ and its rows (``rest_walk``), the token slices with the JSON body's bounded cove
 (``slices``). Like xgrammar's ``TokenizerInfo`` and
 llguidance's ``LLTokenizer``, but read back from the disk cache (``disk_cache``, keyed by the
 vocabulary's fingerprint and ``cache_version()``) instead of rebuilt in every process: on Gemma
-3's 262,144 tokens ~1.2 s to build, ~0.1 s to read (~94 MB; ``benchmarks/bench_first_mask.py``).
+3's 262,144 tokens ~1.2 s to build, ~0.1 s to read (~115 MB with the word slices; ``benchmarks/bench_first_mask.py``).
 ``trellis.load`` calls it, so a new process's first grammar does not pay the build (issue 59).
 """
 
