@@ -58,7 +58,7 @@ median per arm and the median per-schema ratio of compile times.
 * ``compact``: canonical shapes as their alike byte columns once (``dfa_shapes.COMPACT_SHAPES``:
   ~20 KB instead of ~256 KB for a string's 256-state shape, hashed, compared and digested by every
   walk-cache lookup; without it: the [n, 256] table);
-* ``words``: the word slices (``slices.WORD_SLICES``: ``[0-9A-Za-z]+`` and ``[a-z]+``, for
+* ``wordslices``: the word slices (``slices.WORD_SLICES``: ``[0-9A-Za-z]+`` and ``[a-z]+``, for
   identifier and hostname patterns' loops; without them: the three text slices only);
 * ``all``: every one of the above.
 """
@@ -83,7 +83,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack", "patch", "compact", "words")
+            "cprefix", "nprow", "cpack", "patch", "compact", "wordslices")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -159,7 +159,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     out["ctrie"] = flip([scannerless], "CHART_WALK_C", False)
     out["patch"] = flip([vocab_walk], "PATCH", False)
     out["compact"] = flip([dfa_shapes], "COMPACT_SHAPES", False)
-    out["words"] = flip([slices], "WORD_SLICES", False)
+    out["wordslices"] = flip([slices], "WORD_SLICES", False)
     sv = literal_walk.SortedVocab
     out["cprefix"] = flip([sv], "prefix_bounds", sv.prefix_bounds_py)
 

@@ -61,7 +61,7 @@ SLICES = (
     r"[a-z]+",
 )
 WORDS = SLICES[-2:]  # held whole only: no bounded covers (``cover_for``)
-# False: the two word slices are built but not used (``benchmarks/ab_masks.py --switch words``).
+# False: the two word slices are built but not used (``benchmarks/ab_masks.py --switch wordslices``).
 WORD_SLICES = True
 
 
