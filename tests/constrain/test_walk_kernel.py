@@ -221,6 +221,8 @@ def test_depth_classes_are_the_states_alike_up_to_the_depth(seed: int) -> None:
         assert firsts == list(range(len(firsts)))
     with pytest.raises(ValueError):
         kernel.depth_classes(np.zeros((2, 256), dtype=np.int32), np.zeros(3, dtype=bool), 1)
+    with pytest.raises(ValueError):  # a transition past the last state
+        kernel.depth_classes(np.full((2, 256), 2, dtype=np.int32), np.zeros(2, dtype=bool), 1)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -1,8 +1,8 @@
 """Canonical shapes of sub-automata: what a vocabulary walk from one DFA state depends on.
 
 ``canonical(dfa, q)`` numbers the states reachable from ``q`` breadth-first (by byte) and returns
-their tables as bytes (alike byte columns once: ``COMPACT_SHAPES``), so equal shapes of different terminals (a schema's string fields, one
-string DFA under several names) share one walk (``scannerless.EarleyConstraint._shape``,
+their tables as bytes (alike byte columns once: ``COMPACT_SHAPES``), so equal shapes of different
+terminals (a schema's string fields, one string DFA under several names) share one walk (``scannerless.EarleyConstraint._shape``,
 ``walk_cache.py``); a literal chain or a few chains are keyed by their text instead, and a
 sub-automaton over ``CANON_MAX`` states by a digest of its DFA's tables.
 
@@ -122,8 +122,9 @@ def depth_classes(dfa: ByteDFA, depth: int) -> np.ndarray:
                          dtype=np.int32)
 
 
-# Shapes by (DFA content digest, state), bounded in bytes: a shape is ~1 KB per state of its
-# sub-automaton (a 210-state chunked-string DFA makes ~200 shapes of up to 210 KB each).
+# Shapes by (DFA content digest, state, form), bounded in bytes: a compact shape is ~4 bytes per
+# byte class and state of its sub-automaton (~1 KB per state in the [n, 256] form: a 210-state
+# chunked-string DFA made ~200 shapes of up to 210 KB each).
 SHAPES_CACHE_BYTES = 64 * 2**20
 _SHAPES: dict[tuple[bytes, int, bool], tuple[Hashable, bool]] = {}
 _SHAPES_BYTES = 0
