@@ -55,9 +55,11 @@ median per arm and the median per-schema ratio of compile times.
   walked in full);
 * ``depth``: a large sub-automaton's walks keyed by its state's class up to the longest token
   (``dfa_shapes.DEPTH_CLASSES``; without it: by the state);
-* ``compact``: canonical shapes as their alike byte columns once (``dfa_shapes.COMPACT_SHAPES``:
-  ~20 KB instead of ~256 KB for a string's 256-state shape, hashed, compared and digested by every
-  walk-cache lookup; without it: the [n, 256] table);
+* ``cshape``: canonical shapes built in C (``_dfac.bfs_shape``; without it: the numpy form, the
+  same bytes). (``compact``, the [n, 256] form against alike columns once, was retired with its
+  switch after the forty-second session's A/B: benchmarks/README.md.)
+* ``cpaths``: a cut key terminal's special paths searched in C (``_walkc.special_paths``; without
+  it: ``cut_walk.Simulation.special_paths``' Python search, the same paths);
 * ``wordslices``: the word slices (``slices.WORD_SLICES``: ``[0-9A-Za-z]+`` and ``[a-z]+``, for
   identifier and hostname patterns' loops; without them: the three text slices only);
 * ``all``: every one of the above.
@@ -83,7 +85,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack", "patch", "compact", "wordslices")
+            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "wordslices")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -92,6 +94,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     import trellis.constrain.automata.regex_compile as regex_compile
     import trellis.constrain.earley.earley as earley
     import trellis.constrain.earley.scannerless as scannerless
+    import trellis.constrain.vocab.cut_walk as cut_walk
     import trellis.constrain.vocab.cut_walk as cut_walk
     import trellis.constrain.vocab.dfa_shapes as dfa_shapes
     import trellis.constrain.vocab.literal_walk as literal_walk
@@ -158,7 +161,19 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     out["cmany"] = (lambda: setattr(cls, "__init__", init_without_many)), (lambda: setattr(cls, "__init__", init))
     out["ctrie"] = flip([scannerless], "CHART_WALK_C", False)
     out["patch"] = flip([vocab_walk], "PATCH", False)
-    out["compact"] = flip([dfa_shapes], "COMPACT_SHAPES", False)
+    bfs_shape = dfa_shapes._bfs_shape
+
+    def bfs_shape_numpy(dfa: object, q: int) -> object:
+        kernel = dfa_shapes.dfac
+        dfa_shapes.dfac = None  # (only _bfs_shape reads it while it runs: the numpy form)
+        try:
+            return bfs_shape(dfa, q)
+        finally:
+            dfa_shapes.dfac = kernel
+
+    out["cpaths"] = flip([cut_walk], "walkc", None)
+    out["cshape"] = (lambda: setattr(dfa_shapes, "_bfs_shape", bfs_shape_numpy)), (
+        lambda: setattr(dfa_shapes, "_bfs_shape", bfs_shape))
     out["wordslices"] = flip([slices], "WORD_SLICES", False)
     sv = literal_walk.SortedVocab
     out["cprefix"] = flip([sv], "prefix_bounds", sv.prefix_bounds_py)

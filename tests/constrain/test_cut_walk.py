@@ -124,6 +124,43 @@ def test_a_trie_cut_is_simulated_from_its_construction_as_by_search(seed: int) -
     assert checked >= 20
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_c_special_paths_equal_the_python_search(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Simulation.special_paths`` in C (``_walkc.special_paths``) returns the Python search's
+    list, path for path and in order, from every tainted state of random cuts (key tries and
+    regex subtrahends), at several depths, and refuses (None) at the same bounds."""
+    from trellis.constrain.vocab import cut_walk
+
+    if cut_walk.walkc is None:
+        pytest.skip("the C walk kernel is not built")
+    rng = random.Random(seed)
+    string, word = regex_to_byte_dfa(STRING), regex_to_byte_dfa(r"[ab]+")
+    sims = [Simulation.of(cut, base) for _, base, cut in _cuts()]
+    for _ in range(30):
+        words = {b'"' + bytes(rng.choice(b'ab"\\:') for _ in range(rng.randint(0, 7))) + b'"'
+                 for _ in range(rng.randint(1, 12))}
+        cut = difference(string, [_lit(w) for w in sorted(words)])
+        if cut is not None:
+            sims.append(Simulation.of(cut, string))
+    sims.append(Simulation.of(difference(word, [regex_to_byte_dfa(r"a[ab]b")]), word))
+    compared = refused = 0
+    for bounds in ((cut_walk.MAX_PATHS, cut_walk.MAX_NODES), (6, 9)):
+        monkeypatch.setattr(cut_walk, "MAX_PATHS", bounds[0])
+        monkeypatch.setattr(cut_walk, "MAX_NODES", bounds[1])
+        for sim in sims:
+            assert sim is not None
+            for q in np.flatnonzero(sim.tainted).tolist():
+                for max_len in (1, 3, 64):
+                    fast = sim.special_paths(q, max_len)
+                    with monkeypatch.context() as m:
+                        m.setattr(cut_walk, "walkc", None)
+                        slow = sim.special_paths(q, max_len)
+                    assert fast == slow, (q, max_len, bounds)
+                    compared += 1
+                    refused += slow is None
+    assert compared > 500 and refused > 20
+
+
 def test_a_dfa_that_does_not_simulate_is_refused() -> None:
     a, b = regex_to_byte_dfa(r"ab"), regex_to_byte_dfa(r"ac")
     assert Simulation.of(a, b) is None  # a transition the base lacks

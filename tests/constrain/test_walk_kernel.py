@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from trellis.constrain.vocab import rest_walk, walks
+from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.regex import regex_to_byte_dfa
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk, walk_numpy
 from trellis.constrain.vocab.trie_walk import walk_vocabulary, walk_vocabulary_numpy
@@ -165,14 +166,15 @@ def test_c_marks_equal_the_numpy_sources(seed: int, monkeypatch: pytest.MonkeyPa
     assert np.array_equal(tm.pack_ids(ids.astype(np.int32)), ref)
 
 
-def test_c_canonical_order_equals_the_python_one(monkeypatch) -> None:
-    """``dfa_shapes._bfs_shape`` in C (``bfs_order``) and in Python give the same bytes from every
-    state, including the refusal past ``CANON_MAX`` states (a 300-character bounded string)."""
+def test_c_canonical_shape_equals_the_python_one(monkeypatch) -> None:
+    """``dfa_shapes._bfs_shape`` in C (``_dfac.bfs_shape``) and in Python (numpy) give the same
+    bytes from every state, including the refusal past ``CANON_MAX`` states (a 300-character
+    bounded string)."""
     from trellis.constrain.vocab import dfa_shapes
 
     dfas = [regex_to_byte_dfa(p) for p in PATTERNS + MORE + [r'"[^"]{0,300}"', r"(?:ab|c){2,40}d"]]
     fast = [[dfa_shapes._bfs_shape(d, q) for q in range(d.num_states)] for d in dfas]
-    monkeypatch.setattr(dfa_shapes, "walkc", None)
+    monkeypatch.setattr(dfa_shapes, "dfac", None)
     slow = [[dfa_shapes._bfs_shape(d, q) for q in range(d.num_states)] for d in dfas]
     assert fast == slow
     assert any(x is None for row in fast for x in row) and any(x is not None for row in fast for x in row)
@@ -249,7 +251,6 @@ def test_column_classes_are_the_table_with_alike_columns_once(seed: int, monkeyp
     """``dfa_shapes.column_classes``: the C kernel and numpy give the same bytes, and they are the
     table exactly (every column is its class's column; classes numbered by first byte, no two
     alike); the content digest tells apart tables that differ in one cell or one final flag."""
-    from trellis.constrain.automata.byte_dfa import ByteDFA
     from trellis.constrain.vocab import dfa_shapes
 
     rng = np.random.default_rng(seed)
@@ -332,30 +333,58 @@ def test_depth_classes_by_worklist_equal_moore_rounds(seed: int) -> None:
             assert np.array_equal(got, _moore(trans, final, depth)), (trans.shape[0], depth)
 
 
-def test_compact_shapes_are_the_full_tables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``dfa_shapes.COMPACT_SHAPES``: a compact shape decodes to the [n, 256] table and flags of the
-    full form, from every state (so equal compact shapes are equal sub-automata), and whether its
-    accepting states end dead is read the same from both forms."""
+def _reachable_table(trans: np.ndarray, final: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sub-automaton reachable from ``q`` as a [n, 256] table and flags, states numbered in
+    breadth-first order of first appearance, each state's targets by byte (the test's own)."""
+    order, index = [q], {q: 0}
+    for u in order:
+        for b in range(256):
+            v = int(trans[u, b])
+            if v >= 0 and v not in index:
+                index[v] = len(order)
+                order.append(v)
+    sub = np.array([[index[int(v)] if v >= 0 else -1 for v in trans[u]] for u in order], dtype=np.int32)
+    return sub, final[order]
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_compact_shapes_are_the_reachable_tables(monkeypatch: pytest.MonkeyPatch, kernel: bool) -> None:
+    """A shape decodes to the [n, 256] table and flags of the sub-automaton reachable from its
+    state, renumbered breadth-first (so equal shapes are equal sub-automata), in C and in numpy;
+    whether its accepting states end dead is read off it; random DFAs with dead bytes and
+    unreachable states too."""
     import struct
 
     from trellis.constrain.vocab import dfa_shapes
 
+    if not kernel:
+        monkeypatch.setattr(dfa_shapes, "dfac", None)
     dfas = [regex_to_byte_dfa(p) for p in PATTERNS + MORE + [r'"[^"]{0,100}"', r"(?:ab|c){2,40}d"]]
+    rng = np.random.default_rng(5)
+    for n in (1, 3, 9, 40):
+        trans = rng.integers(-1, n, size=(n, 256)).astype(np.int32)
+        trans[:, rng.random(256) < 0.5] = -1  # columns dead everywhere: few byte classes
+        dfas.append(ByteDFA(trans, rng.random(n) < 0.3))
     seen = 0
     for d in dfas:
         for q in range(d.num_states):
-            compact = dfa_shapes._bfs_shape(d, q)
-            with monkeypatch.context() as m:
-                m.setattr(dfa_shapes, "COMPACT_SHAPES", False)
-                full = dfa_shapes._bfs_shape(d, q)
-            if full is None:
-                assert compact is None
+            shape = dfa_shapes._bfs_shape(d, q)
+            sub, fin = _reachable_table(d.trans, d.final, q)
+            if len(sub) > dfa_shapes.CANON_MAX:
+                assert shape is None
                 continue
-            n, nc = struct.unpack_from("<ii", compact, 1)
-            cmap = np.frombuffer(compact, dtype=np.uint8, count=256, offset=9)
-            table = np.frombuffer(compact, dtype=np.int32, count=n * nc, offset=9 + 256).reshape(n, nc)
-            assert compact[:1] == b"C" and len(compact) == 9 + 256 + 4 * n * nc + n
-            assert table[:, cmap].tobytes() + compact[9 + 256 + 4 * n * nc:] == full
-            assert dfa_shapes._ends_dead(compact) == dfa_shapes._ends_dead(full)
+            n, nc = struct.unpack_from("<ii", shape, 1)
+            cmap = np.frombuffer(shape, dtype=np.uint8, count=256, offset=9)
+            table = np.frombuffer(shape, dtype=np.int32, count=n * nc, offset=9 + 256).reshape(n, nc)
+            assert shape[:1] == b"C" and len(shape) == 9 + 256 + 4 * n * nc + n
+            assert np.array_equal(table[:, cmap], sub)
+            assert shape[9 + 256 + 4 * n * nc:] == fin.astype(np.bool_).tobytes()
+            assert len(set(map(bytes, table.T))) == nc  # each column once
+            assert dfa_shapes._ends_dead(shape) == (not (fin & (sub >= 0).any(axis=1)).any())
             seen += 1
     assert seen > 300
+    if kernel:
+        with pytest.raises(ValueError):  # a transition past the last state
+            dfa_shapes.dfac.bfs_shape(np.full((2, 256), 2, dtype=np.int32), np.zeros(2, dtype=bool), 0, 256)
+        with pytest.raises(ValueError):  # tables of different sizes
+            dfa_shapes.dfac.bfs_shape(np.zeros((2, 256), dtype=np.int32), np.zeros(3, dtype=bool), 0, 256)

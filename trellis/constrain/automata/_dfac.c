@@ -13,7 +13,8 @@
  *
  * depth_classes: the states alike up to a depth (Moore's refinement for that many rounds, by
  * worklist: ``refine_rounds``), for the vocabulary walks' keys (vocab/dfa_shapes.py);
- * column_classes: a table's alike byte columns kept once (the DFA content digest there).
+ * column_classes: a table's alike byte columns kept once (the DFA content digest there);
+ * bfs_shape: a state's sub-automaton as a walk key (its canonical numbering, alike columns once).
  *
  * minimal: the algorithm is the Python one, so the output is identical
  * (tests/constrain/test_dfa_kernel.py):
@@ -98,14 +99,15 @@ static int32_t table_intern(table *h, int32_t u) {
  * targets open new classes), so each row is read once in order. (The column-by-column form it
  * replaces read the table with a 1 KB stride, k columns per byte: ~2 ms of depth_classes' ~4 ms
  * on a 128-character string's 1,666-state DFA.) ``cls`` (may be NULL): each byte's class,
- * numbered by representative. */
-static int byte_classes_map(const int32_t *t, Py_ssize_t n, int *reps, int *cls_out) {
+ * numbered by representative. ``rows`` (may be NULL): the table's rows to read, n of them (row u
+ * of t otherwise). */
+static int byte_classes_map(const int32_t *t, Py_ssize_t n, const int32_t *rows, int *reps, int *cls_out) {
     int cls[256], nxt[256], head[256], sid[256], snext[256], seen[256];
     int32_t sval[256];
     int k = 1;
     for (int b = 0; b < 256; b++) cls[b] = 0;
     for (Py_ssize_t u = 0; u < n && k < 256; u++) {
-        const int32_t *row = t + u * 256;
+        const int32_t *row = t + (rows ? (Py_ssize_t)rows[u] : u) * 256;
         for (int c = 0; c < k; c++) head[c] = -1;
         int ns = 0, kn = k;
         for (int b = 0; b < 256; b++) {
@@ -136,7 +138,7 @@ static int byte_classes_map(const int32_t *t, Py_ssize_t n, int *reps, int *cls_
     return m;
 }
 
-static int byte_classes(const int32_t *t, Py_ssize_t n, int *reps) { return byte_classes_map(t, n, reps, NULL); }
+static int byte_classes(const int32_t *t, Py_ssize_t n, int *reps) { return byte_classes_map(t, n, NULL, reps, NULL); }
 
 /* The columns ``reps[0:nc]`` of t [n, 256] as one [n, nc] table (malloc'd; NULL: no memory). */
 static int32_t *gather_columns(const int32_t *t, Py_ssize_t n, const int *reps, int nc) {
@@ -597,7 +599,7 @@ static PyObject *column_classes(PyObject *self, PyObject *args) {
         goto out;
     }
     int reps[256], map[256];
-    int nc = byte_classes_map((const int32_t *)tb.buf, n, reps, map);
+    int nc = byte_classes_map((const int32_t *)tb.buf, n, NULL, reps, map);
     int32_t *ct = gather_columns((const int32_t *)tb.buf, n, reps, nc);
     if (!ct) {
         PyErr_NoMemory();
@@ -609,6 +611,89 @@ static PyObject *column_classes(PyObject *self, PyObject *args) {
     free(ct);
 out:
     PyBuffer_Release(&tb);
+    return res;
+}
+
+/* bfs_shape(trans, final, q, cap) -> bytes | None: vocab/dfa_shapes' compact canonical shape of
+ * the sub-automaton reachable from q, or None past cap states. The states are numbered in
+ * breadth-first order of first appearance (each state's targets by byte); the shape is
+ * b"C" + n, nc (int32 little-endian) + the class map [256] + the [n, nc] int32 table (the
+ * renumbered sub-table's alike byte columns once, classes numbered by first byte) + the n final
+ * flags: the bytes dfa_shapes._shape_bytes builds with numpy. Why C: the numpy form (a [n, 256]
+ * gather through a renumbering, then column_classes) took 0.25-0.6 ms for a ~250-state shape
+ * (o13020's ipv6 pattern, sp_120's hex strings, o10012's id), ~a third of ~1 ms masks. The byte
+ * classes are read off the original rows (the renumbering is one-to-one on reachable states and
+ * keeps -1), so only nc columns are gathered. */
+static PyObject *bfs_shape(PyObject *self, PyObject *args) {
+    Py_buffer tb, fb;
+    Py_ssize_t q, cap;
+    if (!PyArg_ParseTuple(args, "y*y*nn", &tb, &fb, &q, &cap)) return NULL;
+    PyObject *res = NULL;
+    int32_t *order = NULL, *index = NULL;
+    Py_ssize_t n = fb.len;
+    if (tb.len != n * 256 * 4 || n < 1 || q < 0 || q >= n || cap < 1) {
+        PyErr_SetString(PyExc_ValueError, "bfs_shape: trans must be int32 [n, 256] and final bool [n], 0 <= q < n, cap >= 1");
+        goto out;
+    }
+    const int32_t *t = (const int32_t *)tb.buf;
+    const uint8_t *f = (const uint8_t *)fb.buf;
+    Py_ssize_t most = cap < n ? cap : n;
+    order = (int32_t *)malloc((size_t)most * sizeof(int32_t));
+    index = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    if (!order || !index) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (Py_ssize_t u = 0; u < n; u++) index[u] = -1;
+    Py_ssize_t m = 1;
+    order[0] = (int32_t)q;
+    index[q] = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const int32_t *row = t + (Py_ssize_t)order[i] * 256;
+        for (int b = 0; b < 256; b++) {
+            int32_t v = row[b];
+            if (v < 0) continue;
+            if (v >= n) {
+                PyErr_SetString(PyExc_ValueError, "bfs_shape: a transition past the last state");
+                goto out;
+            }
+            if (index[v] >= 0) continue;
+            if (m >= cap) {
+                Py_INCREF(Py_None);
+                res = Py_None;
+                goto out;
+            }
+            index[v] = (int32_t)m;
+            order[m++] = v;
+        }
+    }
+    int reps[256], map[256];
+    int nc = byte_classes_map(t, m, order, reps, map);
+    res = PyBytes_FromStringAndSize(NULL, 1 + 8 + 256 + m * nc * 4 + m);
+    if (!res) goto out;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(res);
+    o[0] = 'C';
+    for (int k = 0; k < 4; k++) {
+        o[1 + k] = (uint8_t)(((uint32_t)m >> (8 * k)) & 0xff);
+        o[5 + k] = (uint8_t)(((uint32_t)nc >> (8 * k)) & 0xff);
+    }
+    for (int b = 0; b < 256; b++) o[9 + b] = (uint8_t)map[b];
+    int32_t *table = (int32_t *)(o + 9 + 256); /* (offset 265: memcpy'd per value, no aligned store) */
+    uint8_t *fin = o + 9 + 256 + m * nc * 4;
+    for (Py_ssize_t u = 0; u < m; u++) {
+        const int32_t *row = t + (Py_ssize_t)order[u] * 256;
+        for (int c = 0; c < nc; c++) {
+            int32_t v = row[reps[c]];
+            int32_t w = v < 0 ? -1 : index[v];
+            memcpy(&table[u * nc + c], &w, 4);
+        }
+        fin[u] = f[order[u]] ? 1 : 0;
+    }
+out:
+    free(order);
+    free(index);
+    PyBuffer_Release(&tb);
+    PyBuffer_Release(&fb);
     return res;
 }
 
@@ -1214,6 +1299,9 @@ static PyMethodDef methods[] = {
     {"column_classes", column_classes, METH_VARARGS,
      "column_classes(trans: int32 [n,256] buffer) -> (classmap bytes [256], table bytes [n, nc] int32): alike byte "
      "columns kept once, by first byte."},
+    {"bfs_shape", bfs_shape, METH_VARARGS,
+     "bfs_shape(trans: int32 [n,256] buffer, final: bool [n] buffer, q, cap) -> bytes | None: the compact canonical "
+     "shape of the sub-automaton reachable from q (vocab/dfa_shapes), None past cap states."},
     {"minimal", minimal, METH_VARARGS,
      "minimal(trans: int32 [n,256] buffer, final: bool [n] buffer) -> (trans bytearray, final bytearray, k) | None "
      "(None: the start state cannot reach acceptance)."},

@@ -758,43 +758,237 @@ static PyObject *reach(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(result);
 }
 
-/* bfs_order(trans, n, q, cap) -> bytes (int32) or None: the states reachable from q in
- * breadth-first order of first appearance, each state's targets taken by byte (dfa_shapes'
- * canonical numbering); None when there are more than cap. */
-static PyObject *bfs_order(PyObject *self, PyObject *args) {
-    Py_buffer tb;
-    Py_ssize_t n, q, cap;
-    if (!PyArg_ParseTuple(args, "y*nnn", &tb, &n, &q, &cap)) return NULL;
+/* special_ways(trans, removed, tainted, special_final) -> (gone_off, gone_byte, ways_off,
+ *               ways_byte, ways_target, ways_special) as bytes
+ *   trans int32 [n, 256] (-1 dead), removed bool [n, 256], tainted bool [n], special_final bool [n]
+ * Per tainted state: its removed bytes, and its ways to a special final or tainted state (byte,
+ * target, whether the target is special final), by byte; offsets int64 [n + 1] by state
+ * (cut_walk.Simulation._sparse's lists as arrays: numpy took ~20 ms over a 4,096-state cut). */
+static PyObject *special_ways(PyObject *self, PyObject *args) {
+    Py_buffer tb, rb, tt, sb;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &tb, &rb, &tt, &sb)) return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t n = tt.len;
     const int32_t *trans = (const int32_t *)tb.buf;
-    if (tb.len < n * 256 * 4 || q < 0 || q >= n || cap < 1) {
-        PyBuffer_Release(&tb);
-        PyErr_SetString(PyExc_ValueError, "bfs_order: table size or state out of range");
-        return NULL;
+    const uint8_t *removed = (const uint8_t *)rb.buf, *tainted = (const uint8_t *)tt.buf,
+                  *special = (const uint8_t *)sb.buf;
+    int64_t *goff = NULL, *woff = NULL;
+    uint8_t *gbyte = NULL, *wbyte = NULL, *wsp = NULL;
+    int32_t *wtgt = NULL;
+    if (n < 1 || tb.len != n * 256 * (Py_ssize_t)sizeof(int32_t) || rb.len != n * 256 || sb.len != n) {
+        PyErr_SetString(PyExc_ValueError, "special_ways: tables of different sizes");
+        goto done;
     }
-    uint8_t *seen = (uint8_t *)calloc((size_t)n, 1);
-    int32_t *order = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
-    if (!seen || !order) {
-        free(seen); free(order);
-        PyBuffer_Release(&tb);
-        return PyErr_NoMemory();
-    }
-    Py_ssize_t len = 1, over = 0;
-    order[0] = (int32_t)q;
-    seen[q] = 1;
-    for (Py_ssize_t i = 0; i < len && !over; i++) {
-        const int32_t *row = trans + (Py_ssize_t)order[i] * 256;
+    Py_ssize_t ng = 0, nw = 0;
+    for (Py_ssize_t s = 0; s < n; s++) {  /* count first: exact sizes */
+        if (!tainted[s]) continue;
+        const int32_t *row = trans + s * 256;
+        const uint8_t *gone = removed + s * 256;
         for (int b = 0; b < 256; b++) {
+            ng += gone[b] != 0;
             int32_t t = row[b];
-            if (t < 0 || seen[t]) continue;
-            if (len >= cap) { over = 1; break; }
-            seen[t] = 1;
-            order[len++] = t;
+            if (t >= n) {
+                PyErr_SetString(PyExc_ValueError, "special_ways: a transition past the last state");
+                goto done;
+            }
+            nw += t >= 0 && (tainted[t] || special[t]);
         }
     }
-    PyObject *out = over ? (Py_INCREF(Py_None), Py_None)
-                         : PyBytes_FromStringAndSize((const char *)order, len * (Py_ssize_t)sizeof(int32_t));
-    free(seen); free(order);
+    goff = (int64_t *)malloc((size_t)(n + 1) * sizeof(int64_t));
+    woff = (int64_t *)malloc((size_t)(n + 1) * sizeof(int64_t));
+    gbyte = (uint8_t *)malloc((size_t)(ng ? ng : 1));
+    wbyte = (uint8_t *)malloc((size_t)(nw ? nw : 1));
+    wsp = (uint8_t *)malloc((size_t)(nw ? nw : 1));
+    wtgt = (int32_t *)malloc((size_t)(nw ? nw : 1) * sizeof(int32_t));
+    if (!goff || !woff || !gbyte || !wbyte || !wsp || !wtgt) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t g = 0, w = 0;
+    for (Py_ssize_t s = 0; s < n; s++) {
+        goff[s] = g;
+        woff[s] = w;
+        if (!tainted[s]) continue;
+        const int32_t *row = trans + s * 256;
+        const uint8_t *gone = removed + s * 256;
+        for (int b = 0; b < 256; b++)
+            if (gone[b]) gbyte[g++] = (uint8_t)b;
+        for (int b = 0; b < 256; b++) {
+            int32_t t = row[b];
+            if (t >= 0 && (tainted[t] || special[t])) {
+                wbyte[w] = (uint8_t)b;
+                wtgt[w] = t;
+                wsp[w++] = special[t] ? 1 : 0;
+            }
+        }
+    }
+    goff[n] = g;
+    woff[n] = w;
+    res = Py_BuildValue("(y#y#y#y#y#y#)", (const char *)goff, (n + 1) * (Py_ssize_t)sizeof(int64_t),
+                        (const char *)gbyte, ng, (const char *)woff, (n + 1) * (Py_ssize_t)sizeof(int64_t),
+                        (const char *)wbyte, nw, (const char *)wtgt, nw * (Py_ssize_t)sizeof(int32_t),
+                        (const char *)wsp, nw);
+done:
+    free(goff);
+    free(woff);
+    free(gbyte);
+    free(wbyte);
+    free(wsp);
+    free(wtgt);
     PyBuffer_Release(&tb);
+    PyBuffer_Release(&rb);
+    PyBuffer_Release(&tt);
+    PyBuffer_Release(&sb);
+    return res;
+}
+
+/* special_paths(gone_off, gone_byte, ways_off, ways_byte, ways_target, ways_special, q, max_len,
+ *               max_paths, max_nodes) -> list[bytes] | None
+ *   gone_off int64 [n + 1], gone_byte uint8: state s's removed bytes are gone_byte[gone_off[s]:
+ *   gone_off[s + 1]]; ways_off int64 [n + 1], ways_byte uint8, ways_target int32, ways_special
+ *   bool: its ways on towards a special place (byte, target, whether the target is special final)
+ *   (``special_ways``' arrays)
+ * cut_walk.Simulation.special_paths' depth-first search, in the same order with the same bounds
+ * (a stack of states, each popped state counted against max_nodes; None past max_nodes nodes or
+ * max_paths paths): the byte strings of at most max_len bytes from q to a special place. Why C:
+ * the Python search took up to ~0.6 ms a call on open objects with many keys (maskbench's dev
+ * split: ~1.6% of all fresh requests' time, ~20 ms on some schemas). Each popped state's ways are
+ * listed once per DFA (reading its 256-byte row at every visit instead was ~4x slower where the
+ * search runs to max_nodes). */
+typedef struct {
+    int32_t state, parent, len;
+    uint8_t byte;
+} PathNode;
+
+static PyObject *path_bytes(const PathNode *arena, int32_t e, uint8_t last) {
+    int32_t L = arena[e].len;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)L + 1);
+    if (!out) return NULL;
+    char *buf = PyBytes_AS_STRING(out);
+    buf[L] = (char)last;
+    for (int32_t i = L - 1, x = e; i >= 0; i--, x = arena[x].parent) buf[i] = (char)arena[x].byte;
+    return out;
+}
+
+static int offsets_ok(const int64_t *off, Py_ssize_t n, Py_ssize_t total) {
+    if (off[0] < 0 || off[n] > total) return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (off[i] > off[i + 1]) return 0;
+    return 1;
+}
+
+static PyObject *special_paths(PyObject *self, PyObject *args) {
+    Py_buffer go, gb, wo, wb, wt, ws;
+    Py_ssize_t q, max_len, max_paths, max_nodes;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*nnnn", &go, &gb, &wo, &wb, &wt, &ws, &q, &max_len, &max_paths,
+                          &max_nodes))
+        return NULL;
+    PyObject *out = NULL;
+    PathNode *arena = NULL;
+    int32_t *stack = NULL;
+    Py_ssize_t n = go.len / (Py_ssize_t)sizeof(int64_t) - 1, nw = wb.len;
+    const int64_t *goff = (const int64_t *)go.buf, *woff = (const int64_t *)wo.buf;
+    const uint8_t *gbyte = (const uint8_t *)gb.buf, *wbyte = (const uint8_t *)wb.buf, *wsp = (const uint8_t *)ws.buf;
+    const int32_t *wtgt = (const int32_t *)wt.buf;
+    if (n < 1 || go.len != (n + 1) * (Py_ssize_t)sizeof(int64_t) || wo.len != go.len ||
+        wt.len != nw * (Py_ssize_t)sizeof(int32_t) || ws.len != nw || q < 0 || q >= n || max_len < 1 ||
+        !offsets_ok(goff, n, gb.len) || !offsets_ok(woff, n, nw)) {
+        PyErr_SetString(PyExc_ValueError, "special_paths: offsets, arrays or state out of range");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nw; k++) {
+        if (wtgt[k] < 0 || wtgt[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "special_paths: a target past the last state");
+            goto done;
+        }
+    }
+    Py_ssize_t cap = 1024, used = 1, top = 1, scap = 1024, nodes = 0;
+    arena = (PathNode *)malloc((size_t)cap * sizeof(PathNode));
+    stack = (int32_t *)malloc((size_t)scap * sizeof(int32_t));
+    out = PyList_New(0);
+    if (!arena || !stack || !out) {
+        Py_CLEAR(out);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    arena[0].state = (int32_t)q;
+    arena[0].parent = -1;
+    arena[0].len = 0;
+    arena[0].byte = 0;
+    stack[0] = 0;
+    while (top > 0) {
+        int32_t e = stack[--top];
+        if (++nodes > max_nodes) {
+            Py_CLEAR(out);
+            Py_INCREF(Py_None);
+            out = Py_None;
+            goto done;
+        }
+        int32_t s = arena[e].state, L = arena[e].len;
+        for (int64_t k = goff[s]; k < goff[s + 1]; k++) {
+            PyObject *p = path_bytes(arena, e, gbyte[k]);
+            if (!p || PyList_Append(out, p) < 0) {
+                Py_XDECREF(p);
+                Py_CLEAR(out);
+                goto done;
+            }
+            Py_DECREF(p);
+        }
+        int deeper = (Py_ssize_t)L + 1 < max_len;
+        for (int64_t k = woff[s]; k < woff[s + 1]; k++) {
+            if (wsp[k]) {
+                PyObject *p = path_bytes(arena, e, wbyte[k]);
+                if (!p || PyList_Append(out, p) < 0) {
+                    Py_XDECREF(p);
+                    Py_CLEAR(out);
+                    goto done;
+                }
+                Py_DECREF(p);
+            } else if (deeper) {
+                if (used == cap || top == scap) {
+                    if (used == cap) {
+                        PathNode *a2 = (PathNode *)realloc(arena, 2 * (size_t)cap * sizeof(PathNode));
+                        if (!a2) goto nomem;
+                        arena = a2;
+                        cap *= 2;
+                    }
+                    if (top == scap) {
+                        int32_t *s2 = (int32_t *)realloc(stack, 2 * (size_t)scap * sizeof(int32_t));
+                        if (!s2) goto nomem;
+                        stack = s2;
+                        scap *= 2;
+                    }
+                }
+                if (used >= INT32_MAX) goto nomem;
+                arena[used].state = wtgt[k];
+                arena[used].parent = e;
+                arena[used].len = L + 1;
+                arena[used].byte = wbyte[k];
+                stack[top++] = (int32_t)used++;
+            }
+        }
+        /* (every state on the stack will be popped and counted: past max_nodes either way, so
+         * the stack and its arena stay under max_nodes + 256 entries) */
+        if (PyList_GET_SIZE(out) > max_paths || nodes + top > max_nodes) {
+            Py_CLEAR(out);
+            Py_INCREF(Py_None);
+            out = Py_None;
+            goto done;
+        }
+    }
+    goto done;
+nomem:
+    Py_CLEAR(out);
+    PyErr_NoMemory();
+done:
+    free(arena);
+    free(stack);
+    PyBuffer_Release(&go);
+    PyBuffer_Release(&gb);
+    PyBuffer_Release(&wo);
+    PyBuffer_Release(&wb);
+    PyBuffer_Release(&wt);
+    PyBuffer_Release(&ws);
     return out;
 }
 
@@ -984,7 +1178,6 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"bfs_order", bfs_order, METH_VARARGS, "A DFA state's reachable states in canonical breadth-first order."},
     {"reach", reach, METH_VARARGS, "How deep every string a slice keeps alive stays alive from a DFA state."},
     {"walk_rests", walk_rests, METH_VARARGS, "One DFA state over a rest set (rest_walk.walk's loop)."},
     {"walk_trie", walk_trie, METH_VARARGS, "One DFA state over the token trie (trie_walk.walk_vocabulary's loop)."},
@@ -995,6 +1188,8 @@ static PyMethodDef methods[] = {
     {"gather_ids", gather_ids, METH_VARARGS, "gather into a bitmask row from token ids looked up once per walk."},
     {"holding", holding, METH_VARARGS, "The rests that hold one of some bytes (alike_patch)."},
     {"divergence", divergence, METH_VARARGS, "The bytes on which two DFA states' walks can part (alike_patch)."},
+    {"special_ways", special_ways, METH_VARARGS, "A cut DFA's tainted states' removed bytes and ways on, by state (cut_walk)."},
+    {"special_paths", special_paths, METH_VARARGS, "The byte strings from a cut DFA state to its special places (cut_walk)."},
     {"prefix_bounds", prefix_bounds, METH_VARARGS, "Where the keys equal to and starting with each prefix of a literal lie in a sorted key list."},
     {"leftovers", leftovers, METH_VARARGS, "The rest set of the leftovers after crossings (RestSet.of)."},
     {NULL, NULL, 0, NULL},

@@ -1,7 +1,7 @@
 """Canonical shapes of sub-automata: what a vocabulary walk from one DFA state depends on.
 
 ``canonical(dfa, q)`` numbers the states reachable from ``q`` breadth-first (by byte) and returns
-their tables as bytes (alike byte columns once: ``COMPACT_SHAPES``), so equal shapes of different
+their tables as bytes (alike byte columns once: ``_bfs_shape``), so equal shapes of different
 terminals (a schema's string fields, one string DFA under several names) share one walk (``scannerless.EarleyConstraint._shape``,
 ``walk_cache.py``); a literal chain or a few chains are keyed by their text instead, and a
 sub-automaton over ``CANON_MAX`` states by a digest of its DFA's tables.
@@ -26,15 +26,9 @@ from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.dfa_minimise import dfac
 from trellis.constrain.automata.byte_dfa import literal_at
 from trellis.constrain.vocab.literal_walk import words_at
-from trellis.constrain.vocab.rest_walk import c_table
-from trellis.constrain.vocab.walks import walkc
+from trellis.constrain.vocab.rest_walk import c_bool, c_table
 
 CANON_MAX = 256
-# Shapes as their alike byte columns once (``column_classes``: "C", n and nc, the class map, the
-# [n, nc] table, the flags: ~20 KB for a 256-state string shape instead of ~256 KB, which every
-# walk key's hash, comparison and disk digest read); False: the [n, 256] table
-# (``benchmarks/ab_masks.py --switch compact``).
-COMPACT_SHAPES = True
 # Walk a state as the first state of its class up to the walk's depth (``depth_representative``);
 # False: as itself (``benchmarks/ab_masks.py --switch depth``).
 DEPTH_CLASSES = True
@@ -60,7 +54,7 @@ def canonical(dfa: ByteDFA, q: int, depth: int | None = None) -> tuple[Hashable,
     digest = dfa.__dict__.get("_digest")
     if digest is None:
         digest = dfa.__dict__["_digest"] = content_digest(dfa)
-    key = (digest, q, COMPACT_SHAPES)
+    key = (digest, q)
     hit = _SHAPES.get(key)
     if hit is None:
         global _SHAPES_BYTES
@@ -116,17 +110,17 @@ def depth_representative(dfa: ByteDFA, q: int, depth: int) -> int:
 def depth_classes(dfa: ByteDFA, depth: int) -> np.ndarray:
     """[S] int32: each state's class of behaviour on byte strings of up to ``depth`` bytes (which
     keep the DFA alive, where it accepts), numbered by first state (C: ``_dfac.depth_classes``,
-    Moore's refinement shared with ``dfa_minimise.minimal``; ~7 ms for a 128-character string's
-    1,666 states at depth 48, ~0.5 ms for 210 states)."""
+    Moore's refinement by worklist, shared with ``dfa_minimise.minimal``; ~0.7 ms for a
+    128-character string's 1,666 states at depth 48)."""
     return np.frombuffer(dfac.depth_classes(c_table(dfa.trans), np.ascontiguousarray(dfa.final, np.bool_), depth),
                          dtype=np.int32)
 
 
-# Shapes by (DFA content digest, state, form), bounded in bytes: a compact shape is ~4 bytes per
-# byte class and state of its sub-automaton (~1 KB per state in the [n, 256] form: a 210-state
+# Shapes by (DFA content digest, state), bounded in bytes: a shape is ~4 bytes per byte class and
+# state of its sub-automaton (~1 KB per state in the earlier [n, 256] form: a 210-state
 # chunked-string DFA made ~200 shapes of up to 210 KB each).
 SHAPES_CACHE_BYTES = 64 * 2**20
-_SHAPES: dict[tuple[bytes, int, bool], tuple[Hashable, bool]] = {}
+_SHAPES: dict[tuple[bytes, int], tuple[Hashable, bool]] = {}
 _SHAPES_BYTES = 0
 
 
@@ -139,24 +133,20 @@ def clear_shapes() -> None:
 
 def _ends_dead(canon: bytes) -> bool:
     """Whether no accepting state of a ``_bfs_shape`` sub-automaton has a way on."""
-    if canon[:1] == b"C":  # compact: header, class map, [n, nc] table, flags
-        n, nc = struct.unpack_from("<ii", canon, 1)
-        sub = np.frombuffer(canon, dtype=np.int32, count=n * nc, offset=9 + 256).reshape(n, nc)
-        fin = np.frombuffer(canon, dtype=bool, offset=9 + 256 + n * nc * 4)
-    else:
-        n = len(canon) // 1025  # 256 int32 targets and one final flag per state
-        sub = np.frombuffer(canon, dtype=np.int32, count=n * 256).reshape(n, 256)
-        fin = np.frombuffer(canon, dtype=bool, offset=n * 1024)
+    n, nc = struct.unpack_from("<ii", canon, 1)  # header, class map, [n, nc] table, flags
+    sub = np.frombuffer(canon, dtype=np.int32, count=n * nc, offset=9 + 256).reshape(n, nc)
+    fin = np.frombuffer(canon, dtype=bool, offset=9 + 256 + n * nc * 4)
     return not bool((fin & (sub >= 0).any(axis=1)).any())
 
 
 def _bfs_shape(dfa: ByteDFA, q: int) -> bytes | None:
-    """``canonical``'s breadth-first form, or None over ``CANON_MAX`` states."""
+    """``canonical``'s breadth-first form, or None over ``CANON_MAX`` states: "C", n and nc, the
+    class map, the [n, nc] table of alike byte columns once (``column_classes``), the final flags
+    (~20 KB for a 256-state string shape instead of the [n, 256] table's ~256 KB, which every walk
+    key's hash, comparison and disk digest read: ab_masks' masks 2,304 -> 2,198 ms)."""
     trans = dfa.trans
-    if walkc is not None:  # the same order in C: ~1 ms in Python for a state that reaches 256
-        # states (a long length-bounded string's), most of a mask that walks only a slice's rest
-        found = walkc.bfs_order(c_table(trans), trans.shape[0], q, CANON_MAX)
-        return None if found is None else _shape_bytes(dfa, np.frombuffer(found, dtype=np.int32))
+    if dfac is not None:  # the same bytes in C (_dfac.bfs_shape: 0.25-0.6 -> ~0.05 ms a ~250-state shape)
+        return dfac.bfs_shape(c_table(trans), c_bool(dfa.final), q, CANON_MAX)
     order = [q]
     index = {q: 0}
     i = 0
@@ -179,7 +169,5 @@ def _shape_bytes(dfa: ByteDFA, order: np.ndarray) -> bytes:
     remap[order] = np.arange(len(order), dtype=np.int32)
     sub = remap[trans[order]]  # -1 (dead) maps through remap[-1] = -1
     fin = dfa.final[order].tobytes()
-    if not COMPACT_SHAPES:
-        return sub.tobytes() + fin
     cmap, table = column_classes(sub)
     return b"C" + struct.pack("<ii", len(order), len(table) // (4 * len(order))) + cmap + table + fin
