@@ -60,6 +60,8 @@ median per arm and the median per-schema ratio of compile times.
   switch after the forty-second session's A/B: benchmarks/README.md.)
 * ``cpaths``: a cut key terminal's special paths searched in C (``_walkc.special_paths``; without
   it: ``cut_walk.Simulation.special_paths``' Python search, the same paths);
+* ``scanids``: the scan ids of an item set memoised by its expected terminals
+  (``Earley._scan_ids``; without it: derived for every new set, each key tested for overlap);
 * ``wordslices``: the word slices (``slices.WORD_SLICES``: ``[0-9A-Za-z]+`` and ``[a-z]+``, for
   identifier and hostname patterns' loops; without them: the three text slices only);
 * ``all``: every one of the above.
@@ -85,7 +87,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "wordslices")
+            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -159,6 +161,13 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
         self._tables = self._tables[:6]
 
     out["cmany"] = (lambda: setattr(cls, "__init__", init_without_many)), (lambda: setattr(cls, "__init__", init))
+    scans = cls._scans
+
+    def scans_unmemoised(self, *a, **k):  # every item set's scan ids derived again (Earley._scan_ids_of)
+        self._scan_ids.clear()
+        return scans(self, *a, **k)
+
+    out["scanids"] = (lambda: setattr(cls, "_scans", scans_unmemoised)), (lambda: setattr(cls, "_scans", scans))
     out["ctrie"] = flip([scannerless], "CHART_WALK_C", False)
     out["patch"] = flip([vocab_walk], "PATCH", False)
     bfs_shape = dfa_shapes._bfs_shape
