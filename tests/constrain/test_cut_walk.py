@@ -161,6 +161,31 @@ def test_c_special_paths_equal_the_python_search(seed: int, monkeypatch: pytest.
     assert compared > 500 and refused > 20
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_c_affected_rests_equal_the_python_ones(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``affected_rests`` in C (``_walkc.prefix_ranges``, one call for every path) picks the same
+    tokens as a bisection per path: paths that spell a token, prefix many, prefix none, go past
+    every token, the empty path, and none at all."""
+    from trellis.constrain.vocab import cut_walk
+
+    if cut_walk.walkc is None:
+        pytest.skip("the C walk kernel is not built")
+    tm = TokenMatrix.of(_vocab(seed))
+    rng = random.Random(seed)
+    sets = [[], [b""], [b"\xff\xff"], [b"a" * 9]]
+    for _ in range(40):
+        sets.append([bytes(rng.choice(ALPHA) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 30))])
+    hits = 0
+    for paths in sets:
+        fast = cut_walk.affected_rests(paths, tm)
+        with monkeypatch.context() as m:
+            m.setattr(cut_walk, "walkc", None)
+            slow = cut_walk.affected_rests(paths, tm)
+        assert fast.dtype == slow.dtype and np.array_equal(fast, slow), paths
+        hits += len(slow) > 0
+    assert hits > 20
+
+
 def test_a_dfa_that_does_not_simulate_is_refused() -> None:
     a, b = regex_to_byte_dfa(r"ab"), regex_to_byte_dfa(r"ac")
     assert Simulation.of(a, b) is None  # a transition the base lacks

@@ -184,8 +184,19 @@ class Simulation:
 
 
 def affected_rests(paths: list[bytes], tm: TokenMatrix) -> np.ndarray:
-    """Sorted indices in ``RestSet.vocabulary(tm)`` of the tokens that start with some path."""
+    """Sorted indices in ``RestSet.vocabulary(tm)`` of the tokens that start with some path (the
+    ranges of the sorted vocabulary in one C call where ``_walkc`` is built)."""
     sv = SortedVocab.of(tm)
+    if walkc is not None:
+        offs = np.zeros(len(paths) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in paths], out=offs[1:])
+        r = np.frombuffer(walkc.prefix_ranges(sv.blob, sv.offs, b"".join(paths), offs), dtype=np.int64).reshape(-1, 2)
+        counts = r[:, 1] - r[:, 0]
+        if not counts.any():
+            return np.zeros(0, dtype=np.int64)
+        # position j of range i: r[i, 0] + j, all ranges back to back
+        starts = np.repeat(r[:, 0] - (np.cumsum(counts) - counts), counts)
+        return np.unique(sv.rest[starts + np.arange(int(counts.sum()))])
     runs = []
     for p in paths:
         bounds = sv.prefix_bounds(p) if p else [[0, 0, len(sv.keys)]]
