@@ -860,14 +860,17 @@ typedef struct {
     uint8_t byte;
 } PathNode;
 
-static PyObject *path_bytes(const PathNode *arena, int32_t e, uint8_t last) {
+/* Append node e's path followed by byte last to the list out; -1 on error. */
+static int append_path(PyObject *out, const PathNode *arena, int32_t e, uint8_t last) {
     int32_t L = arena[e].len;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)L + 1);
-    if (!out) return NULL;
-    char *buf = PyBytes_AS_STRING(out);
+    PyObject *p = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)L + 1);
+    if (!p) return -1;
+    char *buf = PyBytes_AS_STRING(p);
     buf[L] = (char)last;
     for (int32_t i = L - 1, x = e; i >= 0; i--, x = arena[x].parent) buf[i] = (char)arena[x].byte;
-    return out;
+    int r = PyList_Append(out, p);
+    Py_DECREF(p);
+    return r;
 }
 
 static int offsets_ok(const int64_t *off, Py_ssize_t n, Py_ssize_t total) {
@@ -926,24 +929,18 @@ static PyObject *special_paths(PyObject *self, PyObject *args) {
         }
         int32_t s = arena[e].state, L = arena[e].len;
         for (int64_t k = goff[s]; k < goff[s + 1]; k++) {
-            PyObject *p = path_bytes(arena, e, gbyte[k]);
-            if (!p || PyList_Append(out, p) < 0) {
-                Py_XDECREF(p);
+            if (append_path(out, arena, e, gbyte[k]) < 0) {
                 Py_CLEAR(out);
                 goto done;
             }
-            Py_DECREF(p);
         }
         int deeper = (Py_ssize_t)L + 1 < max_len;
         for (int64_t k = woff[s]; k < woff[s + 1]; k++) {
             if (wsp[k]) {
-                PyObject *p = path_bytes(arena, e, wbyte[k]);
-                if (!p || PyList_Append(out, p) < 0) {
-                    Py_XDECREF(p);
+                if (append_path(out, arena, e, wbyte[k]) < 0) {
                     Py_CLEAR(out);
                     goto done;
                 }
-                Py_DECREF(p);
             } else if (deeper) {
                 if (used == cap || top == scap) {
                     if (used == cap) {
