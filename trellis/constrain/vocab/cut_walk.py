@@ -188,15 +188,15 @@ def affected_rests(paths: list[bytes], tm: TokenMatrix) -> np.ndarray:
     ranges of the sorted vocabulary in one C call where ``_walkc`` is built)."""
     sv = SortedVocab.of(tm)
     if walkc is not None:
-        offs = np.zeros(len(paths) + 1, dtype=np.int64)
-        np.cumsum([len(p) for p in paths], out=offs[1:])
-        r = np.frombuffer(walkc.prefix_ranges(sv.blob, sv.offs, b"".join(paths), offs), dtype=np.int64).reshape(-1, 2)
+        r = np.frombuffer(walkc.prefix_ranges(sv.blob, sv.offs, paths), dtype=np.int64).reshape(-1, 2)
         counts = r[:, 1] - r[:, 0]
-        if not counts.any():
+        ends = np.cumsum(counts)
+        total = int(ends[-1]) if len(ends) else 0
+        if not total:
             return np.zeros(0, dtype=np.int64)
         # position j of range i: r[i, 0] + j, all ranges back to back
-        starts = np.repeat(r[:, 0] - (np.cumsum(counts) - counts), counts)
-        return np.unique(sv.rest[starts + np.arange(int(counts.sum()))])
+        starts = np.repeat(r[:, 0] - (ends - counts), counts)
+        return np.unique(sv.rest[starts + np.arange(total)])
     runs = []
     for p in paths:
         bounds = sv.prefix_bounds(p) if p else [[0, 0, len(sv.keys)]]
