@@ -130,9 +130,9 @@ class Simulation:
     def special_paths(self, q: int, max_len: int) -> list[bytes] | None:
         """The byte strings (at most ``max_len`` long) that lead from ``q`` to a special place,
         each cut at the first one; None past the bounds (``MAX_PATHS``, ``MAX_NODES``). In C
-        where ``_walkc`` is built (the same search, order and bounds: 0.5 ms a call in Python on
-        maskbench's open objects with many keys), over ``_sparse``'s lists as arrays made in C once
-        (``_walkc.special_ways``)."""
+        where ``_walkc`` is built (the same search, order and bounds), over ``_sparse``'s lists as
+        arrays made in C once (``_walkc.special_ways``): o78130's 40 searches took 26 -> 13 ms,
+        o9908's four on a 4,096-state cut 25 -> 5 ms (most of it the listing)."""
         if walkc is not None:
             ways = self.__dict__.get("_ways_c")
             if ways is None:
