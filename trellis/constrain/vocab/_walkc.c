@@ -921,12 +921,7 @@ static PyObject *special_paths(PyObject *self, PyObject *args) {
     stack[0] = 0;
     while (top > 0) {
         int32_t e = stack[--top];
-        if (++nodes > max_nodes) {
-            Py_CLEAR(out);
-            Py_INCREF(Py_None);
-            out = Py_None;
-            goto done;
-        }
+        if (++nodes > max_nodes) goto refuse;
         int32_t s = arena[e].state, L = arena[e].len;
         for (int64_t k = goff[s]; k < goff[s + 1]; k++) {
             if (append_path(out, arena, e, gbyte[k]) < 0) {
@@ -966,13 +961,13 @@ static PyObject *special_paths(PyObject *self, PyObject *args) {
         }
         /* (every state on the stack will be popped and counted: past max_nodes either way, so
          * the stack and its arena stay under max_nodes + 256 entries) */
-        if (PyList_GET_SIZE(out) > max_paths || nodes + top > max_nodes) {
-            Py_CLEAR(out);
-            Py_INCREF(Py_None);
-            out = Py_None;
-            goto done;
-        }
+        if (PyList_GET_SIZE(out) > max_paths || nodes + top > max_nodes) goto refuse;
     }
+    goto done;
+refuse:
+    Py_CLEAR(out);
+    Py_INCREF(Py_None);
+    out = Py_None;
     goto done;
 nomem:
     Py_CLEAR(out);
@@ -1002,6 +997,26 @@ static inline int key_starts(const uint8_t *blob, const int64_t *offs, int64_t i
     return offs[i + 1] - offs[i] >= k && memcmp(blob + offs[i], p, (size_t)k) == 0;
 }
 
+/* The first key in [a, b) not less than p[0:k] (keys sorted). */
+static int64_t key_lower_bound(const uint8_t *blob, const int64_t *offs, int64_t a, int64_t b, const uint8_t *p,
+                               Py_ssize_t k) {
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if (key_cmp(blob, offs, mid, p, k) < 0) a = mid + 1; else b = mid;
+    }
+    return a;
+}
+
+/* The first key in [a, b) that does not start with p[0:k], where those that do come first. */
+static int64_t key_prefix_end(const uint8_t *blob, const int64_t *offs, int64_t a, int64_t b, const uint8_t *p,
+                              Py_ssize_t k) {
+    while (a < b) {
+        int64_t mid = a + (b - a) / 2;
+        if (key_starts(blob, offs, mid, p, k)) a = mid + 1; else b = mid;
+    }
+    return a;
+}
+
 /* prefix_bounds(blob, offs, text) -> bytes (int64 triples)
  *   blob, offs int64 [n + 1]: n keys in lexicographic order, key i = blob[offs[i]:offs[i+1]]
  *   text: the literal
@@ -1027,21 +1042,11 @@ static PyObject *prefix_bounds(PyObject *self, PyObject *args) {
     Py_ssize_t k, rows = 0;
     int64_t hi = n;  /* the keys starting with the previous prefix end here */
     for (k = 1; k <= L; k++) {
-        int64_t a = lo, b = hi;  /* lower bound of p[:k] in [lo, hi): every later key is greater */
-        while (a < b) {
-            int64_t mid = a + (b - a) / 2;
-            if (key_cmp(blob, offs, mid, p, k) < 0) a = mid + 1; else b = mid;
-        }
-        lo = a;
+        lo = key_lower_bound(blob, offs, lo, hi, p, k);  /* in [lo, hi): every later key is greater */
         if (lo >= hi || !key_starts(blob, offs, lo, p, k)) break;
         int64_t eq = lo;
         while (eq < hi && offs[eq + 1] - offs[eq] == k && key_starts(blob, offs, eq, p, k)) eq++;
-        a = eq, b = hi;  /* the first key from eq on that does not start with p[:k] */
-        while (a < b) {
-            int64_t mid = a + (b - a) / 2;
-            if (key_starts(blob, offs, mid, p, k)) a = mid + 1; else b = mid;
-        }
-        hi = a;
+        hi = key_prefix_end(blob, offs, eq, hi, p, k);
         out[rows * 3] = lo, out[rows * 3 + 1] = eq, out[rows * 3 + 2] = hi;
         rows++;
     }
@@ -1085,22 +1090,12 @@ static PyObject *prefix_ranges(PyObject *self, PyObject *args) {
         }
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(t);
         Py_ssize_t k = PyBytes_GET_SIZE(t);
-        int64_t a = 0, b = n;
-        while (a < b) {  /* the first key not less than p */
-            int64_t mid = a + (b - a) / 2;
-            if (key_cmp(blob, offs, mid, p, k) < 0) a = mid + 1; else b = mid;
-        }
-        int64_t lo = a;
+        int64_t lo = key_lower_bound(blob, offs, 0, n, p, k);
         if (lo >= n || !key_starts(blob, offs, lo, p, k)) {
             out[2 * i] = out[2 * i + 1] = 0;
             continue;
         }
-        a = lo, b = n;  /* the first key from lo on that does not start with p */
-        while (a < b) {
-            int64_t mid = a + (b - a) / 2;
-            if (key_starts(blob, offs, mid, p, k)) a = mid + 1; else b = mid;
-        }
-        out[2 * i] = lo, out[2 * i + 1] = a;
+        out[2 * i] = lo, out[2 * i + 1] = key_prefix_end(blob, offs, lo, n, p, k);
     }
     res = as_bytes(out, 2 * m);
 done:
