@@ -62,6 +62,9 @@ median per arm and the median per-schema ratio of compile times.
   it: ``cut_walk.Simulation.special_paths``' Python search, the same paths);
 * ``scanids``: the scan ids of an item set memoised by its expected terminals
   (``Earley._scan_ids``; without it: derived for every new set, each key tested for overlap);
+* ``cafter``: ``Earley.after`` and the several-completions ``_close`` in C (``_statec.after`` /
+  ``close_kernel``: a new item set's kernel, agenda, static lookup, interning and scans in one
+  call; without them: the Python methods around the C agenda);
 * ``wordslices``: the word slices (``slices.WORD_SLICES``: ``[0-9A-Za-z]+`` and ``[a-z]+``, for
   identifier and hostname patterns' loops; without them: the three text slices only);
 * ``all``: every one of the above.
@@ -87,7 +90,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices")
+            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -131,6 +134,9 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     take_off, take_on = flip([earley], "native_take_rests", None)
     walk_off, walk_on = flip([earley], "native_walk", None)
     out["ctake"] = (lambda: (take_off(), walk_off())), (lambda: (take_on(), walk_on()))
+    after_off, after_on = flip([earley], "native_after", None)
+    kernel_off, kernel_on = flip([earley], "native_close_kernel", None)
+    out["cafter"] = (lambda: (after_off(), kernel_off())), (lambda: (after_on(), kernel_on()))
 
     def walk_py_miss(self, state, data):  # Earley.walk with every memo miss through Python
         self.charge(len(data) >> 3)

@@ -18,6 +18,7 @@ import pytest
 
 from trellis.constrain import JsonSchema, compile
 from trellis.constrain.earley import earley as earley_mod
+from trellis.constrain.earley.chart_kernel import agenda
 from trellis.constrain.errors import GrammarError, SchemaError
 from trellis.tokens import Vocabulary
 
@@ -288,7 +289,7 @@ def _random_states(c, rng: random.Random, steps: int):  # type: ignore[no-untype
 @needs_c
 @pytest.mark.parametrize("gid", ["lark/lark.lark", "outlines/arithmetic.lark", "llama.cpp/c.gbnf", "outlines/json.lark"])
 def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
-    """``_statec.close`` (``Earley._close``'s agenda in C) gives what ``Earley._agenda`` gives for
+    """``_statec.close`` (``Earley._close``'s agenda in C) gives what ``chart_kernel.agenda`` gives for
     every kernel closed along random walks: the same items, the same symbols waited for and
     expected by the same items, the same predictions, accepting flag and pending items."""
     c = _fresh_corpus_constraint(gid)
@@ -298,7 +299,7 @@ def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
 
     def both(kernel, *tables):  # type: ignore[no-untyped-def]
         got = native(kernel, *tables)
-        want = e._agenda(kernel)
+        want = agenda(kernel, e.next_sym, e.lhs, e.nullable, e.accept_item)
         assert got[0] == want[0] and got[3:] == want[3:], kernel
         for g, w in zip(got[1:3], want[1:3]):
             assert {k: set(v) for k, v in g.items()} == {k: set(v) for k, v in w.items()}
@@ -307,9 +308,76 @@ def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
         return got
 
     monkeypatch.setattr(e, "_native_close", both)
+    # the agenda Python's _close runs (the C ``after`` / ``close_kernel`` run it inside C)
+    monkeypatch.setattr(e, "_native_after", None)
+    monkeypatch.setattr(e, "_native_close_kernel", None)
     for _ in _random_states(c, random.Random(gid), 30):
         pass
     assert len(compared) >= 5 and max(compared) > 3, compared
+
+
+def _set_ids(earley):  # type: ignore[no-untyped-def]
+    """An item set -> a number that depends on its meaning alone: its future (the items still
+    waiting, with their origins' numbers; the items it predicts; accepting), numbered as met."""
+    futures = {id(v): k for k, v in earley._futures.items()}
+    numbers: dict = {}
+    known: dict = {}  # id(set) -> its number (origins are shared: unmemoised, exponential)
+
+    def number(e):  # type: ignore[no-untyped-def]
+        if id(e) not in known:
+            pending, content, accepting = futures[id(e)]
+            key = (frozenset((i, number(o)) for i, o in pending), content, accepting)
+            known[id(e)] = numbers.setdefault(key, len(numbers))
+        return known[id(e)]
+
+    return number
+
+
+@needs_c
+@pytest.mark.parametrize("gid", ["lark/lark.lark", "outlines/arithmetic.lark", "llama.cpp/c.gbnf", "outlines/json.lark",
+                                 "lark/composition_csv.lark", "lark/grammars_verilog.lark"])
+def test_the_c_item_sets_are_the_python_item_sets(gid: str) -> None:
+    """``Earley.after`` and the several-completions ``_close`` in C (``_statec.after`` /
+    ``close_kernel``) make the item sets Python's ``after`` and ``_close`` make: along the same
+    random walks (tokens picked by one seed from masks that must be equal), every chart state's
+    scans start in sets of the same meaning (numbered by their futures, origins included), with
+    the same scan ids, DFA states and accepting flag; and some sets were made in C."""
+    made = {}
+    runs = {}
+    for form in ("c", "python"):
+        c = _fresh_corpus_constraint(gid)
+        e = c.earley
+        if form == "python":
+            e._native_after = e._native_close_kernel = None
+        made[form] = e._made
+        rng, seen = random.Random(gid), []
+        for s in _random_states(c, rng, 25):
+            seen.append((s, c.mask_array(s).tobytes()))
+        number = _set_ids(e)
+        runs[form] = [(frozenset((t, q, number(o)) for t, q, o in s[0]), bool(s[1]), m) for s, m in seen]
+        made[form] = e._made - made[form]
+    assert runs["c"] == runs["python"]
+    assert made["c"] >= 5 and len(runs["c"]) >= 10, (made, len(runs["c"]))
+
+
+@needs_c
+def test_the_c_after_passes_max_sets_to_python(monkeypatch) -> None:
+    """Past ``MAX_SETS`` sets the C ``after`` leaves the set to Python's ``_close`` (which forgets the
+    memos, ``_forget``): the walk goes on with the same masks as a recogniser that forgets in Python."""
+    masks = {}
+    for form in ("c", "python"):
+        c = _fresh_corpus_constraint("outlines/json.lark")
+        e = c.earley
+        e._close_ctx = e._close_ctx[:-1] + (3,)  # what the C form reads
+        monkeypatch.setattr(earley_mod, "MAX_SETS", 3)  # what Python's _close reads
+        if form == "python":
+            e._native_after = e._native_close_kernel = None
+        forgot = []
+        real = e._forget
+        monkeypatch.setattr(e, "_forget", lambda: (forgot.append(1), real())[1])
+        masks[form] = [c.mask_array(s).tobytes() for s in _random_states(c, random.Random(7), 20)]
+        assert forgot, form
+    assert masks["c"] == masks["python"]
 
 
 @needs_c

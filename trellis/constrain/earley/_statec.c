@@ -651,18 +651,16 @@ static int close_file(PyObject *d, long key, PyObject *it) {
     return r;
 }
 
-static PyObject *items_close(PyObject *module, PyObject *args) {
-    PyObject *kernel;
-    Py_buffer ns_b, lhs_b, nul_b;
-    long accept_item;
-    if (!PyArg_ParseTuple(args, "Oy*y*y*l:close", &kernel, &ns_b, &lhs_b, &nul_b, &accept_item)) return NULL;
-    const int32_t *next_sym = (const int32_t *)ns_b.buf, *lhs = (const int32_t *)lhs_b.buf;
-    const uint8_t *nullable = (const uint8_t *)nul_b.buf;
-    Py_ssize_t n_items = ns_b.len / 4, n_nt = nul_b.len;
+/* close's agenda over the tables' buffers (ns_b, lhs_b, nul_b: next_sym, lhs, nullable): the
+ * 6-tuple ``close`` returns, or NULL with an error set. */
+static PyObject *agenda_core(PyObject *kernel, Py_buffer *ns_b, Py_buffer *lhs_b, Py_buffer *nul_b, long accept_item) {
+    const int32_t *next_sym = (const int32_t *)ns_b->buf, *lhs = (const int32_t *)lhs_b->buf;
+    const uint8_t *nullable = (const uint8_t *)nul_b->buf;
+    Py_ssize_t n_items = ns_b->len / 4, n_nt = nul_b->len;
     PyObject *items = NULL, *agenda = NULL, *waiting = NULL, *expects = NULL, *predicted = NULL, *future = NULL,
              *result = NULL;
     int accepting = 0;
-    if (lhs_b.len != ns_b.len) {
+    if (lhs_b->len != ns_b->len) {
         PyErr_SetString(PyExc_ValueError, "close: next_sym and lhs differ in length");
         goto done;
     }
@@ -776,10 +774,276 @@ done:
     Py_XDECREF(expects);
     Py_XDECREF(predicted);
     Py_XDECREF(future);
+    return result;
+}
+
+static PyObject *items_close(PyObject *module, PyObject *args) {
+    PyObject *kernel;
+    Py_buffer ns_b, lhs_b, nul_b;
+    long accept_item;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*l:close", &kernel, &ns_b, &lhs_b, &nul_b, &accept_item)) return NULL;
+    PyObject *result = agenda_core(kernel, &ns_b, &lhs_b, &nul_b, accept_item);
     PyBuffer_Release(&ns_b);
     PyBuffer_Release(&lhs_b);
     PyBuffer_Release(&nul_b);
     return result;
+}
+
+/* -- Earley.after and Earley._close past their memos (earley.py; the Python methods are the
+ * reference and the fallback). Why: a new item set's bookkeeping around the C agenda (its kernel,
+ * the static part's lookup, the future's interning, the ESet's fields, its scans) was ~20% of
+ * bench_fresh's 100 schema documents' fresh masks and ~18% of its grammars' (wall-clock timers:
+ * ~32 us a set over 11,554 sets, the agenda ~8 us of it).
+ *
+ * next_kernel(pairs) -> Earley._next_kernel(pairs): pairs a list of (terminal, ESet).
+ * close_kernel(kernel, earley, ctx) -> Earley._close(kernel) for a kernel whose items all have an
+ *   origin set (any other kernel, and the set that passes MAX_SETS, go to earley._close).
+ * after(e, t, earley, ctx) -> Earley.after(e, t).
+ * ctx (Earley._close_ctx): (next_sym, lhs, nullable, accept_item, _predicted, _futures, _sets,
+ *   _scan_ids, ESet, _NO_ROOTS, MAX_SETS). Memo misses of _static and _scan_ids_of, and the work
+ *   charged (earley.charge, which may raise WorkExhausted), are Python calls, in Python's order. */
+static PyObject *str_work, *str_work_limit, *str_steps_scans, *str_charge;
+static PyObject *str_expects, *str_content, *str_kernel, *str_static_fn, *str_scan_ids_of, *str_close_fn, *str_made,
+    *int_zero;
+
+/* Add to the new frozenset `out` the items of e waiting for terminal tkey, advanced: -1 on error. */
+static int kernel_add(PyObject *out, PyObject *e, PyObject *tkey) {
+    PyObject *ex = PyObject_GetAttr(e, str_expects);
+    if (!ex) return -1;
+    int err = !PyDict_Check(ex);
+    PyObject *lst = err ? NULL : PyDict_GetItemWithError(ex, tkey);
+    if (lst) {
+        err = !PyList_Check(lst);
+        for (Py_ssize_t k = 0; !err && k < PyList_GET_SIZE(lst); k++) {
+            PyObject *w = PyList_GET_ITEM(lst, k);
+            if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 2) {
+                err = 1;
+                break;
+            }
+            long i = PyLong_AsLong(PyTuple_GET_ITEM(w, 0));
+            PyObject *io = (i == -1 && PyErr_Occurred()) ? NULL : PyLong_FromLong(i + 1);
+            PyObject *it = io ? PyTuple_Pack(2, io, PyTuple_GET_ITEM(w, 1)) : NULL;
+            err = !it || PySet_Add(out, it) < 0;
+            Py_XDECREF(io);
+            Py_XDECREF(it);
+        }
+    } else if (PyErr_Occurred()) {
+        err = 1;
+    }
+    Py_DECREF(ex);
+    PyObject *st = err ? NULL : PyObject_GetAttr(e, str_static);
+    PyObject *sx = st ? PyObject_GetAttr(st, str_expects) : NULL;
+    PyObject *tup = sx && PyDict_Check(sx) ? PyDict_GetItemWithError(sx, tkey) : NULL;
+    if (!err && (!sx || !PyDict_Check(sx) || (!tup && PyErr_Occurred()) || (tup && !PyTuple_Check(tup)))) err = 1;
+    for (Py_ssize_t k = 0; !err && tup && k < PyTuple_GET_SIZE(tup); k++) {
+        long i = PyLong_AsLong(PyTuple_GET_ITEM(tup, k));
+        PyObject *io = (i == -1 && PyErr_Occurred()) ? NULL : PyLong_FromLong(i + 1);
+        PyObject *it = io ? PyTuple_Pack(2, io, e) : NULL;
+        err = !it || PySet_Add(out, it) < 0;
+        Py_XDECREF(io);
+        Py_XDECREF(it);
+    }
+    Py_XDECREF(st);
+    Py_XDECREF(sx);
+    if (err && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "next_kernel: an ESet's expects are malformed");
+    return err ? -1 : 0;
+}
+
+static PyObject *next_kernel(PyObject *module, PyObject *pairs) {
+    PyObject *seq = PySequence_Fast(pairs, "next_kernel: pairs is a sequence");
+    if (!seq) return NULL;
+    PyObject *out = PyFrozenSet_New(NULL);
+    for (Py_ssize_t k = 0; out && k < PySequence_Fast_GET_SIZE(seq); k++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(seq, k);
+        if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 2) {
+            PyErr_SetString(PyExc_TypeError, "next_kernel: pairs of (terminal, ESet)");
+            Py_CLEAR(out);
+        } else if (kernel_add(out, PyTuple_GET_ITEM(p, 1), PyTuple_GET_ITEM(p, 0)) < 0) {
+            Py_CLEAR(out);
+        }
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+/* The ESet made for kernel (``_close`` past the memo and the MAX_SETS check): a new reference. */
+static PyObject *close_new(PyObject *kernel, PyObject *earley, PyObject *ctx) {
+    PyObject *predicted_memo = PyTuple_GET_ITEM(ctx, 4), *futures = PyTuple_GET_ITEM(ctx, 5),
+             *sets = PyTuple_GET_ITEM(ctx, 6), *scan_ids = PyTuple_GET_ITEM(ctx, 7),
+             *eset_type = PyTuple_GET_ITEM(ctx, 8), *no_roots = PyTuple_GET_ITEM(ctx, 9);
+    long accept_item = PyLong_AsLong(PyTuple_GET_ITEM(ctx, 3));
+    if (accept_item == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer ns_b, lhs_b, nul_b;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(ctx, 0), &ns_b, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(ctx, 1), &lhs_b, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ns_b);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(ctx, 2), &nul_b, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&ns_b);
+        PyBuffer_Release(&lhs_b);
+        return NULL;
+    }
+    PyObject *closed = agenda_core(kernel, &ns_b, &lhs_b, &nul_b, accept_item);
+    PyBuffer_Release(&ns_b);
+    PyBuffer_Release(&lhs_b);
+    PyBuffer_Release(&nul_b);
+    if (!closed) return NULL;
+    /* (items, waiting, expects, predicted, accepting, pending) */
+    PyObject *waiting = PyTuple_GET_ITEM(closed, 1), *expects = PyTuple_GET_ITEM(closed, 2),
+             *predicted = PyTuple_GET_ITEM(closed, 3), *pending = PyTuple_GET_ITEM(closed, 5);
+    int accepting = PyTuple_GET_ITEM(closed, 4) == Py_True;
+    PyObject *static_ = NULL, *future = NULL, *e = NULL, *result = NULL, *expected = NULL, *ids = NULL, *tmp;
+    PyObject *n = PyLong_FromSsize_t(PySet_GET_SIZE(PyTuple_GET_ITEM(closed, 0)));
+    tmp = n ? PyObject_CallMethodObjArgs(earley, str_charge, n, NULL) : NULL;
+    Py_XDECREF(n);
+    if (!tmp) goto done;
+    Py_DECREF(tmp);
+    {
+        PyObject *key = PyTuple_Pack(2, no_roots, predicted);
+        if (!key) goto done;
+        static_ = PyDict_GetItemWithError(predicted_memo, key);
+        Py_XINCREF(static_);
+        if (!static_ && !PyErr_Occurred()) static_ = PyObject_CallMethodObjArgs(earley, str_static_fn, no_roots, predicted, NULL);
+        Py_DECREF(key);
+        if (!static_) goto done;
+    }
+    tmp = PyObject_GetAttr(static_, str_accepting);
+    if (!tmp) goto done;
+    int sa = PyObject_IsTrue(tmp);
+    Py_DECREF(tmp);
+    if (sa < 0) goto done;
+    accepting |= sa;
+    tmp = PyObject_GetAttr(static_, str_content);
+    if (!tmp) goto done;
+    future = PyTuple_Pack(3, pending, tmp, accepting ? Py_True : Py_False);
+    Py_DECREF(tmp);
+    if (!future) goto done;
+    {
+        PyObject *same = PyDict_GetItemWithError(futures, future);
+        if (same) {
+            if (PyDict_SetItem(sets, kernel, same) < 0) goto done;
+            Py_INCREF(same);
+            result = same;
+            goto done;
+        }
+        if (PyErr_Occurred()) goto done;
+    }
+    e = PyObject_CallNoArgs(eset_type);
+    if (!e || PyObject_SetAttr(e, str_kernel, kernel) < 0 || PyObject_SetAttr(e, str_waiting, waiting) < 0 ||
+        PyObject_SetAttr(e, str_expects, expects) < 0 || PyObject_SetAttr(e, str_static, static_) < 0 ||
+        PyObject_SetAttr(e, str_accepting, accepting ? Py_True : Py_False) < 0)
+        goto done;
+    /* _scans: the expected terminals' scan ids (memoised), each started at state 0 of e */
+    {
+        PyObject *sx = PyObject_GetAttr(static_, str_expects);
+        expected = sx && PyDict_Check(sx) ? PyFrozenSet_New(expects) : NULL;
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        int err = !expected;
+        while (!err && PyDict_Next(sx, &pos, &k, &v)) err = PySet_Add(expected, k) < 0;
+        Py_XDECREF(sx);
+        if (err) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "close: static expects is a dict");
+            goto done;
+        }
+    }
+    ids = PyDict_GetItemWithError(scan_ids, expected);
+    Py_XINCREF(ids);
+    if (!ids) {
+        if (PyErr_Occurred()) goto done;
+        ids = PyObject_CallMethodObjArgs(earley, str_scan_ids_of, expected, NULL);
+        if (!ids || PyDict_SetItem(scan_ids, expected, ids) < 0) goto done;
+    }
+    if (!PyTuple_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "close: scan ids are a tuple");
+        goto done;
+    }
+    {
+        PyObject *starts = PyFrozenSet_New(NULL);
+        for (Py_ssize_t k = 0; starts && k < PyTuple_GET_SIZE(ids); k++) {
+            PyObject *sc = PyTuple_Pack(3, PyTuple_GET_ITEM(ids, k), int_zero, e);
+            if (!sc || PySet_Add(starts, sc) < 0) Py_CLEAR(starts);
+            Py_XDECREF(sc);
+        }
+        int r = starts ? PyObject_SetAttr(e, str_starts, starts) : -1;
+        Py_XDECREF(starts);
+        if (r < 0 || PyDict_SetItem(sets, kernel, e) < 0 || PyDict_SetItem(futures, future, e) < 0) goto done;
+    }
+    Py_INCREF(e);
+    result = e;
+done:
+    Py_DECREF(closed);
+    Py_XDECREF(static_);
+    Py_XDECREF(future);
+    Py_XDECREF(e);
+    Py_XDECREF(expected);
+    Py_XDECREF(ids);
+    return result;
+}
+
+/* Earley._close(kernel): a new reference. */
+static PyObject *close_core(PyObject *kernel, PyObject *earley, PyObject *ctx) {
+    if (!PyTuple_Check(ctx) || PyTuple_GET_SIZE(ctx) != 11 || !PyDict_Check(PyTuple_GET_ITEM(ctx, 4)) ||
+        !PyDict_Check(PyTuple_GET_ITEM(ctx, 5)) || !PyDict_Check(PyTuple_GET_ITEM(ctx, 6)) ||
+        !PyDict_Check(PyTuple_GET_ITEM(ctx, 7)) || !PyAnySet_Check(kernel)) {
+        PyErr_SetString(PyExc_TypeError, "close_kernel: a frozenset kernel and Earley._close_ctx");
+        return NULL;
+    }
+    PyObject *sets = PyTuple_GET_ITEM(ctx, 6);
+    PyObject *hit = PyDict_GetItemWithError(sets, kernel);
+    if (hit) {
+        Py_INCREF(hit);
+        return hit;
+    }
+    if (PyErr_Occurred()) return NULL;
+    long max_sets = PyLong_AsLong(PyTuple_GET_ITEM(ctx, 10));
+    PyObject *mo = PyObject_GetAttr(earley, str_made);
+    long made = mo ? PyLong_AsLong(mo) : -1;
+    Py_XDECREF(mo);
+    if (made == -1 && PyErr_Occurred()) return NULL;
+    /* an item without an origin set (the first set's), or past MAX_SETS (``_forget``): Python */
+    int python = made + 1 > max_sets;
+    PyObject *iter = python ? NULL : PyObject_GetIter(kernel), *it;
+    if (!python && !iter) return NULL;
+    while (!python && (it = PyIter_Next(iter)) != NULL) {
+        python = !PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 2 || PyTuple_GET_ITEM(it, 1) == Py_None;
+        Py_DECREF(it);
+    }
+    Py_XDECREF(iter);
+    if (PyErr_Occurred()) return NULL;
+    if (python) return PyObject_CallMethodObjArgs(earley, str_close_fn, kernel, NULL);
+    mo = PyLong_FromLong(made + 1);
+    int r = mo ? PyObject_SetAttr(earley, str_made, mo) : -1;
+    Py_XDECREF(mo);
+    return r < 0 ? NULL : close_new(kernel, earley, ctx);
+}
+
+static PyObject *close_kernel(PyObject *module, PyObject *args) {
+    PyObject *kernel, *earley, *ctx;
+    if (!PyArg_ParseTuple(args, "OOO:close_kernel", &kernel, &earley, &ctx)) return NULL;
+    return close_core(kernel, earley, ctx);
+}
+
+static PyObject *eset_after(PyObject *module, PyObject *args) {
+    PyObject *e, *t, *earley, *ctx;
+    if (!PyArg_ParseTuple(args, "OOOO:after", &e, &t, &earley, &ctx)) return NULL;
+    PyObject *after = PyObject_GetAttr(e, str_after);
+    if (!after) return NULL;
+    PyObject *hit = PyDict_Check(after) ? PyDict_GetItemWithError(after, t) : NULL;
+    if (hit || PyErr_Occurred() || !PyDict_Check(after)) {
+        Py_XINCREF(hit);
+        Py_DECREF(after);
+        if (!hit && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "after: ESet.after is a dict");
+        return hit;
+    }
+    PyObject *kernel = PyFrozenSet_New(NULL);
+    if (kernel && kernel_add(kernel, e, t) < 0) Py_CLEAR(kernel);
+    hit = kernel ? close_core(kernel, earley, ctx) : NULL;
+    Py_XDECREF(kernel);
+    if (hit && PyDict_SetItem(after, t, hit) < 0) Py_CLEAR(hit);
+    Py_DECREF(after);
+    return hit;
 }
 
 
@@ -809,7 +1073,6 @@ done:
  * memoised there). Why: the Python step_miss around the C step was the largest single function
  * of bench_fresh's median schemas' fresh masks (~7% of their time, cProfile). The counters are
  * read from earley when a walk starts and written back before any Python call and at the end. */
-static PyObject *str_work, *str_work_limit, *str_steps_scans, *str_charge;
 
 typedef struct {
     PyObject *steps, *step, *earley; /* earley NULL: every miss is step(state, byte) */
@@ -1174,6 +1437,9 @@ done:
 static PyMethodDef module_methods[] = {
     {"step", state_step, METH_VARARGS, "Earley.step's scan loop over a State (see the C source)."},
     {"close", items_close, METH_VARARGS, "Earley._close's agenda over (item, origin) pairs (see the C source)."},
+    {"next_kernel", next_kernel, METH_O, "Earley._next_kernel (see the C source)."},
+    {"close_kernel", close_kernel, METH_VARARGS, "Earley._close past its memo (see the C source)."},
+    {"after", eset_after, METH_VARARGS, "Earley.after (see the C source)."},
     {"walk", chart_walk, METH_VARARGS, "Earley.walk's loop: bytes through the step memo (see the C source)."},
     {"take_rests", chart_take_rests, METH_VARARGS, "take over a scannerless rest set's arrays (see the C source)."},
     {NULL, NULL, 0, NULL},
@@ -1195,6 +1461,17 @@ PyMODINIT_FUNC PyInit__statec(void) {
     str_work_limit = PyUnicode_InternFromString("work_limit");
     str_steps_scans = PyUnicode_InternFromString("_steps_scans");
     str_charge = PyUnicode_InternFromString("charge");
+    str_expects = PyUnicode_InternFromString("expects");
+    str_content = PyUnicode_InternFromString("content");
+    str_kernel = PyUnicode_InternFromString("kernel");
+    str_static_fn = PyUnicode_InternFromString("_static");
+    str_scan_ids_of = PyUnicode_InternFromString("_scan_ids_of");
+    str_close_fn = PyUnicode_InternFromString("_close");
+    str_made = PyUnicode_InternFromString("_made");
+    int_zero = PyLong_FromLong(0);
+    if (!str_expects || !str_content || !str_kernel || !str_static_fn || !str_scan_ids_of || !str_close_fn || !str_made ||
+        !int_zero)
+        return NULL;
     if (!str_after || !str_starts || !str_accepting || !str_waiting || !str_static || !str_work || !str_work_limit ||
         !str_steps_scans || !str_charge)
         return NULL;

@@ -20,12 +20,15 @@ from trellis.constrain.automata.byte_dfa import ByteDFA
 # immutable and hashable, equal when their scans and flag are (tests/constrain/test_chart_state.py).
 # ``TRELLIS_STATE_KERNEL=python`` forces the tuple.
 try:
-    from trellis.constrain.earley._statec import State as NativeState, close as native_close, step as native_step, \
+    from trellis.constrain.earley._statec import State as NativeState, after as native_after, close as native_close, \
+        close_kernel as native_close_kernel, next_kernel as native_next_kernel, step as native_step, \
         take_rests as native_take_rests, walk as native_walk
 except ImportError:  # pragma: no cover - depends on the install
     NativeState = native_step = native_close = native_take_rests = native_walk = None
+    native_after = native_close_kernel = native_next_kernel = None
 if os.environ.get("TRELLIS_STATE_KERNEL", "").lower() == "python":
     NativeState = native_step = native_close = native_take_rests = native_walk = None
+    native_after = native_close_kernel = native_next_kernel = None
 ChartState = Any
 
 
@@ -65,3 +68,53 @@ def scan_tables(dfa: ByteDFA) -> tuple[array, bytes, bytes]:
         hit = (flat, dfa.final.astype(np.uint8).tobytes(), (dfa.trans >= 0).any(axis=1).astype(np.uint8).tobytes())
     dfa.__dict__["_scan_tables"] = hit  # never mutated: step only reads them
     return hit
+
+
+def agenda(kernel: frozenset, nxt: list, lhs_of: list, nullable: list,
+           accept_item: int) -> tuple[set, dict, dict, frozenset, bool, frozenset]:
+    """``Earley._close``'s closure of ``kernel`` (items with an origin set) in Python (``_statec.close``
+    in C) over the recogniser's ``next_sym``, ``lhs`` and ``nullable``: the items, ``waiting`` and
+    ``expects`` by symbol, the nonterminals predicted, whether ``accept_item`` completed, and the
+    items still waiting for a symbol."""
+    items = set(kernel)
+    todo = list(items)
+    waiting: dict[int, list] = {}
+    expects: dict[int, list] = {}
+    predicted: set[int] = set()
+    accepting = False
+    while todo:
+        i, o = it = todo.pop()
+        s = nxt[i]
+        if s is None:
+            if i == accept_item:
+                accepting = True
+            lhs = lhs_of[i]
+            for j, o2 in o.waiting.get(lhs, ()):
+                it = (j + 1, o2)
+                if it not in items:
+                    items.add(it)
+                    todo.append(it)
+            for j in o.static.waiting.get(lhs, ()):
+                it = (j + 1, o)
+                if it not in items:
+                    items.add(it)
+                    todo.append(it)
+        elif s >= 0:
+            if s in waiting:
+                waiting[s].append(it)
+            else:
+                waiting[s] = [it]
+            predicted.add(s)
+            if nullable[s]:
+                it = (i + 1, o)
+                if it not in items:
+                    items.add(it)
+                    todo.append(it)
+        else:
+            s = -1 - s
+            if s in expects:
+                expects[s].append(it)
+            else:
+                expects[s] = [it]
+    return (items, waiting, expects, frozenset(predicted), accepting,
+            frozenset([it for it in items if nxt[it[0]] is not None]))

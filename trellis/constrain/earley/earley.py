@@ -51,7 +51,8 @@ from trellis.constrain.automata.byte_dfa import ByteDFA, difference, intersects,
 from trellis.constrain.automata.charsets import cs_diff
 from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, state_bits
 from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
-from trellis.constrain.earley.chart_kernel import (ChartState, NativeState, chart_state, native_close, native_step,
+from trellis.constrain.earley.chart_kernel import (ChartState, NativeState, agenda, chart_state, native_after,
+                                                   native_close, native_close_kernel, native_next_kernel, native_step,
                                                    native_take_rests, native_walk, scan_tables)
 from trellis.constrain.earley.chart_kernel import STATE_KERNEL, tuple_state  # noqa: F401 - read here by tests and docs
 
@@ -109,8 +110,10 @@ class Earley:
         # of each), and the C step only over C states.
         self.make_state = chart_state
         native = chart_state is NativeState
-        self._native_step, self._native_close, self._native_walk, self._native_take_rests = (
-            (native_step, native_close, native_walk, native_take_rests) if native else (None,) * 4)
+        self._native_step, self._native_close, self._native_walk, self._native_take_rests, self._native_after, \
+            self._native_close_kernel, self._native_next_kernel = (
+                (native_step, native_close, native_walk, native_take_rests, native_after, native_close_kernel,
+                 native_next_kernel) if native else (None,) * 7)
         m = len(ir.terminals)
         # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on.
         self.next_sym: list[int | None] = []
@@ -173,6 +176,9 @@ class Earley:
         # past it, so no grammar holds a server's engine step (issue 58).
         self.work = 0
         self.work_limit = UNBOUNDED
+        # What the C ``after`` / ``close_kernel`` read (``_statec.c``): the dicts are cleared in place.
+        self._close_ctx = (self._next_sym_c, self._lhs_c, self._nullable_c, self.accept_item, self._predicted,
+                           self._futures, self._sets, self._scan_ids, ESet, _NO_ROOTS, MAX_SETS)
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
         self._start = self.make_state(self.initial.starts, self.initial.accepting)
         self._boundaries: dict[tuple[ESet, int], ChartState] = {}  # (set, scan) -> state (``boundary``)
@@ -276,7 +282,7 @@ class Earley:
         # None) come from ``_static``, shared by every boundary that predicts the same: on
         # sql_select.lark a boundary predicts ~100 items (tracked objects retained over 3
         # documents 290,735 -> 235,478, commit 2a8cb92). Items closed here always have an origin.
-        # The agenda runs in C where _statec is built (``_agenda`` is its Python twin).
+        # The agenda runs in C where _statec is built (``chart_kernel.agenda`` is its Python twin).
         roots = _NO_ROOTS
         if (self.accept_item - 1, None) in kernel:  # only the initial kernel has rootless items
             roots = frozenset(i for i, o in kernel if o is None)
@@ -287,7 +293,8 @@ class Earley:
             items, waiting, expects, predicted, accepting, pending = self._native_close(
                 kernel_items, self._next_sym_c, self._lhs_c, self._nullable_c, self.accept_item)
         else:
-            items, waiting, expects, predicted, accepting, pending = self._agenda(kernel_items)
+            items, waiting, expects, predicted, accepting, pending = agenda(
+                kernel_items, self.next_sym, self.lhs, self.nullable, self.accept_item)
         self.charge(len(items))
         static = self._static(roots, predicted)
         accepting |= static.accepting
@@ -306,55 +313,6 @@ class Earley:
         e.static = static
         e.accepting = accepting
         return self._scans(e, kernel, future)
-
-    def _agenda(self, kernel: frozenset) -> tuple[set, dict, dict, frozenset, bool, frozenset]:
-        """``_close``'s closure of ``kernel`` (items with an origin set) in Python (``_statec.close``
-        in C): the items, ``waiting`` and ``expects`` by symbol, the nonterminals predicted,
-        whether the accept item completed, and the items still waiting for a symbol."""
-        nxt, lhs_of, nullable = self.next_sym, self.lhs, self.nullable
-        items = set(kernel)
-        agenda = list(items)
-        waiting: dict[int, list] = {}
-        expects: dict[int, list] = {}
-        predicted: set[int] = set()
-        accepting = False
-        accept_item = self.accept_item
-        while agenda:
-            i, o = it = agenda.pop()
-            s = nxt[i]
-            if s is None:
-                if i == accept_item:
-                    accepting = True
-                lhs = lhs_of[i]
-                for j, o2 in o.waiting.get(lhs, ()):
-                    it = (j + 1, o2)
-                    if it not in items:
-                        items.add(it)
-                        agenda.append(it)
-                for j in o.static.waiting.get(lhs, ()):
-                    it = (j + 1, o)
-                    if it not in items:
-                        items.add(it)
-                        agenda.append(it)
-            elif s >= 0:
-                if s in waiting:
-                    waiting[s].append(it)
-                else:
-                    waiting[s] = [it]
-                predicted.add(s)
-                if nullable[s]:
-                    it = (i + 1, o)
-                    if it not in items:
-                        items.add(it)
-                        agenda.append(it)
-            else:
-                s = -1 - s
-                if s in expects:
-                    expects[s].append(it)
-                else:
-                    expects[s] = [it]
-        return (items, waiting, expects, frozenset(predicted), accepting,
-                frozenset([it for it in items if nxt[it[0]] is not None]))
 
     def _scans(self, e: "ESet", kernel: frozenset, future: tuple) -> "ESet":
         """The new item set ``e``'s scans (``starts``), and ``e`` interned by kernel and future."""
@@ -417,7 +375,9 @@ class Earley:
         self._made = 0
 
     def after(self, e: ESet, t: int) -> ESet:
-        """The boundary after terminal ``t`` (started at ``e``) completes."""
+        """The boundary after terminal ``t`` (started at ``e``) completes (in C where built)."""
+        if self._native_after is not None:
+            return self._native_after(e, t, self, self._close_ctx)
         hit = e.after.get(t)
         if hit is None:
             hit = e.after[t] = self._close(self._next_kernel([(t, e)]))
@@ -547,7 +507,9 @@ class Earley:
             if a is None:
                 if len(self._after_many) > MAX_SETS:
                     self._after_many.clear()
-                a = self._after_many[key] = self._close(self._next_kernel(done))
+                a = self._after_many[key] = (
+                    self._close(self._next_kernel(done)) if self._native_close_kernel is None else
+                    self._native_close_kernel(self._native_next_kernel(done), self, self._close_ctx))
             out |= a.starts
             acc |= a.accepting
         return self.make_state(out, acc) if out or acc else None
