@@ -311,6 +311,7 @@ def test_the_c_closure_is_the_python_closure(gid: str, monkeypatch) -> None:
     # the agenda Python's _close runs (the C ``after`` / ``close_kernel`` run it inside C)
     monkeypatch.setattr(e, "_native_after", None)
     monkeypatch.setattr(e, "_native_close_kernel", None)
+    monkeypatch.setattr(e, "_tables", e._tables[:7] + (None,))  # (the C step's boundaries: no ctx)
     for _ in _random_states(c, random.Random(gid), 30):
         pass
     assert len(compared) >= 5 and max(compared) > 3, compared
@@ -338,7 +339,8 @@ def _set_ids(earley):  # type: ignore[no-untyped-def]
                                  "lark/composition_csv.lark", "lark/grammars_verilog.lark"])
 def test_the_c_item_sets_are_the_python_item_sets(gid: str) -> None:
     """``Earley.after`` and the several-completions ``_close`` in C (``_statec.after`` /
-    ``close_kernel``) make the item sets Python's ``after`` and ``_close`` make: along the same
+    ``close_kernel``, and the C step's boundaries made inside it) make the item sets Python's
+    ``after``, ``_close`` and ``_step`` make: along the same
     random walks (tokens picked by one seed from masks that must be equal), every chart state's
     scans start in sets of the same meaning (numbered by their futures, origins included), with
     the same scan ids, DFA states and accepting flag; and some sets were made in C."""
@@ -349,6 +351,7 @@ def test_the_c_item_sets_are_the_python_item_sets(gid: str) -> None:
         e = c.earley
         if form == "python":
             e._native_after = e._native_close_kernel = None
+            e._tables = e._tables[:7] + (None,)
         made[form] = e._made
         rng, seen = random.Random(gid), []
         for s in _random_states(c, rng, 25):
@@ -372,6 +375,9 @@ def test_the_c_after_passes_max_sets_to_python(monkeypatch) -> None:
         monkeypatch.setattr(earley_mod, "MAX_SETS", 3)  # what Python's _close reads
         if form == "python":
             e._native_after = e._native_close_kernel = None
+            e._tables = e._tables[:7] + (None,)
+        else:
+            e._tables = e._tables[:7] + (e._close_ctx,)
         forgot = []
         real = e._forget
         monkeypatch.setattr(e, "_forget", lambda: (forgot.append(1), real())[1])
@@ -555,7 +561,11 @@ def test_a_raise_in_the_python_step_propagates_through_the_c_walks() -> None:
     c = _fresh_corpus_constraint("outlines/json.lark")
     e = c.earley
     s = c.start()
-    no_tables = ([None] * len(e.trans),) + e._tables[1:]  # every step declines to Python
+    # every step declines to Python: to ``declined`` without ctx, else to ``Earley._step`` (after
+    # the walker's own charge)
+    no_tables = ([None] * len(e.trans),) + e._tables[1:7] + (None,)
+    ctx_tables = ([None] * len(e.trans),) + e._tables[1:7] + (e._close_ctx,)
+    e._step = lambda state, b: declined(state, b)  # type: ignore[method-assign]
 
     def declined(state, b):  # type: ignore[no-untyped-def]
         type(e)._lookup_buster = object()  # a new type version: the next attribute lookup misses
@@ -567,6 +577,9 @@ def test_a_raise_in_the_python_step_propagates_through_the_c_walks() -> None:
         lambda: e._native_walk(s, b"{}", {}, declined, e, no_tables, 1 << 22),
         lambda: e._native_take_rests(s, vr.base[:20], vr.length[:20], c._flat, stride, {}, declined, e, no_tables,
                                      1 << 22),
+        lambda: e._native_walk(s, b"{}", {}, None, e, ctx_tables, 1 << 22),
+        lambda: e._native_take_rests(s, vr.base[:20], vr.length[:20], c._flat, stride, {}, None, e, ctx_tables,
+                                     1 << 22),
     ]
     try:
         for call in calls:
@@ -575,3 +588,5 @@ def test_a_raise_in_the_python_step_propagates_through_the_c_walks() -> None:
                     call()
     finally:
         del type(e)._lookup_buster
+        del e._step
+        compile_mod.COMPILED.clear()

@@ -399,13 +399,21 @@ static int push_set(PyObject *e, Scan **buf, Py_ssize_t *n, Py_ssize_t *cap, int
 typedef struct {
     PyObject *trans, *final, *has_out, *guard, *ignore, *term;
     PyObject *after_many; /* a dict, or NULL: several completions at one byte are declined */
+    /* Earley._close_ctx (or NULL) and the Earley object (or NULL): with both, a boundary not
+     * memoised yet is made in C (``after_core``, which may call back into Python: the walker
+     * sets earley only once its counters are written back); without, such a step declines. */
+    PyObject *ctx, *earley;
 } Tables;
+
+static PyObject *after_core(PyObject *e, PyObject *t, PyObject *earley, PyObject *ctx);
+static PyObject *close_core(PyObject *kernel, PyObject *earley, PyObject *ctx);
+static int kernel_add(PyObject *out, PyObject *e, PyObject *tkey);
 
 /* The item set in after_many for the completions done[0:nd] (scan indices into st): the key is
  * the frozenset of (scan_term[t], e) pairs, as Earley._step builds it. A new reference; NULL
  * with no error set: not memoised; NULL with an error set: an error. */
 static PyObject *after_many_get(const Scan *scans, const Py_ssize_t *done, Py_ssize_t nd, PyObject *term,
-                                PyObject *after_many) {
+                                PyObject *after_many, PyObject **key_out) {
     PyObject *pairs = PyList_New(nd);
     if (!pairs) return NULL;
     for (Py_ssize_t k = 0; k < nd; k++) {
@@ -421,8 +429,27 @@ static PyObject *after_many_get(const Scan *scans, const Py_ssize_t *done, Py_ss
     Py_DECREF(pairs);
     if (!key) return NULL;
     PyObject *a = PyDict_GetItemWithError(after_many, key);
-    Py_DECREF(key);
     Py_XINCREF(a);
+    if (key_out && !a && !PyErr_Occurred())
+        *key_out = key;  /* the caller's reference */
+    else
+        Py_DECREF(key);
+    return a;
+}
+
+/* Earley._step's boundary after several completions (done[0:nd], with after_many's key) not
+ * memoised yet: made in C as Python makes it (after_many bounded by MAX_SETS first). */
+static PyObject *after_many_make(const Scan *scans, const Py_ssize_t *done, Py_ssize_t nd, PyObject *term,
+                                 PyObject *key, const Tables *tb) {
+    long max_sets = PyLong_AsLong(PyTuple_GET_ITEM(tb->ctx, 10));
+    if (max_sets == -1 && PyErr_Occurred()) return NULL;
+    if (PyDict_GET_SIZE(tb->after_many) > max_sets) PyDict_Clear(tb->after_many);
+    PyObject *kernel = PyFrozenSet_New(NULL);
+    for (Py_ssize_t k = 0; kernel && k < nd; k++)
+        if (kernel_add(kernel, scans[done[k]].e, PyList_GET_ITEM(term, scans[done[k]].t)) < 0) Py_CLEAR(kernel);
+    PyObject *a = kernel ? close_core(kernel, tb->earley, tb->ctx) : NULL;
+    Py_XDECREF(kernel);
+    if (a && PyDict_SetItem(tb->after_many, key, a) < 0) Py_CLEAR(a);
     return a;
 }
 
@@ -517,15 +544,22 @@ static PyObject *step_core(StateObject *st, int b, const Tables *tb) {
     if (view_t >= 0) PyBuffer_Release(&view);
     view_t = -1;
     if (!fallback && nd > 0) {
-        PyObject *a;
+        PyObject *a, *key = NULL;
+        int make = tb->ctx != NULL && tb->earley != NULL;
         if (nd == 1) {
-            PyObject *after = PyObject_GetAttr(st->scans[done[0]].e, str_after);
+            PyObject *e0 = st->scans[done[0]].e, *t0 = PyList_GET_ITEM(term, st->scans[done[0]].t);
+            PyObject *after = PyObject_GetAttr(e0, str_after);
             if (!after) goto error;
-            a = PyDict_Check(after) ? PyDict_GetItemWithError(after, PyList_GET_ITEM(term, st->scans[done[0]].t)) : NULL;
+            a = PyDict_Check(after) ? PyDict_GetItemWithError(after, t0) : NULL;
             Py_XINCREF(a);
             Py_DECREF(after);
+            if (!a && !PyErr_Occurred() && make) a = after_core(e0, t0, tb->earley, tb->ctx);
         } else {
-            a = after_many_get(st->scans, done, nd, term, tb->after_many);
+            a = after_many_get(st->scans, done, nd, term, tb->after_many, make ? &key : NULL);
+            if (key) {
+                a = after_many_make(st->scans, done, nd, term, key, tb);
+                Py_DECREF(key);
+            }
         }
         if (a == NULL) {
             if (PyErr_Occurred()) goto error;
@@ -567,6 +601,7 @@ static int parse_tables(PyObject *trans, PyObject *final, PyObject *has_out, PyO
     }
     tb->trans = trans, tb->final = final, tb->has_out = has_out, tb->guard = guard, tb->ignore = ignore, tb->term = term;
     tb->after_many = NULL;
+    tb->ctx = tb->earley = NULL;
     if (after_many != NULL && after_many != Py_None) {
         if (!PyDict_Check(after_many)) {
             PyErr_SetString(PyExc_TypeError, "step: after_many is a dict");
@@ -577,15 +612,27 @@ static int parse_tables(PyObject *trans, PyObject *final, PyObject *has_out, PyO
     return 0;
 }
 
+/* tb's ctx (Earley._close_ctx, or None); -1 on error. */
+static int tables_ctx(Tables *tb, PyObject *ctx) {
+    if (ctx == NULL || ctx == Py_None) return 0;
+    if (!PyTuple_Check(ctx) || PyTuple_GET_SIZE(ctx) != 11 || !PyLong_Check(PyTuple_GET_ITEM(ctx, 10))) {
+        PyErr_SetString(PyExc_TypeError, "step: ctx is Earley._close_ctx");
+        return -1;
+    }
+    tb->ctx = ctx;
+    return 0;
+}
+
 static PyObject *state_step(PyObject *module, PyObject *args) {
     StateObject *st;
     int b;
-    PyObject *trans, *final, *has_out, *guard, *ignore, *term, *after_many = NULL;
+    PyObject *trans, *final, *has_out, *guard, *ignore, *term, *after_many = NULL, *ctx = NULL, *earley = NULL;
     Tables tb;
-    if (!PyArg_ParseTuple(args, "O!iOOOOOO|O:step", &StateType, &st, &b, &trans, &final, &has_out, &guard, &ignore, &term,
-                          &after_many) ||
-        parse_tables(trans, final, has_out, guard, ignore, term, after_many, &tb) < 0)
+    if (!PyArg_ParseTuple(args, "O!iOOOOOO|OOO:step", &StateType, &st, &b, &trans, &final, &has_out, &guard, &ignore,
+                          &term, &after_many, &ctx, &earley) ||
+        parse_tables(trans, final, has_out, guard, ignore, term, after_many, &tb) < 0 || tables_ctx(&tb, ctx) < 0)
         return NULL;
+    if (earley != NULL && earley != Py_None) tb.earley = earley;
     if (b < 0 || b > 255) {
         PyErr_SetString(PyExc_ValueError, "step: a byte is 0-255");
         return NULL;
@@ -803,6 +850,7 @@ static PyObject *items_close(PyObject *module, PyObject *args) {
  *   _scan_ids, ESet, _NO_ROOTS, MAX_SETS). Memo misses of _static and _scan_ids_of, and the work
  *   charged (earley.charge, which may raise WorkExhausted), are Python calls, in Python's order. */
 static PyObject *str_work, *str_work_limit, *str_steps_scans, *str_charge;
+static PyObject *str_step_fn;
 static PyObject *str_expects, *str_content, *str_kernel, *str_static_fn, *str_scan_ids_of, *str_close_fn, *str_made,
     *int_zero;
 
@@ -1028,6 +1076,11 @@ static PyObject *close_kernel(PyObject *module, PyObject *args) {
 static PyObject *eset_after(PyObject *module, PyObject *args) {
     PyObject *e, *t, *earley, *ctx;
     if (!PyArg_ParseTuple(args, "OOOO:after", &e, &t, &earley, &ctx)) return NULL;
+    return after_core(e, t, earley, ctx);
+}
+
+/* Earley.after(e, t): a new reference. */
+static PyObject *after_core(PyObject *e, PyObject *t, PyObject *earley, PyObject *ctx) {
     PyObject *after = PyObject_GetAttr(e, str_after);
     if (!after) return NULL;
     PyObject *hit = PyDict_Check(after) ? PyDict_GetItemWithError(after, t) : NULL;
@@ -1107,6 +1160,21 @@ static int walker_store(Walker *w) {
     return (set_ll(w->earley, str_work, w->work) < 0 || set_ll(w->earley, str_steps_scans, w->scans) < 0) ? -1 : 0;
 }
 
+/* nxt (a new reference) memoised under key as Earley.step_miss does (its bounds first); nxt, or
+ * NULL on error. */
+static PyObject *walker_memo(Walker *w, PyObject *key, PyObject *cur, PyObject *nxt) {
+    if (PyDict_GET_SIZE(w->steps) > (1 << 18) || w->scans > w->cap) {  /* Earley.step_miss's bounds */
+        PyDict_Clear(w->steps);
+        w->scans = 0;
+    }
+    if (PyDict_SetItem(w->steps, key, nxt) < 0) {
+        Py_DECREF(nxt);
+        return NULL;
+    }
+    w->scans += Py_SIZE(cur) + (PyObject_TypeCheck(nxt, &StateType) ? Py_SIZE(nxt) : 0);
+    return nxt;
+}
+
 /* The state after byte b from cur where the memo has no entry (key: (cur, b)); a new reference,
  * NULL on error. */
 static PyObject *walker_miss(Walker *w, PyObject *cur, PyObject *b, PyObject *key) {
@@ -1134,6 +1202,31 @@ static PyObject *walker_miss(Walker *w, PyObject *cur, PyObject *b, PyObject *ke
     }
     PyObject *nxt = step_core((StateObject *)cur, (int)PyLong_AsLong(b), &w->tb);
     if (!nxt) return NULL;
+    if (nxt == Py_False && w->tb.ctx != NULL) {
+        /* declined for a boundary not memoised yet: Earley.step_miss with the boundary made in C
+         * (``after_core``, Python calls inside: the counters written first, read back after);
+         * what step_core still declines (a follow guard, a table not loaded) is Earley._step. */
+        Py_DECREF(nxt);
+        if (walker_store(w) < 0) return NULL;
+        PyObject *u = PyLong_FromLongLong(units);
+        PyObject *r = u ? PyObject_CallMethodObjArgs(w->earley, str_charge, u, NULL) : NULL;
+        Py_XDECREF(u);
+        if (!r) return NULL;
+        Py_DECREF(r);
+        Tables full = w->tb;
+        full.earley = w->earley;
+        nxt = step_core((StateObject *)cur, (int)PyLong_AsLong(b), &full);
+        if (nxt == Py_False) {
+            Py_DECREF(nxt);
+            nxt = PyObject_CallMethodObjArgs(w->earley, str_step_fn, cur, b, NULL);
+        }
+        if (!nxt) return NULL;  /* (as below: nothing may run with the exception pending) */
+        if (walker_load(w) < 0) {
+            Py_DECREF(nxt);
+            return NULL;
+        }
+        return walker_memo(w, key, cur, nxt);
+    }
     if (nxt == Py_False) {  /* declined: the Python step, charged and memoised there */
         Py_DECREF(nxt);
         if (walker_store(w) < 0) return NULL;
@@ -1150,16 +1243,7 @@ static PyObject *walker_miss(Walker *w, PyObject *cur, PyObject *b, PyObject *ke
         return r;
     }
     w->work += units;
-    if (PyDict_GET_SIZE(w->steps) > (1 << 18) || w->scans > w->cap) {  /* Earley.step_miss's bounds */
-        PyDict_Clear(w->steps);
-        w->scans = 0;
-    }
-    if (PyDict_SetItem(w->steps, key, nxt) < 0) {
-        Py_DECREF(nxt);
-        return NULL;
-    }
-    w->scans += Py_SIZE(cur) + (PyObject_TypeCheck(nxt, &StateType) ? Py_SIZE(nxt) : 0);
-    return nxt;
+    return walker_memo(w, key, cur, nxt);
 }
 
 /* The state after byte c from cur through the step memo (None: no scan takes it); a new
@@ -1346,13 +1430,14 @@ static int walker_init(Walker *w, PyObject *steps, PyObject *step, PyObject *ear
     memset(w, 0, sizeof(*w));
     w->steps = steps, w->step = step, w->cap = cap;
     if (earley == NULL || earley == Py_None) return 0;
-    if (!PyTuple_Check(tables) || (PyTuple_GET_SIZE(tables) != 6 && PyTuple_GET_SIZE(tables) != 7)) {
-        PyErr_SetString(PyExc_TypeError, "the scan tables are a tuple of six lists (and after_many)");
+    if (!PyTuple_Check(tables) || PyTuple_GET_SIZE(tables) < 6 || PyTuple_GET_SIZE(tables) > 8) {
+        PyErr_SetString(PyExc_TypeError, "the scan tables are a tuple of six lists (and after_many, ctx)");
         return -1;
     }
     if (parse_tables(PyTuple_GET_ITEM(tables, 0), PyTuple_GET_ITEM(tables, 1), PyTuple_GET_ITEM(tables, 2),
                      PyTuple_GET_ITEM(tables, 3), PyTuple_GET_ITEM(tables, 4), PyTuple_GET_ITEM(tables, 5),
-                     PyTuple_GET_SIZE(tables) == 7 ? PyTuple_GET_ITEM(tables, 6) : NULL, &w->tb) < 0)
+                     PyTuple_GET_SIZE(tables) >= 7 ? PyTuple_GET_ITEM(tables, 6) : NULL, &w->tb) < 0 ||
+        tables_ctx(&w->tb, PyTuple_GET_SIZE(tables) == 8 ? PyTuple_GET_ITEM(tables, 7) : NULL) < 0)
         return -1;
     w->earley = earley;
     return walker_load(w);
@@ -1469,6 +1554,8 @@ PyMODINIT_FUNC PyInit__statec(void) {
     str_close_fn = PyUnicode_InternFromString("_close");
     str_made = PyUnicode_InternFromString("_made");
     int_zero = PyLong_FromLong(0);
+    str_step_fn = PyUnicode_InternFromString("_step");
+    if (!str_step_fn) return NULL;
     if (!str_expects || !str_content || !str_kernel || !str_static_fn || !str_scan_ids_of || !str_close_fn || !str_made ||
         !int_zero)
         return NULL;

@@ -179,6 +179,8 @@ class Earley:
         # What the C ``after`` / ``close_kernel`` read (``_statec.c``): the dicts are cleared in place.
         self._close_ctx = (self._next_sym_c, self._lhs_c, self._nullable_c, self.accept_item, self._predicted,
                            self._futures, self._sets, self._scan_ids, ESet, _NO_ROOTS, MAX_SETS)
+        # with it, the C step makes the boundaries it met unmade (else it declines to ``_step``)
+        self._tables += (self._close_ctx if self._native_after is not None else None,)
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
         self._start = self.make_state(self.initial.starts, self.initial.accepting)
         self._boundaries: dict[tuple[ESet, int], ChartState] = {}  # (set, scan) -> state (``boundary``)
@@ -458,7 +460,7 @@ class Earley:
     def step_miss(self, state: ChartState, b: int, native: bool = True) -> ChartState | None:
         """``step`` where the memo has no entry; ``native=False``: the C step has declined already."""
         self.charge(len(state[0]) + 1)
-        res = self._native_step(state, b, *self._tables) if native and self._native_step is not None else False
+        res = self._native_step(state, b, *self._tables, self) if native and self._native_step is not None else False
         if res is False:  # (the C loop declines what it does not take: see _statec.c)
             res = self._step(state, b)
         # Bounded by entries AND by the scans they hold (the C walks' misses too): lark.lark's
