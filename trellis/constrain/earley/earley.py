@@ -179,7 +179,7 @@ class Earley:
         # What the C ``after`` / ``close_kernel`` read (``_statec.c``): the dicts are cleared in place.
         self._close_ctx = (self._next_sym_c, self._lhs_c, self._nullable_c, self.accept_item, self._predicted,
                            self._futures, self._sets, self._scan_ids, ESet, _NO_ROOTS, MAX_SETS)
-        # with it, the C step makes the boundaries it met unmade (else it declines to ``_step``)
+        # with it, the C step makes a boundary not memoised yet (else it declines to ``_step``)
         self._tables += (self._close_ctx if self._native_after is not None else None,)
         self.initial = self._close(frozenset([(self.accept_item - 1, None)]))
         self._start = self.make_state(self.initial.starts, self.initial.accepting)
