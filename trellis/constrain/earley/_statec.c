@@ -854,6 +854,16 @@ static PyObject *str_step_fn;
 static PyObject *str_expects, *str_content, *str_kernel, *str_static_fn, *str_scan_ids_of, *str_close_fn, *str_made,
     *int_zero;
 
+/* Add the item (i, o) to the new frozenset out: -1 on error. */
+static int kernel_item(PyObject *out, long i, PyObject *o) {
+    PyObject *io = PyLong_FromLong(i);
+    PyObject *it = io ? PyTuple_Pack(2, io, o) : NULL;
+    int r = it ? PySet_Add(out, it) : -1;
+    Py_XDECREF(io);
+    Py_XDECREF(it);
+    return r;
+}
+
 /* Add to the new frozenset `out` the items of e waiting for terminal tkey, advanced: -1 on error. */
 static int kernel_add(PyObject *out, PyObject *e, PyObject *tkey) {
     PyObject *ex = PyObject_GetAttr(e, str_expects);
@@ -869,11 +879,7 @@ static int kernel_add(PyObject *out, PyObject *e, PyObject *tkey) {
                 break;
             }
             long i = PyLong_AsLong(PyTuple_GET_ITEM(w, 0));
-            PyObject *io = (i == -1 && PyErr_Occurred()) ? NULL : PyLong_FromLong(i + 1);
-            PyObject *it = io ? PyTuple_Pack(2, io, PyTuple_GET_ITEM(w, 1)) : NULL;
-            err = !it || PySet_Add(out, it) < 0;
-            Py_XDECREF(io);
-            Py_XDECREF(it);
+            err = (i == -1 && PyErr_Occurred()) || kernel_item(out, i + 1, PyTuple_GET_ITEM(w, 1)) < 0;
         }
     } else if (PyErr_Occurred()) {
         err = 1;
@@ -885,11 +891,7 @@ static int kernel_add(PyObject *out, PyObject *e, PyObject *tkey) {
     if (!err && (!sx || !PyDict_Check(sx) || (!tup && PyErr_Occurred()) || (tup && !PyTuple_Check(tup)))) err = 1;
     for (Py_ssize_t k = 0; !err && tup && k < PyTuple_GET_SIZE(tup); k++) {
         long i = PyLong_AsLong(PyTuple_GET_ITEM(tup, k));
-        PyObject *io = (i == -1 && PyErr_Occurred()) ? NULL : PyLong_FromLong(i + 1);
-        PyObject *it = io ? PyTuple_Pack(2, io, e) : NULL;
-        err = !it || PySet_Add(out, it) < 0;
-        Py_XDECREF(io);
-        Py_XDECREF(it);
+        err = (i == -1 && PyErr_Occurred()) || kernel_item(out, i + 1, e) < 0;
     }
     Py_XDECREF(st);
     Py_XDECREF(sx);
@@ -1050,16 +1052,18 @@ static PyObject *close_core(PyObject *kernel, PyObject *earley, PyObject *ctx) {
     long made = mo ? PyLong_AsLong(mo) : -1;
     Py_XDECREF(mo);
     if (made == -1 && PyErr_Occurred()) return NULL;
-    /* an item without an origin set (the first set's), or past MAX_SETS (``_forget``): Python */
+    /* past MAX_SETS (``_forget``), or the first set's kernel (its rootless item, the test
+     * ``_close`` makes): Python */
     int python = made + 1 > max_sets;
-    PyObject *iter = python ? NULL : PyObject_GetIter(kernel), *it;
-    if (!python && !iter) return NULL;
-    while (!python && (it = PyIter_Next(iter)) != NULL) {
-        python = !PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 2 || PyTuple_GET_ITEM(it, 1) == Py_None;
-        Py_DECREF(it);
+    if (!python) {
+        long accept_item = PyLong_AsLong(PyTuple_GET_ITEM(ctx, 3));
+        PyObject *io = (accept_item == -1 && PyErr_Occurred()) ? NULL : PyLong_FromLong(accept_item - 1);
+        PyObject *root = io ? PyTuple_Pack(2, io, Py_None) : NULL;
+        python = root ? PySet_Contains(kernel, root) : -1;
+        Py_XDECREF(io);
+        Py_XDECREF(root);
+        if (python < 0) return NULL;
     }
-    Py_XDECREF(iter);
-    if (PyErr_Occurred()) return NULL;
     if (python) return PyObject_CallMethodObjArgs(earley, str_close_fn, kernel, NULL);
     mo = PyLong_FromLong(made + 1);
     int r = mo ? PyObject_SetAttr(earley, str_made, mo) : -1;
