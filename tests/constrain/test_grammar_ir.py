@@ -12,6 +12,7 @@ from lark.exceptions import GrammarError as LarkGrammarError
 from lark.load_grammar import _literal_to_pattern
 
 from trellis.constrain.grammar.lark_reader import literal_pattern
+from trellis.constrain.grammar.plain_patterns import plain_pattern
 
 PIECES = ["\\", "\\\\", '\\"', "'", '"', "/", "\\/", "a", "Z", "0", "7", "é", "日", "\U0001F600", "\\n", "\\t",
           "\\r", "\\f", "\\x41", "\\x4", "\\u0022", "\\u00e9", "\\U0001F600", "\\d", "\\w", "\\N", "\\0", "\\12",
@@ -51,6 +52,68 @@ def test_literal_pattern_equals_larks_on_random_literals(seed: int) -> None:
             assert got == want, (lit, got)
         else:
             assert (type(got), got.value, got.flags, got.raw) == (type(want), want.value, want.flags, want.raw), lit
+
+
+def _widths(p):
+    try:
+        return p.min_width, p.max_width
+    except Exception as e:  # a regex Lark's width reader refuses: the same refusal
+        return type(e)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_plain_patterns_are_larks_without_lark(seed: int) -> None:
+    """The plain-BNF reader's patterns (no Lark import) read every literal as Lark does: the same
+    kind, value, flags, raw text and regex text, and the same exception where Lark refuses."""
+    rng = random.Random(100 + seed)
+    for _ in range(1500):
+        body = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 8)))
+        if rng.random() < 0.5:
+            lit = '"' + body.replace('"', '\\"') + '"' + rng.choice(["", "i"])
+        else:
+            lit = "/" + body.replace("/", "\\/") + "/" + rng.choice(["", "i", "s", "ix"])
+        want = _lark(lit)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = plain_pattern(lit)
+        except (LarkGrammarError, SyntaxError, ValueError) as e:
+            got = type(e)
+        if isinstance(want, type):
+            assert got == want, (lit, got)
+            continue
+        assert (got.type, got.value, got.flags, got.raw) == (want.type, want.value, want.flags, want.raw), lit
+        assert got.to_regexp() == want.to_regexp(), lit
+        assert _widths(got) == _widths(want), lit
+
+
+def test_a_schema_compiles_without_importing_lark() -> None:
+    """A JSON Schema's path (translation, the plain-BNF reader, the engine, a mask) never imports
+    Lark: its import was most of a new process's first schema compile (plain_patterns.py)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from trellis.constrain import JsonSchema, compile\n"
+        "from trellis.mask import allocate_bitmask\n"
+        "from trellis.tokens import Vocabulary\n"
+        "toks = tuple(bytes([b]) for b in range(256)) + (b'\"a', b'\\\\n', b'',)\n"
+        "v = Vocabulary(toks, eos=frozenset([len(toks) - 1]))\n"
+        "s = {'type': 'object', 'properties': {'id': {'type': 'string', 'pattern': '^[a-z]+\\\\.x$'},"
+        " 'n': {'enum': ['p', 'q\\\\\"r', 3]}}, 'required': ['id']}\n"
+        "c = compile(JsonSchema(s), v)\n"
+        "row = allocate_bitmask(1, len(toks))[0]\n"
+        "st = c.start()\n"
+        "for b in b'{\"id\":\"ab.x\"':\n"
+        "    c.fill_mask(st, row)\n"
+        "    st = c.advance(st, b)\n"
+        "    assert st is not None\n"
+        "print('lark' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
 
 
 def test_schema_regexes_read_as_lark_reads_them() -> None:

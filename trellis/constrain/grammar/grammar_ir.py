@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trellis.constrain.grammar import lark_reader
-from trellis.constrain.grammar.lark_reader import TermDef, literal_pattern
+from trellis.constrain.grammar.lark_reader import TermDef
+from trellis.constrain.grammar.plain_patterns import plain_pattern
 from trellis.constrain.automata.byte_dfa import ByteDFA, literal_dfa
 from trellis.constrain.automata.dfa_minimise import char_budget, shortest
 from trellis.constrain.errors import GrammarError
@@ -197,7 +198,7 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
 def _terminal_parts(td: object, text: str, source: str) -> list[tuple[ByteDFA, FollowGuard | None]]:
     pat = td.pattern  # type: ignore[attr-defined]
     try:
-        if type(pat).__name__ == "PatternStr" and not pat.flags:
+        if pat.type == "str" and not pat.flags:  # Lark's PatternStr or plain_patterns' twin
             if not pat.value:
                 return [(_EPSILON, None)]
             return [(literal_dfa(pat.value.encode("utf-8")), None)]
@@ -548,7 +549,7 @@ def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
         if m is None:
             return None
         try:
-            pat = literal_pattern(m.group(3))
+            pat = plain_pattern(m.group(3))  # (no Lark import on this path: plain_patterns.py)
         except Exception:
             return None
         terms[m.group(1)] = TermDef(m.group(1), pat, int(m.group(2) or 0))

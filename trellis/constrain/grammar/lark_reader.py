@@ -460,22 +460,32 @@ def _literal_pattern(literal: str) -> object:
     from lark.lexer import PatternRE, PatternStr
     from lark.load_grammar import _literal_to_pattern
 
-    kind = "STRING" if literal[0] == '"' else "REGEXP"
+    fields = literal_fields(literal)
+    if fields is None:
+        return _literal_to_pattern(Token("STRING" if literal[0] == '"' else "REGEXP", literal))
+    kind, value, flags = fields
+    return (PatternStr if kind == "str" else PatternRE)(value, flags, raw=literal)
+
+def literal_fields(literal: str) -> tuple[str, str, str] | None:
+    """(kind "str" / "re", value, flags) of a ``"string"flags`` or ``/regex/flags`` literal as
+    Lark's ``_literal_to_pattern`` reads it, or None for what only Lark's function should read (a
+    newline, an empty body, a trailing backslash, an escape that does not decode): it raises
+    Lark's own errors there. Needs no Lark import (``plain_patterns``)."""
     flag_start = max(literal.rfind('"'), literal.rfind("/")) + 1
     flags, body = literal[flag_start:], literal[1:flag_start - 1]
     if "\n" in literal or not body or body.endswith("\\"):
-        return _literal_to_pattern(Token(kind, literal))
+        return None
     if "\\" in body or "'" in body:
         w = _ESCAPE.sub(_lark_escaped, body).replace('\\"', '"').replace("'", "\\'")
         try:
             value = w.encode("latin-1", "backslashreplace").decode("unicode_escape")
         except (UnicodeDecodeError, UnicodeEncodeError):
-            return _literal_to_pattern(Token(kind, literal))
+            return None
     else:
         value = body
-    if kind == "STRING":
-        return PatternStr(value.replace("\\\\", "\\"), flags, raw=literal)
-    return PatternRE(value, flags, raw=literal)
+    if literal[0] == '"':
+        return "str", value.replace("\\\\", "\\"), flags
+    return "re", value, flags
 
 class TermDef:
     __slots__ = ("name", "pattern", "priority")
