@@ -90,7 +90,6 @@ def clear_caches() -> None:
     from trellis.constrain.frontends import formats, pattern, ranges
     from trellis.constrain.automata.byte_dfa import LITERAL_MEMO
     from trellis.constrain.grammar.grammar_ir import IMPORTS_MEMO
-    from trellis.constrain.grammar.lark_reader import PATTERN_MEMO
     from trellis.constrain.grammar.plain_patterns import PLAIN_MEMO
     from trellis.constrain.automata.regex import DFA_MEMO, PARTS_MEMO
     from trellis.constrain.vocab.walk_cache import LISTED, SHARED, clear_digests
@@ -105,7 +104,6 @@ def clear_caches() -> None:
     clear_digests()
     IMPORTS_MEMO.clear()
     LITERAL_MEMO.clear()
-    PATTERN_MEMO.clear()
     PLAIN_MEMO.clear()
     rest_walk._SCALED.clear()
     regex_compile.PARSED.clear()

@@ -159,20 +159,20 @@ def load_lark(text: str, *, source: str = "<grammar>", start: str = "start",
     ``path``: the grammar file, so that relative ``%import .name`` finds files beside it.
     ``fast``: read the common subset with ``lark_reader`` (the same grammar, 3-10x sooner), and
     anything else with Lark's own loader; False: always Lark's loader."""
-    from lark import exceptions as lark_exc
-    from lark.load_grammar import load_grammar
-
-    from trellis.constrain.errors import lark_error
-
-    _install_import_memo()
     decl = _declared(text)
     if decl is not None:
         raise GrammarError("%declare is not supported: declared terminals come from a postlexer (e.g. an "
                            "indenter), which has no byte-level language", source=source, text=text,
                            line=decl[0], column=decl[1])
     read = lark_reader.read(text, start=start) if fast else None
-    if read is not None:
+    if read is not None:  # (no Lark import on this path: its import is ~20-45 ms of a new process)
         return _build(*read, start, text, source)
+    from lark import exceptions as lark_exc
+    from lark.load_grammar import load_grammar
+
+    from trellis.constrain.errors import lark_error
+
+    _install_import_memo()
     try:
         g, _ = load_grammar(text, str(path) if path is not None else source, [], False)
         terms, rules, ignore = g.compile([start], set())

@@ -13,9 +13,10 @@ tree transformers, all in Python: 60-70% of a new grammar's compile (arithmetic.
   ``? * +``, ``~ n`` and ``~ n..m``, ``"strings"i``, ``/regexes/flags``, ``"a".."z"`` ranges;
   comments ``//`` and ``#``, ``\\`` line continuations.
 
-Terminals are built with Lark's own pattern code (``TerminalTreeToPattern``'s methods and
-``literal_pattern``), so their regex text is the text Lark would compile, alternation
-order included (it matters for lazy quantifiers). Rules become BNF as Lark's EBNF_to_BNF makes
+Terminals are built as Lark's own pattern code builds them (``plain_patterns``: twins of its
+pattern classes, its literal escapes and ``TerminalTreeToPattern``'s joins, without importing
+Lark), so their regex text is the text Lark would compile, alternation order included (it matters
+for lazy quantifiers). Rules become BNF as Lark's EBNF_to_BNF makes
 them: groups and ``?`` distributed into alternatives, ``*`` and ``+`` as left-recursive helper
 nonterminals (``_read.expand``). Anything else -- templates,
 ``%declare`` / ``%override`` / ``%extend``, other or relative imports, a name used but not defined,
@@ -26,9 +27,12 @@ a terminal that can match the empty string, anything that does not tokenise -- r
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from typing import Any
+
+from trellis.constrain.grammar.plain_patterns import PatternRE, alternatives, plain_pattern, repeat, sequence
 
 _TOKEN = re.compile(r"""
   (?P<NL>(?:\r?\n[ \t]*(?:(?://|\#)[^\n]*)?)+(?:\|)?)
@@ -216,13 +220,15 @@ _MAX_ALTS = 64  # alternatives a rule may distribute into before a group stays a
 
 
 def _common() -> str:
-    import lark
-
-    with open(os.path.join(os.path.dirname(lark.__file__), "grammars", "common.lark"), encoding="utf-8") as f:
+    """Lark's own ``common.lark``, found without importing Lark (its import is ~20-45 ms)."""
+    spec = importlib.util.find_spec("lark")
+    if spec is None or not spec.submodule_search_locations:
+        raise _Bail
+    with open(os.path.join(list(spec.submodule_search_locations)[0], "grammars", "common.lark"), encoding="utf-8") as f:
         return f.read()
 
 
-_COMMON: dict[str, Any] = {}  # common.lark's terminal definitions; the pattern builder
+_COMMON: dict[str, Any] = {}  # common.lark's terminal definitions
 
 
 def read(text: str, *, start: str = "start") -> tuple[list, list, list[str]] | None:
@@ -249,35 +255,21 @@ def _term_defs(stmts: list[tuple], imports: bool) -> dict[str, tuple[int, tuple]
     return defs
 
 
-def _tree_to_pattern() -> Any:
-    """One instance of Lark's ``TerminalTreeToPattern`` (its methods keep no state)."""
-    tt = _COMMON.get("tt")
-    if tt is None:
-        from lark.load_grammar import TerminalTreeToPattern
-
-        tt = _COMMON["tt"] = TerminalTreeToPattern()
-    return tt
-
-
 def _pattern(tree: tuple, defs: dict[str, tuple[int, tuple]], busy: frozenset = frozenset()) -> Any:
-    """Lark's pattern object for a terminal's expansion tree (its own transformer methods)."""
-    from lark.lexer import PatternRE
-
-
-    tt = _tree_to_pattern()
+    """The pattern of a terminal's expansion tree, as Lark's ``TerminalTreeToPattern`` makes it."""
     kind = tree[0]
     if kind == "pat":  # an imported terminal, already a pattern
         return tree[1]
     if kind == "aseq":
         raise _Bail
     if kind == "alts":
-        return tt.expansions([_pattern(a, defs, busy) for a in tree[1]])
+        return alternatives([_pattern(a, defs, busy) for a in tree[1]])
     if kind == "seq":
-        return tt.expansion([_pattern(x, defs, busy) for x in tree[1]])
+        return sequence([_pattern(x, defs, busy) for x in tree[1]])
     if kind == "rep":
-        return tt.expr([_pattern(tree[1], defs, busy), tree[2], *tree[3]])
+        return repeat([_pattern(tree[1], defs, busy), tree[2], *tree[3]])
     if kind == "lit":
-        return literal_pattern(tree[2])
+        return plain_pattern(tree[2])
     if kind == "range":
         a, b = tree[1][1:-1], tree[2][1:-1]
         if tree[1].endswith("i") or tree[2].endswith("i") or len(a) != 1 or len(b) != 1 or a in "\\]^-" or b in "\\]^-":
@@ -411,10 +403,11 @@ def _read(text: str, start: str) -> tuple[list, list, list[str]]:
 
 def _empty(p: object) -> bool:
     """Lark's ``p.min_width == 0``, with the regex parsed once for this test and the terminal's NFA
-    (``regex_compile.min_width``); Lark's own computation where ``re`` cannot parse it."""
+    (``regex_compile.min_width``); Lark's width rule (``plain_patterns.regexp_width``) where ``re``
+    cannot parse it."""
     from trellis.constrain.automata.regex_compile import min_width
 
-    if type(p).__name__ == "PatternStr":
+    if p.type == "str":  # type: ignore[attr-defined]
         return not p.value  # type: ignore[attr-defined]
     try:
         return min_width(p.to_regexp()) == 0  # type: ignore[attr-defined]
@@ -427,65 +420,6 @@ __all__ = ["read"]
 
 # ----------------------------------------------------------------------------- literals and terminal definitions
 
-
-_ESCAPE = re.compile(r"\\(.)", re.S)
-
-def _lark_escaped(m: "re.Match[str]") -> str:
-    c = m.group(1)
-    return "\\\\\\\\" if c == "\\" else "\\" + c if c in "Uuxnftr" else "\\\\" + c
-
-def literal_pattern(literal: str) -> object:
-    """Lark's ``_literal_to_pattern`` for a ``"string"flags`` or ``/regex/flags`` literal, the
-    same pattern object for the same text, without its per-character loop and ``ast.literal_eval``
-    (0.4 ms for a schema's 1 KB length-bounded string regex; a schema grammar has dozens of
-    literals). The escape rules are Lark's ``eval_escaping``, applied with one ``re.sub`` and
-    decoded with ``unicode_escape``; anything unusual (a trailing backslash, a bad escape) goes to
-    Lark's own function, which raises its own errors. ``test_grammar_ir`` checks equality on
-    random literals."""
-    hit = PATTERN_MEMO.get(literal)
-    if hit is None:
-        if len(PATTERN_MEMO) >= PATTERN_MEMO_MAX:
-            PATTERN_MEMO.clear()
-        hit = PATTERN_MEMO[literal] = _literal_pattern(literal)
-    return hit
-
-# Patterns by literal text, shared by every grammar (read-only objects): a schema grammar's
-# punctuation, keys and value regexes recur across schemas. Bounded by entries.
-PATTERN_MEMO: dict[str, object] = {}
-
-PATTERN_MEMO_MAX = 1 << 15
-
-def _literal_pattern(literal: str) -> object:
-    from lark import Token
-    from lark.lexer import PatternRE, PatternStr
-    from lark.load_grammar import _literal_to_pattern
-
-    fields = literal_fields(literal)
-    if fields is None:
-        return _literal_to_pattern(Token("STRING" if literal[0] == '"' else "REGEXP", literal))
-    kind, value, flags = fields
-    return (PatternStr if kind == "str" else PatternRE)(value, flags, raw=literal)
-
-def literal_fields(literal: str) -> tuple[str, str, str] | None:
-    """(kind "str" / "re", value, flags) of a ``"string"flags`` or ``/regex/flags`` literal as
-    Lark's ``_literal_to_pattern`` reads it, or None for what only Lark's function should read (a
-    newline, an empty body, a trailing backslash, an escape that does not decode): it raises
-    Lark's own errors there. Needs no Lark import (``plain_patterns``)."""
-    flag_start = max(literal.rfind('"'), literal.rfind("/")) + 1
-    flags, body = literal[flag_start:], literal[1:flag_start - 1]
-    if "\n" in literal or not body or body.endswith("\\"):
-        return None
-    if "\\" in body or "'" in body:
-        w = _ESCAPE.sub(_lark_escaped, body).replace('\\"', '"').replace("'", "\\'")
-        try:
-            value = w.encode("latin-1", "backslashreplace").decode("unicode_escape")
-        except (UnicodeDecodeError, UnicodeEncodeError):
-            return None
-    else:
-        value = body
-    if literal[0] == '"':
-        return "str", value.replace("\\\\", "\\"), flags
-    return "re", value, flags
 
 class TermDef:
     __slots__ = ("name", "pattern", "priority")
