@@ -70,21 +70,30 @@ class PatternStr(_Pattern):
 
 
 class PatternRE(_Pattern):
-    """A regex literal (``lark.lexer.PatternRE``'s twin; its widths are Lark's, computed on demand)."""
+    """A regex literal (``lark.lexer.PatternRE``'s twin; its widths are Lark's, computed once on
+    first use, as Lark caches them: ``alternatives`` reads them per sort, and memoised patterns
+    are shared by every grammar)."""
 
-    __slots__ = ()
+    __slots__ = ("_width",)
     type = "re"
 
     def to_regexp(self) -> str:
         return _with_flags(self.value, self.flags)
 
+    def _widths(self) -> tuple[int, int]:
+        try:
+            return self._width
+        except AttributeError:
+            self._width = regexp_width(self.to_regexp())
+            return self._width
+
     @property
     def min_width(self) -> int:
-        return regexp_width(self.to_regexp())[0]
+        return self._widths()[0]
 
     @property
     def max_width(self) -> int:
-        return regexp_width(self.to_regexp())[1]
+        return self._widths()[1]
 
 
 _CATEG = re.compile(r"\\p{[A-Za-z_]+}")
