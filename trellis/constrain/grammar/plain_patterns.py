@@ -22,6 +22,13 @@ import re
 import sys
 from typing import Collection
 
+if sys.version_info >= (3, 11):
+    import re._constants as sre_constants
+    import re._parser as sre_parse
+else:  # pragma: no cover - the CI's Python is 3.11
+    import sre_constants
+    import sre_parse
+
 
 def _with_flags(value: str, flags: frozenset) -> str:
     for f in flags:  # in the frozenset's order, as Lark's Pattern._get_flags
@@ -97,24 +104,14 @@ class PatternRE(_Pattern):
 
 
 _CATEG = re.compile(r"\\p{[A-Za-z_]+}")
-_HAS_REGEX: bool | None = None  # whether the ``regex`` module is installed
+_HAS_REGEX = importlib.util.find_spec("regex") is not None  # (as Lark looks it up at its import)
 
 
 def regexp_width(expr: str) -> tuple[int, int]:
     """(min, max) length of ``expr``'s matches as Lark's ``lark.utils.get_regexp_width`` reckons it:
     ``re``'s parser, ``\\p{..}`` categories as one letter when the ``regex`` module is there, and
     where ``re`` cannot parse it, ``regex``'s answer to whether it matches the empty string."""
-    if sys.version_info >= (3, 11):
-        import re._constants as sre_constants
-        import re._parser as sre_parse
-    else:  # pragma: no cover - the CI's Python is 3.11
-        import sre_constants
-        import sre_parse
-    global _HAS_REGEX
-    if _HAS_REGEX is None:  # (looked up once, as Lark does at its import)
-        _HAS_REGEX = importlib.util.find_spec("regex") is not None
-    has_regex = _HAS_REGEX
-    if has_regex:
+    if _HAS_REGEX:
         final = _CATEG.sub("A", expr)
     else:
         if _CATEG.search(expr):
@@ -124,7 +121,7 @@ def regexp_width(expr: str) -> tuple[int, int]:
         lo, hi = sre_parse.parse(final).getwidth()
         return int(lo), int(hi)
     except sre_constants.error:
-        if not has_regex:
+        if not _HAS_REGEX:
             raise ValueError(expr) from None
         import regex
 
@@ -222,6 +219,6 @@ def plain_pattern(literal: str) -> PatternStr | PatternRE:
     return hit
 
 
-# Read-only patterns by literal text, shared by every schema grammar; bounded by entries.
+# Read-only patterns by literal text, shared by every grammar either reader reads; bounded by entries.
 PLAIN_MEMO: dict[str, PatternStr | PatternRE] = {}
 PLAIN_MEMO_MAX = 1 << 15
