@@ -10,6 +10,9 @@ that the VM's drift (20-30% between runs minutes apart on the 2-core VMs) hits b
 each arm every process-wide memo ``bench_fresh.py`` restores (``SHARED_MEMOS``: the walk cache, DFAs,
 shapes...) is put back to its state before the schema: each arm finds what the earlier schemas
 left, as in ``bench_fresh.py --isolation grammar``.
+``--carry``: instead, each arm carries its own memos from its previous schema (both start from one
+warm state): for a switch whose work is memoised across schemas (``counted``), where the shared
+restore would hand the next schema whichever arm ran last.
 The garbage collector is off (``bench_gc.py`` measures it) and the disk cache is off.
 
 ``--grammars``: the grammars of ``bench_fresh.py`` (shipped, and the corpus in ../shared/data/grammars)
@@ -67,6 +70,8 @@ median per arm and the median per-schema ratio of compile times.
   call; without them: the Python methods around the C agenda);
 * ``wordslices``: the word slices (``slices.WORD_SLICES``: ``[0-9A-Za-z]+`` and ``[a-z]+``, for
   identifier and hostname patterns' loops; without them: the three text slices only);
+* ``counted``: a length-bounded terminal's positions read off one counting walk
+  (``counted_walk.ENABLED``; without it: each position walked as before, patched or in full);
 * ``all``: every one of the above.
 """
 
@@ -90,7 +95,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter")
+            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -205,6 +210,9 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     out["cpack"] = flip([tmc], "pack_where", lambda self, ids, flags: self.pack_ids(ids[flags]))
     out["nprow"] = flip([scannerless, cfg, regex_constraint], "write_row", torch_copy)
     out["depth"] = flip([dfa_shapes], "DEPTH_CLASSES", False)
+    import trellis.constrain.vocab.counted_walk as counted_walk
+
+    out["counted"] = flip([counted_walk], "ENABLED", False)
     return out
 
 
@@ -250,6 +258,10 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=2, help="--grammars: documents per grammar")
     ap.add_argument("--only", nargs="*", default=None, help="--grammars: only grammars whose name has one of these")
     ap.add_argument("--reps", type=int, default=1, help="pass over the inputs this many times (sums add up)")
+    ap.add_argument("--carry", action="store_true",
+                    help="schemas: each arm carries its own process-wide memos from input to input, as a server "
+                         "would (for a switch whose work is memoised across inputs), instead of both arms "
+                         "starting each input from the state the previous input's last arm left")
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.environ["TRELLIS_CACHE_DIR"] = ""
@@ -294,6 +306,8 @@ def main() -> None:
     # arm (``Fresh.snapshot``): restoring the walk cache alone left the DFAs, shapes and scan tables
     # the first arm made to the second, ~2x per-schema noise on heavy schemas (o13020: 208 vs 106 ms).
     fresh = Fresh("grammar")
+    # --carry: each arm's own memos, kept from its previous input (both start from the warm state)
+    own = {arm: Fresh("grammar") for arm in ("off", "on")} if args.carry and not args.grammars else None
     os.environ["TRELLIS_CACHE_DIR"] = ""
     budget: collections.Counter = collections.Counter()
     gc.disable()
@@ -304,6 +318,8 @@ def main() -> None:
     # makes per-process tables (~15-20 ms), which landed on whichever arm ran first.
     warm = compile('start: "a"' if args.grammars else JsonSchema({"type": "string"}), vocab)
     warm.fill_mask(warm.start(), row)
+    for f in (own or {}).values():
+        f.snapshot()
     done = 0
     # (each pass takes the first --schemas schemas that compile: the passes were one list of all
     # inputs repeated, cut at schemas * reps, so --reps 3 ran ~2.8 passes over every input)
@@ -318,7 +334,7 @@ def main() -> None:
             if args.grammars:
                 compile_mod.clear_caches()
             else:
-                fresh._restore()
+                (own[arm] if own else fresh)._restore()
             arms[arm]()
             compile_mod.COMPILED.clear()
             t0 = time.perf_counter()
@@ -348,6 +364,8 @@ def main() -> None:
                         break
                     if s is None:
                         break
+            if own:
+                own[arm].snapshot()  # what this arm's next input starts from
             if total is not None:  # (the ratio compares documents both arms finished)
                 per[arm][name] = per[arm].get(name, 0.0) + total
         else:

@@ -85,7 +85,7 @@ def clear_caches() -> None:
     """Forget every in-process memo of compiled grammars and shared tables (the disk cache stays:
     point ``TRELLIS_CACHE_DIR`` at an empty folder for that): what a process that has never seen
     a grammar starts from. Benchmarks of cold compiles call it."""
-    from trellis.constrain.vocab import alike_patch, dfa_shapes, rest_walk
+    from trellis.constrain.vocab import alike_patch, counted_walk, dfa_shapes, rest_walk
     from trellis.constrain.automata import fsm_product, regex_compile, regex_ir
     from trellis.constrain.frontends import formats, pattern, ranges
     from trellis.constrain.automata.byte_dfa import LITERAL_MEMO
@@ -98,6 +98,7 @@ def clear_caches() -> None:
     LISTED.clear()
     COMPILED.clear()
     alike_patch.forget()
+    counted_walk.MEMO.clear()
     DFA_MEMO.clear()
     PARTS_MEMO.clear()
     SHARED.clear()

@@ -118,3 +118,46 @@ def agenda(kernel: frozenset, nxt: list, lhs_of: list, nullable: list,
                 expects[s] = [it]
     return (items, waiting, expects, frozenset(predicted), accepting,
             frozenset([it for it in items if nxt[it[0]] is not None]))
+
+
+def grouped_walk(state: Any, rs: Any, live: np.ndarray, mat_t: np.ndarray, step: Any, charge: Any, take: Any,
+                 group_small: int) -> np.ndarray:
+    """The Python form of ``take_rests`` (``scannerless._chart_walk``): sorted indices of the rests
+    of ``rs`` whose bytes the chart takes from ``state``, stepped a byte at a time and grouped by
+    chart state, so rests that reach equal states share every later step (``step``: a memoised
+    ``Earley.step``; ``live``: the bytes the chart takes from ``state``). A state left with at most
+    ``group_small`` rests finishes them one by one (``take``: ``scannerless._take``); ``charge``
+    counts the work (a group's ~15 numpy calls a byte)."""
+    flat = mat_t.reshape(-1)
+    stride = mat_t.shape[1]
+    idx = np.flatnonzero(live[flat[rs.base]])
+    groups: dict = {state: (idx, np.zeros(len(idx), dtype=np.int64))} if len(idx) else {}
+    out: list[np.ndarray] = []
+    while groups:
+        nxt_groups: dict = {}
+        for st, (r, k) in groups.items():
+            charge(16 + (len(r) >> 4))
+            if len(r) <= group_small:  # a few rests left in this state: finish in Python
+                took = take(st, r.tolist(), rs.tid[r].tolist(), rs.length[r].tolist(), k.tolist())
+                if took:
+                    out.append(np.array(took, dtype=np.int64))
+                continue
+            done = rs.length[r] == k
+            if done.any():
+                out.append(r[done])
+                r, k = r[~done], k[~done]
+                if not len(r):
+                    continue
+            b = flat[rs.base[r] + k * stride]
+            order = np.argsort(b, kind="stable")
+            b, r, k = b[order], r[order], k[order] + 1
+            cuts = np.flatnonzero(b[1:] != b[:-1]) + 1
+            for lo, hi in zip([0] + cuts.tolist(), cuts.tolist() + [len(b)]):
+                nxt = step(st, int(b[lo]))
+                if nxt is None:
+                    continue
+                prev = nxt_groups.get(nxt)
+                nxt_groups[nxt] = ((r[lo:hi], k[lo:hi]) if prev is None else
+                                   (np.concatenate([prev[0], r[lo:hi]]), np.concatenate([prev[1], k[lo:hi]])))
+        groups = nxt_groups
+    return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)

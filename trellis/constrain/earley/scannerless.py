@@ -71,12 +71,13 @@ from torch import Tensor
 from trellis.mask import write_row
 from trellis.constrain.vocab.cut_walk import Simulation, patch
 from trellis.constrain.vocab.dfa_shapes import canonical
+from trellis.constrain.earley.chart_kernel import grouped_walk
 from trellis.constrain.earley.earley import ChartState, Earley
 from trellis.constrain.earley.work_bound import ADVANCE_WORK, MASK_WORK, bounded
 from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
-from trellis.constrain.vocab import vocab_walk
+from trellis.constrain.vocab import counted_walk, vocab_walk
 from trellis.constrain.automata.byte_dfa import literal_at
 from trellis.constrain.vocab.literal_walk import literal_rests_fit, walk_literal_rests
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk
@@ -118,6 +119,7 @@ class EarleyConstraint:
         self._inside: dict[Hashable, tuple[np.ndarray, Walk]] = {}  # shape -> packed, walk
         self._sims: dict[int, Simulation | None] = {}  # cut scan -> how it sits in its terminal
         self._cut_entries: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}
+        self._counted: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}  # (scan, q) -> walk
         self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
         self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
         self._allowed: dict[tuple[ChartState, int], np.ndarray] = {}
@@ -272,6 +274,8 @@ class EarleyConstraint:
             hit = self._cut_inside(d, q, t)
             if hit is not None:
                 return hit
+        elif self.share and (hit := self._counted_inside(d, q, t)) is not None:  # (shared, like walks)
+            return hit
         key = self._shape(d, q)
         ekey = self._entry_key(d, key)
         hit = self._inside.get(ekey)
@@ -289,6 +293,18 @@ class EarleyConstraint:
             if hit[1].cross is not None:
                 self._keep.append(hit[1].cross)
             hit = self._inside[ekey] = (hit[0], self._by_follow(d, key, hit[1]))
+        return hit
+
+    def _counted_inside(self, d: int, q: int, t: int) -> tuple[np.ndarray, Walk] | None:
+        """``_inside_of`` at a position inside a length-bounded terminal (``counted_walk.py``), else None."""
+        hit = self._counted.get((d, q), False)
+        if hit is False:
+            term = self.ir.terminals[t]
+            ch = counted_walk.chain_of(term.dfa, term.pattern) if term.token is None else None
+            hit = self._counted[(d, q)] = counted_walk.walk(ch, q, self.tm) if ch is not None else None
+            if hit is not None:  # a chain ends at its closing quote: crossings filtered by the followers
+                self._keep += [hit[1].cross] if hit[1].cross is not None else []
+                hit = self._counted[(d, q)] = (hit[0], self._by_follow(d, (None, b""), hit[1]))
         return hit
 
     def _cut_inside(self, d: int, q: int, t: int) -> tuple[np.ndarray, Walk] | None:
@@ -440,41 +456,8 @@ class EarleyConstraint:
         ``_statec`` is built, and for small sets, ``_chart_walk_small`` does it (this: ~15 numpy calls a byte)."""
         if len(rs) <= CHART_WALK_SMALL or (CHART_WALK_C and self.earley._native_take_rests is not None):
             return self._chart_walk_small(state, rs)
-        live = self._live(state)
-        flat = self.tm.mat_t.reshape(-1)
-        stride = self.tm.mat_t.shape[1]
-        idx = np.flatnonzero(live[flat[rs.base]])
-        step = self.earley.step
-        groups: dict = {state: (idx, np.zeros(len(idx), dtype=np.int64))} if len(idx) else {}
-        out: list[np.ndarray] = []
-        while groups:
-            nxt_groups: dict = {}
-            for st, (r, k) in groups.items():
-                self.earley.charge(16 + (len(r) >> 4))  # a group's numpy calls (~15 a byte)
-                if len(r) <= CHART_GROUP_SMALL:  # a few rests left in this state: finish in Python
-                    took = self._take(st, r.tolist(), rs.tid[r].tolist(), rs.length[r].tolist(), k.tolist())
-                    if took:
-                        out.append(np.array(took, dtype=np.int64))
-                    continue
-                done = rs.length[r] == k
-                if done.any():
-                    out.append(r[done])
-                    r, k = r[~done], k[~done]
-                    if not len(r):
-                        continue
-                b = flat[rs.base[r] + k * stride]
-                order = np.argsort(b, kind="stable")
-                b, r, k = b[order], r[order], k[order] + 1
-                cuts = np.flatnonzero(b[1:] != b[:-1]) + 1
-                for lo, hi in zip([0] + cuts.tolist(), cuts.tolist() + [len(b)]):
-                    nxt = step(st, int(b[lo]))
-                    if nxt is None:
-                        continue
-                    prev = nxt_groups.get(nxt)
-                    nxt_groups[nxt] = ((r[lo:hi], k[lo:hi]) if prev is None else
-                                       (np.concatenate([prev[0], r[lo:hi]]), np.concatenate([prev[1], k[lo:hi]])))
-            groups = nxt_groups
-        return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
+        return grouped_walk(state, rs, self._live(state), self.tm.mat_t, self.earley.step, self.earley.charge,
+                            self._take, CHART_GROUP_SMALL)
 
     def _chart_walk_small(self, state: ChartState, rs: RestSet) -> np.ndarray:
         """``_chart_walk`` one rest at a time (in C: the rests grouped by chart state, over the

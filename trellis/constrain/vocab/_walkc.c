@@ -1226,6 +1226,161 @@ done:
     return result;
 }
 
+/* walk_ends(trans, q, rows, width, stride, base, length, lo, ends, stops)
+ *   every rest of a rest set whose first byte has a transition from q walked to its end or death:
+ *   ends[i] = the state after the whole rest, or -2 - (the state before the byte with no
+ *   transition) with stops[i] = that byte's offset. Rests that do not start are left as the
+ *   caller filled them. (counted_walk.py reads a token's count of characters off the end state of
+ *   a counting automaton.) */
+static PyObject *walk_ends(PyObject *self, PyObject *args) {
+    Py_buffer trans_b, rows_b, base_b, len_b, lo_b, ends_b, stops_b;
+    long long q, width, stride;
+    if (!PyArg_ParseTuple(args, "y*Ly*LLy*y*y*w*w*", &trans_b, &q, &rows_b, &width, &stride, &base_b, &len_b,
+                          &lo_b, &ends_b, &stops_b))
+        return NULL;
+    PyObject *result = NULL;
+    const int32_t *trans = (const int32_t *)trans_b.buf;
+    const uint8_t *rows = (const uint8_t *)rows_b.buf;
+    const int64_t *base = (const int64_t *)base_b.buf, *lo = (const int64_t *)lo_b.buf;
+    const int32_t *length = (const int32_t *)len_b.buf;
+    int32_t *ends = (int32_t *)ends_b.buf, *stops = (int32_t *)stops_b.buf;
+    Py_ssize_t n = base_b.len / 8, states = trans_b.len / 1024;
+    if (len_b.len != 4 * n || ends_b.len != 4 * n || stops_b.len != 4 * n || lo_b.len != 257 * 8 ||
+        trans_b.len != 1024 * states || q < 0 || q >= states || stride <= 0 || width < 0 || lo[256] > n) {
+        PyErr_SetString(PyExc_ValueError, "walk_ends: arrays of the wrong size or dtype");
+        goto done;
+    }
+    {
+        double inv = 1.0 / (double)stride;
+        const int32_t *row = trans + q * 256;
+        for (int b = 0; b < 256; b++) {
+            if (row[b] < 0) continue;
+            for (int64_t i = lo[b]; i < lo[b + 1]; i++) {
+                const uint8_t *s = rest_bytes(rows, width, stride, inv, base[i]);
+                int32_t len = length[i], st = (int32_t)q, j = 0;
+                for (; j < len; j++) {
+                    int32_t nx = trans[st * 256 + s[j]];
+                    if (nx < 0) break;
+                    st = nx;
+                }
+                if (j == len) {
+                    ends[i] = st;
+                } else {
+                    ends[i] = -2 - st;
+                    stops[i] = j;
+                }
+            }
+        }
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    PyBuffer_Release(&trans_b);
+    PyBuffer_Release(&rows_b);
+    PyBuffer_Release(&base_b);
+    PyBuffer_Release(&len_b);
+    PyBuffer_Release(&lo_b);
+    PyBuffer_Release(&ends_b);
+    PyBuffer_Release(&stops_b);
+    return result;
+}
+
+/* count_rows(ends, tid, nph, tbase, cap, out)
+ *   out ([cap + 1, words] int32, zeroed by the caller): row m holds the tokens tid[i] whose walk of
+ *   a counting automaton (walk_ends) ended inside the body, state ends[i] in [0, tbase) = count
+ *   c * nph + phase, having started at most m characters (c, plus one where the phase is inside a
+ *   character): one pass setting each token's bit in the row of its count, then each row OR-ed
+ *   into the next (counted_walk._unit). */
+static PyObject *count_rows(PyObject *self, PyObject *args) {
+    Py_buffer ends_b, tid_b, out_b;
+    long long nph, tbase, cap;
+    if (!PyArg_ParseTuple(args, "y*y*LLLw*", &ends_b, &tid_b, &nph, &tbase, &cap, &out_b)) return NULL;
+    PyObject *result = NULL;
+    const int32_t *ends = (const int32_t *)ends_b.buf;
+    const int64_t *tid = (const int64_t *)tid_b.buf;
+    uint32_t *out = (uint32_t *)out_b.buf;
+    Py_ssize_t n = ends_b.len / 4;
+    Py_ssize_t words = cap >= 0 ? out_b.len / 4 / (cap + 1) : 0;
+    if (tid_b.len != 8 * n || nph <= 0 || cap < 0 || words <= 0 || out_b.len != 4 * words * (cap + 1)) {
+        PyErr_SetString(PyExc_ValueError, "count_rows: arrays of the wrong size or dtype");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t e = ends[i];
+        if (e < 0 || e >= tbase) continue;
+        int64_t m = e / nph + (e % nph != 0), t = tid[i];
+        if (m > cap || t < 0 || t >= 32 * (int64_t)words) {
+            PyErr_SetString(PyExc_ValueError, "count_rows: a count past the cap or a token past the row");
+            goto done;
+        }
+        out[m * words + (t >> 5)] |= 1u << (t & 31);
+    }
+    for (int64_t m = 1; m <= cap; m++)
+        for (Py_ssize_t w = 0; w < words; w++) out[m * words + w] |= out[(m - 1) * words + w];
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&ends_b);
+    PyBuffer_Release(&tid_b);
+    PyBuffer_Release(&out_b);
+    return result;
+}
+
+/* pair_map(trans_a, final_a, a0, trans_b, final_b, b0)
+ *   the states of DFA A reachable from a0 paired with those of B reachable from b0 by the byte
+ *   strings that reach them, as int32 bytes [states of A] (-1: not reached), when the pairing is
+ *   a function that relates states alike in finality and in which bytes have a transition (then
+ *   the sub-automata from a0 and b0 accept the same strings, state by state); None when it is not
+ *   (a state of A met with two states of B, or a pair that differs). */
+static PyObject *pair_map(PyObject *self, PyObject *args) {
+    Py_buffer ta_b, fa_b, tb_b, fb_b;
+    long long a0, b0;
+    if (!PyArg_ParseTuple(args, "y*y*Ly*y*L", &ta_b, &fa_b, &a0, &tb_b, &fb_b, &b0)) return NULL;
+    PyObject *result = NULL;
+    int32_t *map = NULL, *queue = NULL;
+    const int32_t *ta = (const int32_t *)ta_b.buf, *tb = (const int32_t *)tb_b.buf;
+    const uint8_t *fa = (const uint8_t *)fa_b.buf, *fb = (const uint8_t *)fb_b.buf;
+    Py_ssize_t na = fa_b.len, nb = fb_b.len;
+    if (ta_b.len != 1024 * na || tb_b.len != 1024 * nb || a0 < 0 || a0 >= na || b0 < 0 || b0 >= nb) {
+        PyErr_SetString(PyExc_ValueError, "pair_map: arrays of the wrong size or dtype");
+        goto done;
+    }
+    map = (int32_t *)malloc((size_t)na * sizeof(int32_t));
+    queue = (int32_t *)malloc((size_t)na * sizeof(int32_t));
+    if (!map || !queue) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < na; i++) map[i] = -1;
+    {
+        Py_ssize_t head = 0, tail = 0;
+        int ok = 1;
+        map[a0] = (int32_t)b0;
+        queue[tail++] = (int32_t)a0;
+        while (ok && head < tail) {
+            int32_t a = queue[head++], b = map[a];
+            if (!fa[a] != !fb[b]) { ok = 0; break; }
+            const int32_t *ra = ta + (Py_ssize_t)a * 256, *rb = tb + (Py_ssize_t)b * 256;
+            for (int x = 0; x < 256; x++) {
+                int32_t u = ra[x], v = rb[x];
+                if ((u < 0) != (v < 0) || (u >= 0 && (u >= na || v >= nb))) { ok = 0; break; }
+                if (u < 0) continue;
+                if (map[u] < 0) {
+                    map[u] = v;
+                    queue[tail++] = u;
+                } else if (map[u] != v) { ok = 0; break; }
+            }
+        }
+        if (ok) result = PyBytes_FromStringAndSize((const char *)map, na * (Py_ssize_t)sizeof(int32_t));
+        else { result = Py_None; Py_INCREF(result); }
+    }
+done:
+    free(map);
+    free(queue);
+    PyBuffer_Release(&ta_b);
+    PyBuffer_Release(&fa_b);
+    PyBuffer_Release(&tb_b);
+    PyBuffer_Release(&fb_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"reach", reach, METH_VARARGS, "How deep every string a slice keeps alive stays alive from a DFA state."},
     {"walk_rests", walk_rests, METH_VARARGS, "One DFA state over a rest set (rest_walk.walk's loop)."},
@@ -1241,6 +1396,9 @@ static PyMethodDef methods[] = {
     {"special_paths", special_paths, METH_VARARGS, "The byte strings from a cut DFA state to its special places (cut_walk)."},
     {"prefix_ranges", prefix_ranges, METH_VARARGS, "Where the keys starting with each of some byte strings lie in a sorted key list."},
     {"prefix_bounds", prefix_bounds, METH_VARARGS, "Where the keys equal to and starting with each prefix of a literal lie in a sorted key list."},
+    {"walk_ends", walk_ends, METH_VARARGS, "Where each rest of a set ends (or dies) from a DFA state (counted_walk)."},
+    {"count_rows", count_rows, METH_VARARGS, "Per-count unions of the tokens a counting walk kept (counted_walk)."},
+    {"pair_map", pair_map, METH_VARARGS, "The states of one DFA paired with another's alike ones, or None (counted_walk)."},
     {"leftovers", leftovers, METH_VARARGS, "The rest set of the leftovers after crossings (RestSet.of)."},
     {NULL, NULL, 0, NULL},
 };
