@@ -16,6 +16,7 @@ from trellis.constrain.vocab.rest_walk import RestSet, walk
 from trellis.constrain.vocab.walks import TokenMatrix, walkc
 from trellis.tokens import Vocabulary
 
+from tests.constrain.test_alike_patch import _tokens
 from tests.constrain.test_trie_walk import _canon
 
 pytestmark = pytest.mark.skipif(walkc is None, reason="counting walks run in C (without it: ordinary walks)")
@@ -40,11 +41,6 @@ def _vocab(seed: int) -> Vocabulary:
     lst = sorted(toks)
     rng.shuffle(lst)
     return Vocabulary(tuple([b"</s>"] + lst), eos=frozenset({0}), special=frozenset({0}))
-
-
-def _tokens(packed: np.ndarray, tm: TokenMatrix) -> list[int]:
-    bits = np.unpackbits(packed.view(np.uint8), bitorder="little")[: tm.size]
-    return np.flatnonzero(bits).tolist()
 
 
 def _pattern(rng: random.Random) -> str:
@@ -168,6 +164,9 @@ def test_the_counting_walk_waits_until_it_pays_and_clear_caches_forgets_it() -> 
             got.append(counted_walk.walk(ch, q, tm) is not None)
             q = int(dfa.trans[q, ord("a")])
     assert got == [False] * counted_walk.LAZY + [True] * (6 - counted_walk.LAZY)
+    p = r'[x-z]{300}"'  # over CANON_MAX states: its first position is read off at once
+    dfa = regex_to_byte_dfa(p)
+    assert dfa.num_states > 256 and counted_walk.walk(counted_walk.chain_of(dfa, p), 0, tm) is not None
     assert counted_walk.MEMO
     clear_caches()
     assert not counted_walk.MEMO

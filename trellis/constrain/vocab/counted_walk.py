@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA
+from trellis.constrain.automata.regex import regex_to_byte_dfa
+from trellis.constrain.vocab.dfa_shapes import CANON_MAX, content_digest
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, c_bool, c_table, leftovers, rows
 from trellis.constrain.vocab.walk_cache import key_digest
 from trellis.constrain.vocab.walks import TokenMatrix, walkc
@@ -55,7 +57,10 @@ MEMO: dict = {}
 MEMO_MAX = 1024
 # A counting walk (~6 ms for a JSON string's body on Gemma) is built for a (BODY, TAIL, phase) only
 # once more than this many of its positions were asked for; before, they are walked the ordinary way
-# (~1-3 ms each): a value that is one or two tokens long never pays for it.
+# (~1-3 ms each): a value that is one or two tokens long never pays for it. Not for a chain of over
+# ``dfa_shapes.CANON_MAX`` states (``{0,128}``: 1,666): there the ordinary way's first walk pays for
+# the whole DFA's depth classes and digest first (~3-6 ms, bench_fresh's sp_106), more than the
+# counting walk, which every later schema shares.
 LAZY = 2
 _LOCK = threading.Lock()
 
@@ -107,12 +112,9 @@ def _analyse(dfa: ByteDFA, pattern: str) -> Chain | None:
     hi = lo if m.group("hi") is None else int(m.group("hi"))
     if hi < lo or hi < 1 or hi > MAX_HI:
         return None
-    from trellis.constrain.automata.regex import regex_to_byte_dfa
-    from trellis.constrain.errors import GrammarError
-
     try:
         body = regex_to_byte_dfa(f"(?:{m.group('body')})", name="counted body")
-    except (GrammarError, Exception):  # a guessed split that is no regex: not a chain
+    except Exception:  # a guessed split that is no regex (GrammarError, re.error...): not a chain
         return None
     pre = b'"' if m.group("pre") else b""
     tail = b'"'
@@ -131,8 +133,6 @@ def _analyse(dfa: ByteDFA, pattern: str) -> Chain | None:
     inside = (pair >= body_lo) & (pair < body_hi)
     rel = pair - body_lo
     where = np.where(inside, (rel % nph) * (hi + 1) + rel // nph, -1)
-    from trellis.constrain.vocab.dfa_shapes import content_digest
-
     return Chain(body, content_digest(body), tail, lo, hi, where, phase_of)
 
 
@@ -250,7 +250,7 @@ def walk(ch: Chain, q: int, tm: TokenMatrix) -> tuple[np.ndarray, Walk] | None:
     if hit is not None:
         return hit[1]
     ukey = ("unit", id(tm), ch.body_key, ch.tail, k)
-    if ukey not in MEMO:
+    if ukey not in MEMO and len(ch.where) <= CANON_MAX:
         asked = MEMO.get(("asked",) + ukey[1:], (tm, 0))[1] + 1
         _put(("asked",) + ukey[1:], (tm, asked))
         if asked <= LAZY:
