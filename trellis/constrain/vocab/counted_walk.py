@@ -38,7 +38,7 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.regex import regex_to_byte_dfa
-from trellis.constrain.vocab.dfa_shapes import CANON_MAX, content_digest
+from trellis.constrain.vocab.dfa_shapes import content_digest
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, c_bool, c_table, leftovers, rows
 from trellis.constrain.vocab.walk_cache import key_digest
 from trellis.constrain.vocab.walks import TokenMatrix, walkc
@@ -55,13 +55,6 @@ MAX_HI = 4096
 # (a threshold's entry holds a 32 KB packed row on Gemma).
 MEMO: dict = {}
 MEMO_MAX = 1024
-# A counting walk (~6 ms for a JSON string's body on Gemma) is built for a (BODY, TAIL, phase) only
-# once more than this many of its positions were asked for; before, they are walked the ordinary way
-# (~1-3 ms each): a value that is one or two tokens long never pays for it. Not for a chain of over
-# ``dfa_shapes.CANON_MAX`` states (``{0,128}``: 1,666): there the ordinary way's first walk pays for
-# the whole DFA's depth classes and digest first (~3-6 ms, bench_fresh's sp_106), more than the
-# counting walk, which every later schema shares.
-LAZY = 2
 _LOCK = threading.Lock()
 
 
@@ -238,7 +231,11 @@ def _unit(ch: Chain, k: int, tm: TokenMatrix) -> _Unit:
 def walk(ch: Chain, q: int, tm: TokenMatrix) -> tuple[np.ndarray, Walk] | None:
     """``vocab_walk.walk`` of the terminal's state ``q`` (no follow set: a chain's accepting state
     is a dead end, so the caller filters crossings by its followers), or None where ``q`` is not
-    inside BODY, or where the counting walk is not built yet and not yet worth building (``LAZY``)."""
+    inside BODY. The first position asked for builds the counting walk (~6 ms for a JSON string's
+    body on Gemma, ~1.5 ms for a hex class), once per process for every bound and schema. Waiting
+    for a third position (each a 1-5 ms ordinary walk before it) made three slow masks of one
+    (``ab_masks --carry``, waiting vs not: o10012 30.6 -> 14.7 ms, sp_120 62.0 -> 54.0, sp_106
+    22.7 -> 25.5)."""
     w = int(ch.where[q])
     if w < 0:
         return None
@@ -249,12 +246,6 @@ def walk(ch: Chain, q: int, tm: TokenMatrix) -> tuple[np.ndarray, Walk] | None:
     hit = MEMO.get(key)
     if hit is not None:
         return hit[1]
-    ukey = ("unit", id(tm), ch.body_key, ch.tail, k)
-    if ukey not in MEMO and len(ch.where) <= CANON_MAX:
-        asked = MEMO.get(("asked",) + ukey[1:], (tm, 0))[1] + 1
-        _put(("asked",) + ukey[1:], (tm, asked))
-        if asked <= LAZY:
-            return None
     u = _unit(ch, k, tm)
     packed = u.le[r_hi]
     sel = (u.tail_n >= r_lo) & (u.tail_n <= r_hi)
