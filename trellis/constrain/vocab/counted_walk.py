@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -83,7 +83,6 @@ class _Unit:
     ci: np.ndarray  # crossing rests (indices into the vocabulary rest set), ascending
     cn: np.ndarray  # their counts
     inv: np.ndarray  # their leftovers' indices in ``cross``
-    keep: list = field(default_factory=list)
 
 
 def chain_of(dfa: ByteDFA, pattern: str) -> Chain | None:
