@@ -52,8 +52,9 @@ A chart state is a set of scans ``(t, q, E)``. A token is allowed iff for some s
 DFA state, ``rest_walk.walk``, kept as a packed bitset and shared across grammars and runs by the
 shape of the sub-automaton, ``walk_cache.py``, and by the bytes that may follow the terminal unless
 its accepting states are dead ends; a terminal cut by lexical priority patches its terminal's walk,
-``cut_walk.py``), or (b) ``t`` can end after ``j`` of its bytes with
-a byte that may follow it (FOLLOW sets) and the rest is allowed from the boundary after ``t``
+``cut_walk.py``; a length-bounded one's positions are read off one counting walk,
+``counted_walk.py``), or (b) ``t`` can end after ``j`` of its bytes with a byte that may follow it
+(FOLLOW sets) and the rest is allowed from the boundary after ``t``
 completes at ``E``: the same question one level down on the set of leftovers (a ``RestSet``),
 cached per (boundary state, rest set). Below ``SPLIT_DEPTH`` levels the leftovers are stepped
 through the chart itself, grouped by chart state (``_chart_walk``). Only which scans a state has,
