@@ -327,7 +327,7 @@ def main() -> None:
     for rep, (name, schema, ids) in [(r, x) for r in range(args.reps) for x in inputs]:
         if per_rep[rep] >= args.schemas and not args.grammars:
             continue
-        if not args.grammars:
+        if not args.grammars and not own:  # (with --carry each arm keeps its own)
             fresh.snapshot()
         order = ["off", "on"] if done % 2 == 0 else ["on", "off"]
         for arm in order:

@@ -139,12 +139,7 @@ def _chain(body: ByteDFA, phase_of: np.ndarray, pre: bytes, tail: bytes, lo: int
     for i, b in enumerate(pre):
         trans[i, b] = i + 1
     inc, tph = _phase_rows(body, phase_of)
-    # count c's rows are count 0's shifted by c * nph, where there is a way on; none at c = hi
-    row0 = np.where(inc >= 0, p + inc * nph + tph, -1).astype(np.int32)  # [nph, 256]
-    block = trans[p:p + hi * nph].reshape(hi, nph, 256)
-    block[:] = row0
-    block += (np.arange(hi, dtype=np.int32) * nph)[:, None, None]
-    block[:, row0 < 0] = -1
+    _body_rows(trans[p:p + hi * nph].reshape(hi, nph, 256), inc, tph, p, nph)  # none at c = hi
     first_tail = p + (hi + 1) * nph
     for cc in range(lo, hi + 1):
         trans[p + cc * nph, tail[0]] = first_tail
@@ -167,6 +162,15 @@ def _phase_rows(body: ByteDFA, phase_of: np.ndarray) -> tuple[np.ndarray, np.nda
     return inc, tph
 
 
+def _body_rows(block: np.ndarray, inc: np.ndarray, tph: np.ndarray, base: int, nph: int) -> None:
+    """Fill ``block`` ([counts, nph, 256], state ``base + c * nph + k`` at [c, k]) with the body's
+    ways on (``_phase_rows``): count c's rows are count 0's shifted by ``c * nph``."""
+    row0 = np.where(inc >= 0, base + inc * nph + tph, -1).astype(np.int32)  # [nph, 256]
+    block[:] = row0
+    block += (np.arange(len(block), dtype=np.int32) * nph)[:, None, None]
+    block[:, row0 < 0] = -1
+
+
 def _counting(body: ByteDFA, phase_of: np.ndarray, tail: bytes, cap: int) -> tuple[np.ndarray, int, int]:
     """The counting automaton of ``BODY* tail`` with counts 0..cap: body states ``c * nph + k``,
     tail states ``tbase + c * (len(tail) - 1) + i - 1``, the end after ``c`` characters
@@ -178,11 +182,8 @@ def _counting(body: ByteDFA, phase_of: np.ndarray, tail: bytes, cap: int) -> tup
     n = dbase + cap + 1
     trans = np.full((n, 256), -1, dtype=np.int32)
     inc, tph = _phase_rows(body, phase_of)
-    row0 = np.where(inc >= 0, inc * nph + tph, -1).astype(np.int32)
     block = trans[:tbase].reshape(cap + 1, nph, 256)
-    block[:] = row0
-    block += (np.arange(cap + 1, dtype=np.int32) * nph)[:, None, None]
-    block[:, row0 < 0] = -1
+    _body_rows(block, inc, tph, 0, nph)
     block[cap, inc == 1] = -1  # no count past the cap (no token is that long)
     for cc in range(cap + 1):
         nxt = tbase + cc * (t - 1) if t > 1 else dbase + cc
