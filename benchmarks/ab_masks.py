@@ -247,6 +247,22 @@ def grammar_inputs(vocab, tokenizer, n_docs: int, only: list[str] | None = None)
     return out
 
 
+def schema_inputs(tokenizer) -> list:
+    """(name, schema, ids) for each bench_fresh schema: its first valid document whose tokens decode back."""
+    from bench_fresh import schema_cases
+    from trellis.constrain.frontends.json_schema import order_keys
+
+    out = []
+    for c in schema_cases():
+        docs = [json.dumps(order_keys(c["schema"], t["data"]), separators=(",", ":"), ensure_ascii=False)
+                for t in c["tests"] if t.get("valid")]
+        ids = next((x for x in (tokenizer.encode(d, add_special_tokens=False) for d in docs)
+                    if tokenizer.decode(x) in docs), None)
+        if ids is not None:
+            out.append((c["name"], c["schema"], ids))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--switch", choices=SWITCHES + ("all",), default=None)
@@ -265,9 +281,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.environ["TRELLIS_CACHE_DIR"] = ""
-    from bench_fresh import Fresh, schema_cases
+    from bench_fresh import Fresh
     from trellis.constrain import JsonSchema, compile, prepare_vocabulary
-    from trellis.constrain.frontends.json_schema import order_keys
     from trellis.mask import allocate_bitmask
     from trellis.models import load
 
@@ -295,13 +310,7 @@ def main() -> None:
         inputs = grammar_inputs(vocab, tok, args.docs, args.only)
         print(f"{len(inputs)} documents", flush=True)
     else:
-        for c in schema_cases():
-            docs = [json.dumps(order_keys(c["schema"], t["data"]), separators=(",", ":"), ensure_ascii=False)
-                    for t in c["tests"] if t.get("valid")]
-            ids = next((x for x in (tok.encode(d, add_special_tokens=False) for d in docs) if tok.decode(x) in docs),
-                       None)
-            if ids is not None:
-                inputs.append((c["name"], c["schema"], ids))
+        inputs = schema_inputs(tok)
     # Every process-wide memo bench_fresh.py restores (DFAs, shapes, walks...), put back before each
     # arm (``Fresh.snapshot``): restoring the walk cache alone left the DFAs, shapes and scan tables
     # the first arm made to the second, ~2x per-schema noise on heavy schemas (o13020: 208 vs 106 ms).
