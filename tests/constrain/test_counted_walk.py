@@ -156,3 +156,37 @@ def test_clear_caches_forgets_the_counting_walks() -> None:
     assert counted_walk.walk(counted_walk.chain_of(dfa, p), 0, tm) is not None and counted_walk.MEMO
     clear_caches()
     assert not counted_walk.MEMO
+
+
+def test_the_prebuilt_json_string_walk_is_taken_and_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prebuild`` (the per-vocabulary tables) makes the counting walk of a JSON string's
+    character as the schema translator writes it: a bounded string's positions read it (no new
+    counting walk from a character's start) and still equal their full walks."""
+    import re
+
+    from trellis.constrain import JsonSchema
+
+    tm = TokenMatrix.of(_vocab(7))
+    counted_walk.prebuild(tm)
+    assert len(tm._counted_units) == 1
+    lark = JsonSchema({"type": "string", "minLength": 2, "maxLength": 7}).to_lark("earley")
+    p = next(m.group(1) for m in re.finditer(r"^T\d+: /(.*)/$", lark, re.M) if "{2,7}" in m.group(1))
+    dfa = regex_to_byte_dfa(p)
+    ch = counted_walk.chain_of(dfa, p)
+    assert ch is not None
+    built = []
+    real = counted_walk._counting_walk
+    monkeypatch.setattr(counted_walk, "_counting_walk", lambda *a: built.append(a[4]) or real(*a))
+    rs = RestSet.vocabulary(tm)
+    starts = 0
+    for q in range(dfa.num_states):
+        got = counted_walk.walk(ch, q, tm)
+        if got is None:
+            continue
+        starts += int(ch.where[q]) // (ch.hi + 1) == 0
+        inside, cross = _canon(walk(dfa.trans, dfa.final, q, rs, tm), rs)
+        assert _tokens(got[0], tm) == sorted(rs.tid[inside].tolist()), q
+        w = got[1]
+        w.inside = np.zeros(len(rs), dtype=bool)
+        assert _canon(w, rs)[1] == cross, q
+    assert starts == 8 and 0 not in built  # 8 positions at a character's start, none built anew

@@ -38,6 +38,7 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.regex import regex_to_byte_dfa
+from trellis.constrain.automata.regex_ir import JSON_UNIT, regex_atom
 from trellis.constrain.vocab.dfa_shapes import content_digest
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, c_bool, c_table, leftovers, rows
 from trellis.constrain.vocab.walk_cache import key_digest
@@ -113,8 +114,7 @@ def _analyse(dfa: ByteDFA, pattern: str) -> Chain | None:
     trans, final = body.trans, body.final
     if final[0] or (final[:, None] & (trans >= 0)).any() or trans[0, tail[0]] >= 0:
         return None  # BODY takes "", or goes on after a character, or starts like TAIL
-    phase_of = np.full(len(final), -1, dtype=np.int64)
-    phase_of[~final] = np.arange(int((~final).sum()))
+    phase_of = _phases(body)
     k_trans, k_final, start = _chain(body, phase_of, pre, tail, lo, hi)
     got = walkc.pair_map(c_table(dfa.trans), c_bool(dfa.final), 0, c_table(k_trans), c_bool(k_final), start)
     if got is None:
@@ -194,13 +194,48 @@ def _counting(body: ByteDFA, phase_of: np.ndarray, tail: bytes, cap: int) -> tup
 
 
 def _unit(ch: Chain, k: int, tm: TokenMatrix) -> _Unit:
+    pre = tm.__dict__.get("_counted_units", {}).get((ch.body_key, ch.tail, k))  # (``prebuild``)
+    if pre is not None:
+        return pre
     key = ("unit", id(tm), ch.body_key, ch.tail, k)
     hit = MEMO.get(key)
     if hit is not None:
         return hit[1]
+    unit = _counting_walk(ch.body, ch.body_key, ch.phase_of, ch.tail, k, tm)
+    _put(key, (tm, unit))
+    return unit
+
+
+def _phases(body: ByteDFA) -> np.ndarray:
+    """[body states] the phase index of each state that is inside a character (-1: final)."""
+    final = body.final
+    phase_of = np.full(len(final), -1, dtype=np.int64)
+    phase_of[~final] = np.arange(int((~final).sum()))
+    return phase_of
+
+
+def prebuild(tm: TokenMatrix) -> None:
+    """The counting walk of a JSON string's character (``regex_ir.JSON_UNIT``, every
+    ``minLength``/``maxLength`` string the schema translator writes) before its closing quote, from
+    a character's start, built now and kept on the token matrix (``tables.prepare``: on disk with
+    the other per-vocabulary tables), so that the first bounded string of a process does not pay
+    it in a mask (~6-7 ms on Gemma: bench_fresh's sp_106, its position 18). Other bodies and
+    phases are built at their first position (``_unit``)."""
+    if walkc is None or not ENABLED:
+        return
+    units = tm.__dict__.setdefault("_counted_units", {})
+    body = regex_to_byte_dfa(f"(?:{regex_atom(JSON_UNIT)})", name="counted body")
+    key = (content_digest(body), b'"', 0)
+    if key not in units:
+        units[key] = _counting_walk(body, key[0], _phases(body), b'"', 0, tm)
+
+
+def _counting_walk(body: ByteDFA, body_key: bytes, phase_of: np.ndarray, tail: bytes, k: int,
+                   tm: TokenMatrix) -> _Unit:
+    """The counting walk from phase ``k`` over ``tm``'s vocabulary (module docstring)."""
     cap = int(tm.mat_t.shape[0])
-    trans, tbase, dbase = _counting(ch.body, ch.phase_of, ch.tail, cap)
-    nph = int((ch.phase_of >= 0).sum())
+    trans, tbase, dbase = _counting(body, phase_of, tail, cap)
+    nph = int((phase_of >= 0).sum())
     rs = RestSet.vocabulary(tm)
     n = len(rs)
     ends = np.full(n, -1, dtype=np.int32)
@@ -215,17 +250,15 @@ def _unit(ch: Chain, k: int, tm: TokenMatrix) -> _Unit:
     le = list(le_rows)
     in_tail = e >= tbase
     et = e[in_tail].astype(np.int64)
-    tail_n = np.where(et >= dbase, et - dbase, (et - tbase) // max(len(ch.tail) - 1, 1))
+    tail_n = np.where(et >= dbase, et - dbase, (et - tbase) // max(len(tail) - 1, 1))
     # a crossing token died right after the end state (which has no way on), past its first byte
     ci = np.flatnonzero((e <= -2 - dbase) & (stops >= 1))
     cn = (-2 - e[ci]).astype(np.int64) - dbase
     cross, inv = None, np.zeros(0, dtype=np.int64)
     if len(ci):
         cross, inv = leftovers(tm, rs, ci, stops[ci].astype(np.int64), rs.distinct)
-        cross.key = key_digest((("counted", ch.body_key, ch.tail, k, cap), "counted"))
-    unit = _Unit(le, rs.tid[in_tail], tail_n, cross, ci, cn, inv)
-    _put(key, (tm, unit))
-    return unit
+        cross.key = key_digest((("counted", body_key, tail, k, cap), "counted"))
+    return _Unit(le, rs.tid[in_tail], tail_n, cross, ci, cn, inv)
 
 
 def walk(ch: Chain, q: int, tm: TokenMatrix) -> tuple[np.ndarray, Walk] | None:

@@ -319,14 +319,17 @@ def bounded_cover(tm: TokenMatrix, sl: Slice, level: int) -> Cover:
 
 
 def prebuild(tm: TokenMatrix) -> None:
-    """Build the JSON body slice's bounded covers and trie cuts now (``tables.prepare``: kept on
-    disk with the other tables), so that no mask pays for them: each took 1.5-2 ms the first time
-    a length-bounded string reached its level in a process (bench_fresh's schemas)."""
-    json_body = slices(tm)[1]
-    for level in DEPTHS:
-        bounded_cover(tm, json_body, level)
-    for level in CUT_LEVELS:
-        trie_cut(tm, json_body, level)
+    """Build every slice's bounded covers (the word slices have none) and trie cuts now
+    (``tables.prepare``: kept on disk with the other tables), so that no mask pays for them: each
+    took 1.5-2 ms (the JSON body's) to 12 ms (the first cut of a word slice, bench_fresh's o10012)
+    the first time a state reached its level in a process. All of them: ~50 ms once per
+    vocabulary, ~10 MB more on disk (``benchmarks/README.md``, bench_first_mask.py)."""
+    for sl in slices(tm):
+        if sl.pattern not in WORDS:
+            for level in DEPTHS:
+                bounded_cover(tm, sl, level)
+        for level in CUT_LEVELS:
+            trie_cut(tm, sl, level)
 
 
 # Trie cuts: below ``DEPTHS[0]`` a bounded cover's flat walk costs more than the trie (the members

@@ -3,8 +3,8 @@
 ``prepare(vocab)`` makes sure every table the walks need that depends on the vocabulary alone is
 built: the token matrix (``walks.TokenMatrix``), the token trie and its depth-first form
 (``trie_walk``), the lexicographic order (``literal_walk.SortedVocab``), the vocabulary rest set
-and its rows (``rest_walk``), the token slices with the JSON body's bounded covers and trie cuts
-(``slices``). Like xgrammar's ``TokenizerInfo`` and
+and its rows (``rest_walk``), the token slices with their bounded covers and trie cuts
+(``slices``), a JSON string character's counting walk (``counted_walk.prebuild``). Like xgrammar's ``TokenizerInfo`` and
 llguidance's ``LLTokenizer``, but read back from the disk cache (``disk_cache``, keyed by the
 vocabulary's fingerprint and ``cache_version()``) instead of rebuilt in every process: on Gemma
 3's 262,144 tokens ~1.2 s to build, ~0.1 s to read (~115 MB with the word slices; ``benchmarks/bench_first_mask.py``).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from trellis.constrain.disk_cache import (cache_key, cache_version, grammar_cache_dir, pickled, read_cache_file,
                                           write_cache_later)
+from trellis.constrain.vocab import counted_walk
 from trellis.constrain.vocab.literal_walk import SortedVocab
 from trellis.constrain.vocab.rest_walk import RestSet, rows
 from trellis.constrain.vocab.slices import prebuild, slices
@@ -42,6 +43,7 @@ def prepare(vocab: Vocabulary, *, cache: bool = True) -> TokenMatrix:
     rows(tm)
     slices(tm)
     prebuild(tm)
+    counted_walk.prebuild(tm)
     if path is not None:
         # pickled here, not on the writer's thread: later masks add memos to these objects
         write_cache_later(path, pickled(tm.tables()))
