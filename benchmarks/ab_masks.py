@@ -72,6 +72,8 @@ median per arm and the median per-schema ratio of compile times.
   identifier and hostname patterns' loops; without them: the three text slices only);
 * ``counted``: a length-bounded terminal's positions read off one counting walk
   (``counted_walk.ENABLED``; without it: each position walked as before, patched or in full);
+* ``sparse``: a scan state's row with few nonzero words OR-ed into a mask word by word
+  (``scannerless.SPARSE_ROWS``; without it: every row OR-ed whole, as before);
 * ``all``: every one of the above.
 """
 
@@ -95,7 +97,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted")
+            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -213,6 +215,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     import trellis.constrain.vocab.counted_walk as counted_walk
 
     out["counted"] = flip([counted_walk], "ENABLED", False)
+    out["sparse"] = flip([scannerless], "SPARSE_ROWS", False)
     return out
 
 
@@ -272,7 +275,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write per-arm mask times as JSON")
     ap.add_argument("--grammars", action="store_true", help="the grammars' random-walk documents, not schemas")
     ap.add_argument("--docs", type=int, default=2, help="--grammars: documents per grammar")
-    ap.add_argument("--only", nargs="*", default=None, help="--grammars: only grammars whose name has one of these")
+    ap.add_argument("--only", nargs="*", default=None, help="only grammars (or schemas) whose name has one of these")
     ap.add_argument("--reps", type=int, default=1, help="pass over the inputs this many times (sums add up)")
     ap.add_argument("--carry", action="store_true",
                     help="schemas: each arm carries its own process-wide memos from input to input, as a server "
@@ -310,7 +313,7 @@ def main() -> None:
         inputs = grammar_inputs(vocab, tok, args.docs, args.only)
         print(f"{len(inputs)} documents", flush=True)
     else:
-        inputs = schema_inputs(tok)
+        inputs = [x for x in schema_inputs(tok) if not args.only or any(o in x[0] for o in args.only)]
     # Every process-wide memo bench_fresh.py restores (DFAs, shapes, walks...), put back before each
     # arm (``Fresh.snapshot``): restoring the walk cache alone left the DFAs, shapes and scan tables
     # the first arm made to the second, ~2x per-schema noise on heavy schemas (o13020: 208 vs 106 ms).

@@ -161,3 +161,22 @@ def grouped_walk(state: Any, rs: Any, live: np.ndarray, mat_t: np.ndarray, step:
                                    (np.concatenate([prev[0], r[lo:hi]]), np.concatenate([prev[1], k[lo:hi]])))
         groups = nxt_groups
     return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
+
+
+def take_each(walk: Any, toks: Any, state: Any, idx: Iterable[int], tids: list[int], lengths: list[int],
+              done: list[int]) -> list[int]:
+    """The rests ``idx`` (tokens ``tids``, the last ``lengths`` bytes of each) whose bytes after the
+    first ``done[j]`` the chart takes whole from ``state`` (``walk``: ``Earley.walk``), in order:
+    each distinct rest walked once (the form without ``_statec``; with it every chart walk is
+    ``Earley.take_rests``)."""
+    seen: dict[bytes, bool] = {}
+    out = []
+    for i, t, n, j in zip(idx, tids, lengths, done):
+        tok = toks[t]
+        rest = tok[len(tok) - n + j:]
+        ok = seen.get(rest)
+        if ok is None:
+            ok = seen[rest] = walk(state, rest) is not None
+        if ok:
+            out.append(i)
+    return out

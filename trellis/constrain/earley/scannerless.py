@@ -72,7 +72,7 @@ from torch import Tensor
 from trellis.mask import write_row
 from trellis.constrain.vocab.cut_walk import Simulation, patch
 from trellis.constrain.vocab.dfa_shapes import canonical
-from trellis.constrain.earley.chart_kernel import grouped_walk
+from trellis.constrain.earley.chart_kernel import grouped_walk, take_each
 from trellis.constrain.earley.earley import ChartState, Earley
 from trellis.constrain.earley.work_bound import ADVANCE_WORK, MASK_WORK, bounded
 from trellis.constrain.errors import GrammarError
@@ -83,7 +83,7 @@ from trellis.constrain.automata.byte_dfa import literal_at
 from trellis.constrain.vocab.literal_walk import literal_rests_fit, walk_literal_rests
 from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk
 from trellis.constrain.vocab.walk_cache import SHARED, key_digest
-from trellis.constrain.vocab.walks import TokenMatrix
+from trellis.constrain.vocab.walks import TokenMatrix, sparse_words
 from trellis.tokens import Vocabulary
 
 
@@ -121,6 +121,7 @@ class EarleyConstraint:
         self._sims: dict[int, Simulation | None] = {}  # cut scan -> how it sits in its terminal
         self._cut_entries: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}
         self._counted: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}  # (scan, q) -> walk
+        self._rows: dict[tuple[int, int], tuple] = {}  # (scan, q) -> ``_row_of``
         self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
         self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
         self._allowed: dict[tuple[ChartState, int], np.ndarray] = {}
@@ -380,11 +381,18 @@ class EarleyConstraint:
         tokens, term = self._token_rows, self.earley.scan_term
         for t, q, _, es in self._groups(state):
             if tokens and term[t] in tokens:  # a token element: its ids, whole tokens only
-                packed, w = tokens[term[t]], None
+                row = [tokens[term[t]], None, None]
             else:
-                packed, w = self._inside_of(t, q)
+                row = self._row_of(t, q) if SPARSE_ROWS else [*self._inside_of(t, q), None]
+            packed, w = row[0], row[1]
+            if m is not None and row[2] is False:  # (the row's first OR into a mask)
+                row[2] = sparse_words(packed, SPARSE_WORDS)
             if m is None:
                 m = packed
+            elif row[2] is not None:  # a few nonzero words (a key literal's tokens): OR-ed word by word
+                if not owned:
+                    m, owned = m.copy(), True
+                m[row[2][0]] |= row[2][1]
             elif owned:
                 m |= packed
             else:
@@ -397,6 +405,14 @@ class EarleyConstraint:
                             m, owned = m.copy(), True
                         w.mark_sources(ok, m, tid)
         return np.zeros(self.tm.words, dtype=np.int32) if m is None else m
+
+    def _row_of(self, t: int, q: int) -> list:
+        """[packed, walk, words]: ``_inside_of(t, q)`` memoised per scan state (its lookups ran per
+        group per mask); words: ``sparse_words`` of the row once a mask ORs it in (False before)."""
+        hit = self._rows.get((t, q))
+        if hit is None:
+            hit = self._rows[(t, q)] = [*self._inside_of(t, q), False]
+        return hit
 
     def _rests_allowed(self, state: ChartState, rs: RestSet, depth: int = 1) -> np.ndarray:
         """Sorted indices of the rests of ``rs`` that the chart ``state`` can take whole (cached
@@ -471,21 +487,8 @@ class EarleyConstraint:
 
     def _take(self, state: ChartState, idx: Iterable[int], tids: list[int], lengths: list[int],
               done: list[int]) -> list[int]:
-        """The rests ``idx`` (tokens ``tids``, the last ``lengths`` bytes of each) whose bytes after the first
-        ``done[j]`` the chart takes whole from ``state``, in order: each distinct rest walked once (the
-        form without ``_statec``; with it every chart walk is ``Earley.take_rests``)."""
-        toks, walk = self._toks, self.earley.walk
-        seen: dict[bytes, bool] = {}
-        out = []
-        for i, t, n, j in zip(idx, tids, lengths, done):
-            tok = toks[t]
-            rest = tok[len(tok) - n + j:]
-            ok = seen.get(rest)
-            if ok is None:
-                ok = seen[rest] = walk(state, rest) is not None
-            if ok:
-                out.append(i)
-        return out
+        """``chart_kernel.take_each`` from ``state`` (the form without ``_statec``)."""
+        return take_each(self.earley.walk, self._toks, state, idx, tids, lengths, done)
 
     def _over(self, memo: str, *states: ChartState | None) -> bool:
         """Count ``states``' scans against ``memo``'s share of ``MEMO_SCANS``; True (and the count
@@ -548,6 +551,13 @@ class EarleyConstraint:
 
 
 _NOTHING = np.zeros(0, dtype=np.int32)  # the packed part of a shared walk over leftovers (unused)
+
+# A scan state's packed row with at most this many nonzero int32 words (of 8,192 on Gemma) is OR-ed
+# into a mask word by word (``_row_of``): most rows a mask adds to its first are a key literal's
+# few tokens. False: every row OR-ed whole and looked up per mask, as before (``benchmarks/
+# ab_masks.py --switch sparse``).
+SPARSE_ROWS = True
+SPARSE_WORDS = 256
 
 # Bound on the per-constraint cache of answers for rest sets (indices): a random walk over Gemma's
 # vocabulary on a corpus grammar grew the earlier unbounded bool arrays to 20 GB.
