@@ -133,18 +133,26 @@ def test_schema_masks_are_the_same_with_and_without(seed: int, monkeypatch: pyte
         a = "".join(rng.choice(chars) for _ in range(rng.randint(2, 9)))
         c = ",".join('"' + "".join(rng.choice(chars) for _ in range(rng.randint(0, 4))) + '"' for _ in range(3))
         doc = ('{"a":"%s","b":"%s","c":[%s]}' % (a, "".join(rng.choice("abc") for _ in range(5)), c)).encode()
-        s1, s2 = on.start(), off.start()
-        while True:
-            m1, m2 = on.mask_array(s1), off.mask_array(s2)
-            assert np.array_equal(m1, m2), doc
-            if not doc:
-                break
-            fits = [t for t in _tokens(m1, on.tm) if t and doc.startswith(vocab.tokens[t])]
-            assert fits, doc  # the document is in the language
-            t = rng.choice(fits)
-            doc = doc[len(vocab.tokens[t]):]
-            s1, s2 = on.advance(s1, t), off.advance(s2, t)
+        masks_agree(on, off, doc, rng)
     assert sum(taken) >= 10  # positions were read off counting walks
+
+
+def masks_agree(on, off, doc: bytes, rng: random.Random, mask_off=None) -> None:  # type: ignore[no-untyped-def]
+    """Both constraints' masks are equal at every prefix of ``doc`` (a document of their language),
+    read along a random tokenization of it drawn from the allowed tokens (``mask_off``: how
+    ``off``'s mask is read, by default ``off.mask_array``)."""
+    vocab = on.vocab
+    s1, s2 = on.start(), off.start()
+    while True:
+        m1, m2 = on.mask_array(s1), (mask_off or off.mask_array)(s2)
+        assert np.array_equal(m1, m2), doc
+        if not doc:
+            break
+        fits = [t for t in _tokens(m1, on.tm) if t and doc.startswith(vocab.tokens[t])]
+        assert fits, doc  # the document is in the language
+        t = rng.choice(fits)
+        doc = doc[len(vocab.tokens[t]):]
+        s1, s2 = on.advance(s1, t), off.advance(s2, t)
 
 
 def test_clear_caches_forgets_the_counting_walks() -> None:

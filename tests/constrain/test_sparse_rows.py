@@ -14,8 +14,7 @@ import trellis.constrain.earley.scannerless as scannerless
 from trellis.constrain.vocab import walks
 from trellis.constrain.vocab.walks import sparse_words
 
-from tests.constrain.test_alike_patch import _tokens
-from tests.constrain.test_counted_walk import _vocab
+from tests.constrain.test_counted_walk import _vocab, masks_agree
 
 KEYS = ["a", "b", "c", "ab", "ba", "cab", "x", "bx"]
 
@@ -56,25 +55,20 @@ def test_masks_are_the_same_word_by_word_and_whole(seed: int, monkeypatch: pytes
     clear_caches()
     off = compile(JsonSchema(schema), vocab, cache=False)
     assert off is not on
+
+    def whole(state):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(scannerless, "SPARSE_ROWS", False)
+        try:
+            return off.mask_array(state)
+        finally:
+            monkeypatch.setattr(scannerless, "SPARSE_ROWS", True)
+
     rng = random.Random(seed)
     for _ in range(6):
         keys = rng.sample(KEYS, rng.randint(1, len(KEYS)))
         keys.sort(key=KEYS.index)  # (the declared order: trellis' documented narrowing)
         vals = [rng.choice(['"ab"', '""', "0", "true", '"x\\\\"']) for _ in keys]
         doc = ("{" + ",".join(f'"{k}":{v}' for k, v in zip(keys, vals)) + "}").encode()
-        s1, s2 = on.start(), off.start()
-        while True:
-            m1 = on.mask_array(s1)
-            monkeypatch.setattr(scannerless, "SPARSE_ROWS", False)
-            m2 = off.mask_array(s2)
-            monkeypatch.setattr(scannerless, "SPARSE_ROWS", True)
-            assert np.array_equal(m1, m2), doc
-            if not doc:
-                break
-            fits = [t for t in _tokens(m1, on.tm) if t and doc.startswith(vocab.tokens[t])]
-            assert fits, doc  # the document is in the language
-            t = rng.choice(fits)
-            doc = doc[len(vocab.tokens[t]):]
-            s1, s2 = on.advance(s1, t), off.advance(s2, t)
+        masks_agree(on, off, doc, rng, mask_off=whole)
     assert seen["sparse"] and seen["whole"]  # both ways of OR-ing were taken
     assert walks.sparse_words is sparse_words  # (only the constraint's name was replaced)
