@@ -121,7 +121,7 @@ class EarleyConstraint:
         self._sims: dict[int, Simulation | None] = {}  # cut scan -> how it sits in its terminal
         self._cut_entries: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}
         self._counted: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}  # (scan, q) -> walk
-        self._rows: dict[tuple[int, int], tuple] = {}  # (scan, q) -> ``_row_of``
+        self._rows: dict[tuple[int, int], list] = {}  # (scan, q) -> ``_row_of``
         self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
         self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
         self._allowed: dict[tuple[ChartState, int], np.ndarray] = {}

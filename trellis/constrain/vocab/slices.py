@@ -322,8 +322,9 @@ def prebuild(tm: TokenMatrix) -> None:
     """Build every slice's bounded covers (the word slices have none) and trie cuts now
     (``tables.prepare``: kept on disk with the other tables), so that no mask pays for them: each
     took 1.5-2 ms (the JSON body's) to 12 ms (the first cut of a word slice, bench_fresh's o10012)
-    the first time a state reached its level in a process. All of them: ~50 ms once per
-    vocabulary, ~10 MB more on disk (``benchmarks/README.md``, bench_first_mask.py)."""
+    the first time a state reached its level in a process. All of them: ~26 ms once per
+    vocabulary on Gemma, ~15 MB more on disk, ~12 ms more to read (``benchmarks/README.md``,
+    ab_masks' forty-seventh session rows)."""
     for sl in slices(tm):
         if sl.pattern not in WORDS:
             for level in DEPTHS:
