@@ -54,7 +54,6 @@ def _pattern(rng: random.Random) -> str:
 @pytest.mark.parametrize("seed", range(4))
 def test_every_position_equals_its_full_walk(seed: int) -> None:
     tm = TokenMatrix.of(_vocab(seed))
-    rs = RestSet.vocabulary(tm)
     rng = random.Random(seed)
     positions = 0
     for _ in range(12):
@@ -69,14 +68,19 @@ def test_every_position_equals_its_full_walk(seed: int) -> None:
             if q not in mapped:
                 assert got is None  # the opening quote, the closing one: walked the ordinary way
                 continue
-            full = walk(dfa.trans, dfa.final, q, rs, tm)
-            inside, cross = _canon(full, rs)
-            assert _tokens(got[0], tm) == sorted(rs.tid[inside].tolist()), (p, q)
-            w = got[1]
-            w.inside = np.zeros(len(rs), dtype=bool)
-            assert _canon(w, rs)[1] == cross, (p, q)
+            assert_full_walk(got, dfa, q, tm, (p, q))
             positions += 1
     assert positions > 200
+
+
+def assert_full_walk(got: tuple, dfa, q: int, tm: TokenMatrix, what: object) -> None:  # type: ignore[no-untyped-def]
+    """A position's counted walk ``got`` keeps the tokens and crossings of its full walk."""
+    rs = RestSet.vocabulary(tm)
+    inside, cross = _canon(walk(dfa.trans, dfa.final, q, rs, tm), rs)
+    assert _tokens(got[0], tm) == sorted(rs.tid[inside].tolist()), what
+    w = got[1]
+    w.inside = np.zeros(len(rs), dtype=bool)
+    assert _canon(w, rs)[1] == cross, what
 
 
 @pytest.mark.parametrize("pattern", [
@@ -185,16 +189,11 @@ def test_the_prebuilt_json_string_walk_is_taken_and_exact(monkeypatch: pytest.Mo
     built = []
     real = counted_walk._counting_walk
     monkeypatch.setattr(counted_walk, "_counting_walk", lambda *a: built.append(a[4]) or real(*a))
-    rs = RestSet.vocabulary(tm)
     starts = 0
     for q in range(dfa.num_states):
         got = counted_walk.walk(ch, q, tm)
         if got is None:
             continue
         starts += int(ch.where[q]) // (ch.hi + 1) == 0
-        inside, cross = _canon(walk(dfa.trans, dfa.final, q, rs, tm), rs)
-        assert _tokens(got[0], tm) == sorted(rs.tid[inside].tolist()), q
-        w = got[1]
-        w.inside = np.zeros(len(rs), dtype=bool)
-        assert _canon(w, rs)[1] == cross, q
+        assert_full_walk(got, dfa, q, tm, q)
     assert starts == 8 and 0 not in built  # 8 positions at a character's start, none built anew
