@@ -153,9 +153,10 @@ class NodeBuilder(NodeTable):
         subs = [self.shallow(i) for i in self._list(s, "oneOf", ptr, base)]
         rest: Shallow | None = None
         overlaps: dict[int, list[int]] = {i: [] for i in range(len(subs))}
+        apart = self.apart_by_tag(subs)
         for i in range(len(subs)):
             for j in range(i + 1, len(subs)):
-                if self.disjoint(subs[i], subs[j]):
+                if (i, j) in apart or self.disjoint(subs[i], subs[j]):
                     continue
                 if rest is None:
                     rest = self.inter(*siblings)

@@ -216,6 +216,44 @@ class NodeTable:
                     return False
         return True
 
+    def apart_by_tag(self, subs: list[Shallow], keys: int = 4) -> set[tuple[int, int]]:
+        """Pairs (i, j), i < j, of object-only alternatives that one required key proves disjoint:
+        the key's values are finite sets of strings with no string in common (a tagged union,
+        ``"type": {"const": "abs"}`` or ``"pattern": "^Abs$"``). One pass over the branches per
+        key instead of ``disjoint`` per pair: Github_ultra o17072's ``oneOf`` of 41 tagged
+        modules made 820 pair tests, 20 of its 32 ms translation. Only sound claims: a pair it
+        leaves out may still be disjoint (``disjoint`` decides those). The keys tried are the
+        first branch's first object's first ``keys`` required keys."""
+        first = next((sh.objs[0] for sh in subs if sh.objs), None)
+        apart: set[tuple[int, int]] = set()
+        for key in first.required[:keys] if first is not None else ():
+            tags = [self._tag_words(sh, key) for sh in subs]
+            for i, a in enumerate(tags):
+                if a is not None:
+                    apart.update((i, j) for j in range(i + 1, len(tags))
+                                 if tags[j] is not None and a.isdisjoint(tags[j]))
+        return apart
+
+    def _tag_words(self, sh: Shallow, key: str) -> set[str] | None:
+        """Every string ``key`` may have in the objects of ``sh``, which must require it; None
+        when ``sh`` is not only objects, an object does not require ``key``, or its values are
+        not a few strings."""
+        if not sh.objs or sh.null or sh.true or sh.false or sh.nums or sh.strs or sh.arrs:
+            return None
+        words: set[str] = set()
+        for o in sh.objs:
+            if key not in o.required:
+                return None
+            v = self.try_shallow(self.key_value(o, key))
+            if v is None or v.null or v.true or v.false or v.nums or v.arrs or v.objs:
+                return None
+            for s in v.strs:
+                ws = s.words()
+                if ws is None:
+                    return None
+                words.update(ws)
+        return words
+
     def _ids_disjoint(self, i: int, j: int, depth: int) -> bool:
         if depth <= 0:
             return False
