@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from trellis.constrain.automata.finite_words import fsm_words, ir_words, venn_words
+from trellis.constrain.automata.finite_words import fsm_words, ir_words, plain_words, venn_words
 from trellis.constrain.automata.regex_ir import dec_regex, ir_len, fsm_and, fsm_regex, fsm_sub, regex_fsm, to_regex
 from trellis.constrain.frontends.json_schema import nodes as nodes_mod
 from trellis.constrain.frontends.json_schema.scalars import venn_regions
@@ -153,6 +153,28 @@ def test_venn_of_few_strings_equals_automata() -> None:
             {(_region_words(r), frozenset(t)) for r, t in slow}, items
         assert len(fast) == len(slow)
     assert venn_words([("a+", {0}), ("b", {1})]) is None  # an infinite item: the automata decide
+
+
+def test_plain_words_equal_the_automaton_words() -> None:
+    """``plain_words`` (a tag's or an enum's regex read off its text) gives the automaton's strings
+    for every regex it answers, and answers the plain ones: random strings over letters, spaces,
+    punctuation and regex specials, alone or as a group of alternatives, and the random regexes
+    above."""
+    rng = random.Random(11)
+    pool = "ab -#/:,é" * 3 + "\\.^$|?*+()[]{}"
+    answered = 0
+    for i in range(600):
+        words = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(1, 3))]
+        rx = (words[0] if i % 3 == 0 else "(?:" + "|".join(words) + ")" if i % 3 == 1 else _random_regex(rng))
+        try:
+            slow = fsm_words(regex_fsm(rx))
+        except Exception:  # noqa: BLE001 - not a regex interegular reads: plain_words must not claim it
+            slow = "error"
+        fast = plain_words(rx)
+        if fast is not None:
+            answered += 1
+            assert fast == slow, rx
+    assert answered > 150
 
 
 @pytest.mark.parametrize("n", [41])
