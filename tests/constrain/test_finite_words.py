@@ -224,9 +224,10 @@ def _tagged_union(rng: random.Random) -> dict:
     branches = []
     for _ in range(rng.randint(2, 7)):
         k = rng.randrange(6)
+        alts = "^(?:" + "|".join(rng.sample(pool, rng.randint(1, 2))) + ")$"
         tag = ({"const": rng.choice(pool)} if k == 0 else
                {"enum": rng.sample(pool, rng.randint(1, 3))} if k == 1 else
-               {"type": "string", "pattern": "^(?:" + "|".join(rng.sample(pool, rng.randint(1, 2))) + ")$"} if k == 2 else
+               {"type": "string", "pattern": alts} if k == 2 else
                {"type": ["string", "boolean"]} if k == 3 else {"type": "string", "pattern": "^a"} if k == 4 else
                {"const": rng.choice(pool)})
         branch = {"type": "object", "properties": {"kind": tag, "v": {"type": "boolean"}},
