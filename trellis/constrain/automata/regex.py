@@ -27,6 +27,7 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import (ByteDFA, difference, intersects, literal_dfa,
                                         restrict_first_char, trim, word_trie)
+from trellis.constrain.automata.counted_repeat import counted_repeat
 from trellis.constrain.automata.dfa_minimise import (MAX_DFA_STATES, determinised, minimal, minimise,
                                             subset_construction, unique_rows)
 from trellis.constrain.errors import GrammarError
@@ -90,6 +91,9 @@ def _automaton(pattern: str, *, name: str, ordered: bool = False) -> tuple[np.nd
         words = literal_alternatives(pattern)
         if words is not None:  # a string enum: its trie, no NFA (0.1-0.25 ms -> ~20 us a schema enum)
             return (*_trie(words), None)
+        counted = counted_repeat(pattern)
+        if counted is not None:  # a length-bounded string: units counted, no subsets (counted_repeat.py)
+            return (*counted, None)
         try:
             edges, finals = regex_nfa(pattern)
         except Lookaround:

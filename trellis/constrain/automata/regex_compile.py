@@ -513,7 +513,9 @@ def min_width(pattern: str) -> int:
     return _tree(pattern).getwidth()[0]  # type: ignore[attr-defined]
 
 
-def _parse(pattern: str) -> tuple[list, int]:
+def parse_items(pattern: str) -> tuple[list, int]:
+    """(the items of ``re``'s parse tree of ``pattern``, its global flags as ``re.compile`` sets
+    them): what ``build`` reads."""
     tree = _tree(pattern)
     flags = tree.state.flags  # type: ignore[attr-defined]
     if not flags & C.SRE_FLAG_ASCII:
@@ -526,7 +528,7 @@ def regex_nfa(pattern: str) -> tuple[Edges, set[int]]:
 
     Raises ``re.error`` for text ``re`` rejects, ``Lookaround`` for a lookaround (see
     ``guarded_nfa``) and ``RegexUnsupported`` for the other constructs above."""
-    items, flags = _parse(pattern)
+    items, flags = parse_items(pattern)
     nfa = _NFA()
     s = nfa.new()
     e = nfa.build(items, flags, s)
@@ -536,7 +538,7 @@ def regex_nfa(pattern: str) -> tuple[Edges, set[int]]:
 def guarded_nfa(pattern: str) -> tuple[_NFA, int, int]:
     """The Thompson NFA of ``pattern`` with its lookarounds as guarded empty moves (``nfa.guards``),
     empty moves kept: (nfa, start, end)."""
-    items, flags = _parse(pattern)
+    items, flags = parse_items(pattern)
     nfa = _NFA(guards=True)
     s = nfa.new()
     return nfa, s, nfa.build(items, flags, s)
