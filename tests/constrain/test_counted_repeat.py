@@ -96,3 +96,17 @@ def test_a_length_bounded_string_terminal_takes_it(monkeypatch: pytest.MonkeyPat
     dfa = regex_mod.build_byte_dfa(p, name="S")
     assert calls == [True]
     assert isomorphic(dfa, _general(p))
+
+
+def test_a_repeat_the_general_path_refuses_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSON string of at most 6,000 characters is past the NFA bound (``MAX_NFA_STATES``) of the
+    general path, which refuses it by name; the counted path declines it by the same bound even
+    when its own size limit would let it through, so the refusal stands."""
+    from trellis.constrain.errors import GrammarError
+
+    big = JSON_CHAR + '{0,6000}"'
+    with pytest.raises(GrammarError, match="too large"):
+        regex_mod.build_byte_dfa(big, name="S")
+    monkeypatch.setattr(cr, "MAX_STATES", 10**9)
+    assert cr.counted_repeat(big) is None
+    assert cr.counted_repeat(JSON_CHAR + '{0,3000}"') is not None  # under the bound: counted

@@ -29,14 +29,15 @@ import numpy as np
 
 from trellis.constrain.automata.dfa_minimise import determinised
 from trellis.constrain.automata.regex_compile import (MAX_NFA_STATES, C, RegexTooLarge, RegexUnsupported, items_nfa,
-                                                      parse_items)
+                                                      parse_items, thompson_states)
 
 # Below this many NFA states in all (hi times the unit's, without empty moves) the general path
 # takes ~0.1 ms, less than this one's fixed costs (/tmp timings: x{5} 0.02 vs 0.13 ms; a 128-unit
 # JSON string 4.9-6.0 vs 1.1-1.5 ms, forty-eighth session).
 MIN_NFA_STATES = 256
-# Above this many states the general path's own limits (MAX_NFA_STATES, MAX_DFA_STATES, the compile
-# work bound) may refuse the regex, and its refusal must stand: such repeats take that path.
+# Above this many DFA states the general path's subset construction nears its own limits
+# (MAX_DFA_STATES, the compile work bound), whose refusal must stand: such repeats take that path.
+# (Its NFA bound, MAX_NFA_STATES, is checked exactly: ``thompson_states``.)
 MAX_STATES = 20_000
 
 
@@ -60,11 +61,13 @@ def counted_repeat(pattern: str) -> tuple[np.ndarray, np.ndarray] | None:
     unit = _unit_dfa(list(body), flags, hi)
     if unit is None:
         return None
-    trans_u, final_u, nfa_states = unit
+    trans_u, final_u = unit
     inner = np.flatnonzero(~final_u)  # the unit's states other than its ends (start = 0 among them)
     width = len(inner)
-    if hi * width + len(pre) + len(post) + 2 > MAX_STATES or hi * nfa_states > MAX_NFA_STATES // 4:
+    if hi * width + len(pre) + len(post) + 2 > MAX_STATES:
         return None
+    if hi * (thompson_states(list(body), flags) + 1) + len(pre) + len(post) + 4 > MAX_NFA_STATES:
+        return None  # the general path refuses it (RegexTooLarge, naming the repeat): so must this one
     if post and (trans_u[0, post[0]] >= 0):
         return None  # the suffix's first byte could also begin a unit: not deterministic here
     return _build(trans_u, final_u, inner, lo, hi, pre, post)
@@ -80,9 +83,9 @@ def _literal_bytes(items: list) -> bytes | None:
     return "".join(out).encode("utf-8", "surrogatepass")
 
 
-def _unit_dfa(body: list, flags: int, hi: int) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """(trans, final, NFA states) of the unit (start 0) when it is prefix-free, does not match
-    the empty string and ``hi`` copies of its NFA would be worth skipping (``MIN_NFA_STATES``)."""
+def _unit_dfa(body: list, flags: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(trans, final) of the unit (start 0) when it is prefix-free, does not match the empty
+    string and ``hi`` copies of its NFA would be worth skipping (``MIN_NFA_STATES``)."""
     try:
         edges, finals = items_nfa(body, flags)
     except (RegexUnsupported, RegexTooLarge):  # a lookaround, an anchor...: the general path says so
@@ -92,7 +95,7 @@ def _unit_dfa(body: list, flags: int, hi: int) -> tuple[np.ndarray, np.ndarray, 
     trans, final = determinised(edges, finals, 0)
     if final[0] or (trans[final] >= 0).any():
         return None  # matches the empty string, or a unit may go on past an end
-    return np.asarray(trans), np.asarray(final), len(edges)
+    return np.asarray(trans), np.asarray(final)
 
 
 def _build(trans_u: np.ndarray, final_u: np.ndarray, inner: np.ndarray, lo: int, hi: int, pre: bytes,

@@ -544,6 +544,14 @@ def guarded_nfa(pattern: str) -> tuple[_NFA, int, int]:
     return nfa, s, nfa.build(items, flags, s)
 
 
+def thompson_states(items: list, flags: int) -> int:
+    """The states of the Thompson NFA ``build`` makes of ``items`` from a new start state: what
+    ``MAX_NFA_STATES`` bounds (a repeat's body counts once per iteration)."""
+    nfa = _NFA()
+    nfa.build(items, flags, nfa.new())
+    return len(nfa.edges)
+
+
 def items_nfa(items: list, flags: int, *, any_prefix: bool = False) -> tuple[Edges, set[int]]:
     """Epsilon-free byte NFA of a parsed (sub)pattern; ``any_prefix``: of ``(?s:.)*`` + it, the
     texts that END with a match (a lookbehind's tracker). Lookarounds inside are refused."""
