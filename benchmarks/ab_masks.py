@@ -74,6 +74,9 @@ median per arm and the median per-schema ratio of compile times.
   (``counted_walk.ENABLED``; without it: each position walked as before, patched or in full);
 * ``sparse``: a scan state's row with few nonzero words OR-ed into a mask word by word
   (``scannerless.SPARSE_ROWS``; without it: every row OR-ed whole, as before);
+* ``crepeat``: a bounded repeat between literals built by counting units (``counted_repeat.py``;
+  without it: the general NFA and subset construction). It changes compiles, not masks: read
+  the compile rows, with ``--carry`` (the terminal DFA memo is shared across schemas);
 * ``all``: every one of the above.
 """
 
@@ -97,7 +100,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
-            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse")
+            "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse",
+            "crepeat")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -216,6 +220,9 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
 
     out["counted"] = flip([counted_walk], "ENABLED", False)
     out["sparse"] = flip([scannerless], "SPARSE_ROWS", False)
+    import trellis.constrain.automata.regex as regex_mod
+
+    out["crepeat"] = flip([regex_mod], "counted_repeat", lambda pattern: None)
     return out
 
 
