@@ -11,9 +11,8 @@ every terminal automaton of bench_fresh's 100 schemas, compiled in turn in one p
 (wall-clock timers around ``regex._automaton`` and ``minimal``, forty-eighth session).
 
 The construction: D is the DFA of the unit U (its subset construction: 16 states for the JSON
-character).
-When U is prefix-free (no final state of D has an outgoing edge) and does not match the empty
-string, every string of U{m,n} splits into units in exactly one way, so the DFA only needs to know
+character). When U is prefix-free (no final state of D has an outgoing edge) and does not match the
+empty string, every string of U{m,n} splits into units in exactly one way, so the DFA only needs to know
 how many units are complete and where the current one is: the state (i, q), i complete units and
 D in state q, with (i, final) merged into (i + 1, start). The prefix literal leads to (0, start),
 and the suffix literal leaves from every (i, start) with m <= i <= n; that stays deterministic
