@@ -11,17 +11,12 @@ each string is exact and takes microseconds."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from trellis.constrain.automata.regex import literal_alternatives
 from trellis.constrain.automata.regex_ir import alt, lit, live_states, regex_fsm, to_regex
 
 LIMIT = 256  # strings enumerated at most: past that the automata are no slower than the strings
-
-# A run of characters none of which is special in a Python regex outside a class: the regex of a
-# tag or an enum value (``Abs``), or a group of such alternatives (``(?:null|int|long)``).
-_LITERAL = r"[^\\^$.|?*+()\[\]{}]*"
-_PLAIN = re.compile(rf"{_LITERAL}|\(\?:{_LITERAL}(?:\|{_LITERAL})*\)")
 
 
 def ir_words(x: tuple, limit: int = LIMIT) -> list[str] | None:
@@ -133,10 +128,10 @@ def venn_words(items: list[tuple[str, set]]) -> list[tuple[str, set]] | None:
 
 def plain_words(rx: str) -> list[str] | None:
     """The strings of ``rx``, sorted, read off its text when it is literal characters or one group
-    of literal alternatives, as a tag's or an enum's regex is; None for any other regex (the
-    automata decide). interegular's parse and FSM cost ~0.4 ms per regex the process had not
-    seen: 41 module tags were 16 of the 36 ms of Github_ultra o17072's first translation in a
-    process (/tmp timing of ``to_lark`` warm and cold, forty-eighth session)."""
-    if not _PLAIN.fullmatch(rx):
-        return None
-    return sorted(set(rx[3:-1].split("|"))) if rx.startswith("(?:") else [rx]
+    of literal alternatives, as a tag's or an enum's regex is (``regex.literal_alternatives``,
+    which a terminal's string enum takes too); None for any other regex (the automata decide).
+    interegular's parse and FSM cost ~0.4 ms per regex the process had not seen: 41 module tags
+    were 16 of the 36 ms of Github_ultra o17072's first translation in a process (/tmp timing of
+    ``to_lark`` warm and cold, forty-eighth session)."""
+    words = literal_alternatives(rx if rx.startswith("(?:") else f"(?:{rx})")
+    return None if words is None else sorted({w.decode("utf-8", "surrogatepass") for w in words})
