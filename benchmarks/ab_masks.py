@@ -77,6 +77,9 @@ median per arm and the median per-schema ratio of compile times.
 * ``crepeat``: a bounded repeat between literals built by counting units (``counted_repeat.py``;
   without it: the general NFA and subset construction). It changes compiles, not masks: read
   the compile rows, with ``--carry`` (the terminal DFA memo is shared across schemas);
+* ``removals``: a cut key's patch memoised on its base walk where every special path ends in a
+  removed byte (``cut_walk.REMOVAL_MEMO``; without it: each patch computed). The memo lives on
+  walks shared across schemas: use ``--carry``;
 * ``all``: every one of the above.
 """
 
@@ -101,7 +104,7 @@ sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
             "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse",
-            "crepeat")
+            "crepeat", "removals")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -223,6 +226,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     import trellis.constrain.automata.regex as regex_mod
 
     out["crepeat"] = flip([regex_mod], "counted_repeat", lambda pattern: None)
+    out["removals"] = flip([cut_walk], "REMOVAL_MEMO", False)
     return out
 
 

@@ -186,6 +186,53 @@ def test_c_affected_rests_equal_the_python_ones(seed: int, monkeypatch: pytest.M
     assert hits > 20
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_patches_memoised_on_a_shared_base_walk_equal_full_walks(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The walk cache hands one base entry (a string's interior) to every open object's key cut, in
+    # every schema: ``patch`` memoises its result on that walk where every special path ends in a
+    # removed byte (``_removal_key``). Many cuts (random key sets, and word cuts whose paths end at
+    # a state that is no longer final, which must not be memoised) share base entries here; every
+    # answer, memoised or not, must equal the full walk of its own cut DFA.
+    from trellis.constrain.vocab import cut_walk
+
+    tm = TokenMatrix.of(_vocab(seed))
+    rng = random.Random(seed)
+    follows = [None, np.random.default_rng(seed).random(256) < 0.5]
+    bases = {"string": regex_to_byte_dfa(STRING), "word": regex_to_byte_dfa(r"[ab]+")}
+    entries: dict = {}
+    computed = []
+    real = cut_walk._patch
+    monkeypatch.setattr(cut_walk, "_patch", lambda *a: computed.append(1) or real(*a))
+    calls = unmemoisable = 0
+    for _ in range(16):
+        kind = rng.choice(list(bases))
+        base = bases[kind]
+        if kind == "string":
+            words = {b'"' + bytes(rng.choice(b'ab\\x') for _ in range(rng.randint(1, 4))) + b'"'
+                     for _ in range(rng.randint(1, 5))}
+        else:
+            words = {bytes(rng.choice(b"ab") for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 3))}
+        cut = difference(base, [_lit(w) for w in sorted(words)])
+        if cut is None:
+            continue
+        sim = Simulation.of(cut, base)
+        assert sim is not None
+        for fi, follow in enumerate(follows):
+            for q in range(cut.num_states):
+                if sim.origin[q] < 0 or not sim.tainted[q]:
+                    continue
+                o = int(sim.origin[q])
+                entry = entries.setdefault((kind, o, fi), _full(base, o, tm, follow))
+                paths = sim.special_paths(q, tm.max_len)
+                unmemoisable += paths is not None and cut_walk._removal_key(sim, q, paths, follow) is None
+                calls += 1
+                got = patch(sim, q, entry, tm, follow)
+                if got is not None:
+                    assert _same(got, _full(cut, q, tm, follow), tm), (kind, sorted(words), q, fi)
+    # memo hits across cuts, and paths the memo must leave to the computation: not vacuous
+    assert calls - len(computed) > 20 and unmemoisable > 5, (calls, len(computed), unmemoisable)
+
+
 def test_a_dfa_that_does_not_simulate_is_refused() -> None:
     a, b = regex_to_byte_dfa(r"ab"), regex_to_byte_dfa(r"ac")
     assert Simulation.of(a, b) is None  # a transition the base lacks
