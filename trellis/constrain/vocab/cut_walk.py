@@ -242,8 +242,10 @@ def patch(sim: Simulation, q: int, base_entry: tuple[np.ndarray, Walk], tm: Toke
 
 
 # A patch's result where every special path ends in a removed byte, memoised on the base walk by
-# (paths, the cut state's finality, followers): ``_removal_key``. At most this many per base walk.
-MAX_REMOVALS = 256
+# (paths, the cut state's finality, followers): ``_removal_key``. At most this many per base walk
+# (each holds a mask row: 32 KB on Gemma's vocabulary, so <= 2 MB per shared walk; the one-quote
+# path of every declared key is one entry, the key sets after an object's opening quote one each).
+MAX_REMOVALS = 64
 # False: every patch computed (``benchmarks/ab_masks.py --switch removals``).
 REMOVAL_MEMO = True
 _BASE = object()  # (memo value: the base entry itself, whichever tuple holds it)
