@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from trellis.constrain.automata.dfa_minimise import determinised
-from trellis.constrain.automata.regex_compile import (MAX_NFA_STATES, C, RegexTooLarge, RegexUnsupported, items_nfa,
-                                                      parse_items, thompson_states)
+from trellis.constrain.automata.regex_compile import (MAX_NFA_STATES, C, RegexTooLarge, RegexUnsupported,
+                                                      items_nfa_sized, parse_items)
 
 # Below this many NFA states in all (hi times the unit's, without empty moves) the general path
 # takes ~0.1 ms, less than this one's fixed costs (/tmp timings: x{5} 0.02 vs 0.13 ms; a 128-unit
@@ -36,7 +36,7 @@ from trellis.constrain.automata.regex_compile import (MAX_NFA_STATES, C, RegexTo
 MIN_NFA_STATES = 256
 # Above this many DFA states the general path's subset construction nears its own limits
 # (MAX_DFA_STATES, the compile work bound), whose refusal must stand: such repeats take that path.
-# (Its NFA bound, MAX_NFA_STATES, is checked exactly: ``thompson_states``.)
+# (Its NFA bound, MAX_NFA_STATES, is checked exactly: ``_unit_dfa``.)
 MAX_STATES = 20_000
 
 
@@ -57,7 +57,7 @@ def counted_repeat(pattern: str) -> tuple[np.ndarray, np.ndarray] | None:
     lo, hi, body = items[k][1]
     if pre is None or post is None or hi == C.MAXREPEAT or hi < 2:
         return None
-    unit = _unit_dfa(list(body), flags, hi)
+    unit = _unit_dfa(list(body), flags, hi, len(pre) + len(post))
     if unit is None:
         return None
     trans_u, final_u = unit
@@ -65,8 +65,6 @@ def counted_repeat(pattern: str) -> tuple[np.ndarray, np.ndarray] | None:
     width = len(inner)
     if hi * width + len(pre) + len(post) + 2 > MAX_STATES:
         return None
-    if hi * (thompson_states(list(body), flags) + 1) + len(pre) + len(post) + 4 > MAX_NFA_STATES:
-        return None  # the general path refuses it (RegexTooLarge, naming the repeat): so must this one
     if post and (trans_u[0, post[0]] >= 0):
         return None  # the suffix's first byte could also begin a unit: not deterministic here
     return _build(trans_u, final_u, inner, lo, hi, pre, post)
@@ -82,15 +80,18 @@ def _literal_bytes(items: list) -> bytes | None:
     return "".join(out).encode("utf-8", "surrogatepass")
 
 
-def _unit_dfa(body: list, flags: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _unit_dfa(body: list, flags: int, hi: int, literals: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(trans, final) of the unit (start 0) when it is prefix-free, does not match the empty
-    string and ``hi`` copies of its NFA would be worth skipping (``MIN_NFA_STATES``)."""
+    string, ``hi`` copies of its NFA would be worth skipping (``MIN_NFA_STATES``) and the general
+    path's Thompson NFA of the repeat between ``literals`` bytes stays within ``MAX_NFA_STATES``."""
     try:
-        edges, finals = items_nfa(body, flags)
+        edges, finals, thompson = items_nfa_sized(body, flags)
     except (RegexUnsupported, RegexTooLarge):  # a lookaround, an anchor...: the general path says so
         return None
     if len(edges) > 4_000 or hi * len(edges) < MIN_NFA_STATES:
         return None
+    if hi * (thompson + 1) + literals + 4 > MAX_NFA_STATES:
+        return None  # the general path refuses it (RegexTooLarge, naming the repeat): so must this one
     trans, final = determinised(edges, finals, 0)
     if final[0] or (trans[final] >= 0).any():
         return None  # matches the empty string, or a unit may go on past an end

@@ -544,17 +544,16 @@ def guarded_nfa(pattern: str) -> tuple[_NFA, int, int]:
     return nfa, s, nfa.build(items, flags, s)
 
 
-def thompson_states(items: list, flags: int) -> int:
-    """The states of the Thompson NFA ``build`` makes of ``items`` from a new start state: what
-    ``MAX_NFA_STATES`` bounds (a repeat's body counts once per iteration)."""
-    nfa = _NFA()
-    nfa.build(items, flags, nfa.new())
-    return len(nfa.edges)
-
-
 def items_nfa(items: list, flags: int, *, any_prefix: bool = False) -> tuple[Edges, set[int]]:
     """Epsilon-free byte NFA of a parsed (sub)pattern; ``any_prefix``: of ``(?s:.)*`` + it, the
     texts that END with a match (a lookbehind's tracker). Lookarounds inside are refused."""
+    return items_nfa_sized(items, flags, any_prefix=any_prefix)[:2]
+
+
+def items_nfa_sized(items: list, flags: int, *, any_prefix: bool = False) -> tuple[Edges, set[int], int]:
+    """``items_nfa``, and the states of the Thompson NFA it was made from: what ``MAX_NFA_STATES``
+    bounds (a repeat's body counts once per iteration; ``counted_repeat`` declines what the
+    general path would refuse by it)."""
     nfa = _NFA()
     s = nfa.new()
     a = s
@@ -566,8 +565,9 @@ def items_nfa(items: list, flags: int, *, any_prefix: bool = False) -> tuple[Edg
         e = nfa.build(items, flags, a)
     except Lookaround as err:
         raise RegexUnsupported(f"{err} inside a lookaround") from None
-    return epsilon_free(nfa, s, e)
+    states = len(nfa.edges)
+    return (*epsilon_free(nfa, s, e), states)
 
 
-__all__ = ["Guard", "Lookaround", "RegexTooLarge", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa",
+__all__ = ["Guard", "Lookaround", "RegexTooLarge", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa", "items_nfa_sized",
            "one_char_set", "regex_nfa"]
