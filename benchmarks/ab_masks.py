@@ -114,7 +114,6 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     import trellis.constrain.earley.earley as earley
     import trellis.constrain.earley.scannerless as scannerless
     import trellis.constrain.vocab.cut_walk as cut_walk
-    import trellis.constrain.vocab.cut_walk as cut_walk
     import trellis.constrain.vocab.dfa_shapes as dfa_shapes
     import trellis.constrain.vocab.literal_walk as literal_walk
     import trellis.constrain.vocab.slices as slices
