@@ -569,5 +569,5 @@ def items_nfa_sized(items: list, flags: int, *, any_prefix: bool = False) -> tup
     return (*epsilon_free(nfa, s, e), states)
 
 
-__all__ = ["Guard", "Lookaround", "RegexTooLarge", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa", "items_nfa_sized",
-           "one_char_set", "regex_nfa"]
+__all__ = ["Guard", "Lookaround", "RegexTooLarge", "RegexUnsupported", "char_set", "guarded_nfa", "items_nfa",
+           "items_nfa_sized", "one_char_set", "regex_nfa"]
