@@ -127,3 +127,38 @@ def test_prefix_bounds_in_c_equal_the_bisections(seed: int) -> None:
             assert all(x == p for x in sv.keys[lo:eq]) and all(x.startswith(p) for x in sv.keys[lo:hi])
             assert (lo == 0 or sv.keys[lo - 1] < p) and (hi == len(sv.keys) or not sv.keys[hi].startswith(p))
         assert len(got) == len(text) or not any(x.startswith(text[:len(got) + 1]) for x in sv.keys)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_c_literal_walk_equals_the_python_loop(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_walkc.literal_walk`` (one literal, the C path of ``words_vocabulary_ids``) returns what the
+    Python loop returns, array for array and in the same order: the inside ids, the crossings
+    (rest, split) and the leftover rest set made from them (its order keys walks over it)."""
+    from trellis.constrain.vocab import literal_walk, walks
+
+    if walks.walkc is None:
+        pytest.skip("the _walkc kernel is not built")
+    tm = TokenMatrix.of(_vocab(seed))
+    vocab_rs = RestSet.vocabulary(tm)
+    rng = np.random.default_rng(seed)
+    seen = crossed = 0
+    for p in LITERALS + [r"a", r"ab(?:c\xff)?\x00?", r'"(?:a|ab|abc)?"']:
+        dfa = regex_to_byte_dfa(p)
+        for q in range(dfa.trans.shape[0]):
+            lit = literal_at(dfa, q)
+            if lit is None:
+                continue
+            for follow in (None, rng.random(256) < 0.5, np.zeros(256, dtype=bool)):
+                got_ids, got = words_vocabulary_ids((lit,), vocab_rs, tm, follow)
+                with monkeypatch.context() as m:
+                    m.setattr(literal_walk, "C_LITERAL", False)
+                    want_ids, want = words_vocabulary_ids((lit,), vocab_rs, tm, follow)
+                assert got_ids.dtype == want_ids.dtype and got_ids.tolist() == want_ids.tolist(), (p, q)
+                assert got.src.tolist() == want.src.tolist() and got.inv.tolist() == want.inv.tolist(), (p, q)
+                assert (got.cross is None) == (want.cross is None), (p, q)
+                if want.cross is not None:
+                    crossed += 1
+                    for f in ("tid", "base", "length", "lo"):
+                        assert np.array_equal(getattr(got.cross, f), getattr(want.cross, f)), (p, q, f)
+                seen += 1
+    assert seen > 30 and crossed > 10
