@@ -131,9 +131,10 @@ def test_prefix_bounds_in_c_equal_the_bisections(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_c_literal_walk_equals_the_python_loop(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_walkc.literal_walk`` (one literal, the C path of ``words_vocabulary_ids``) returns what the
-    Python loop returns, array for array and in the same order: the inside ids, the crossings
-    (rest, split) and the leftover rest set made from them (its order keys walks over it)."""
+    """``_walkc.literal_walk`` (the C path of ``words_vocabulary_ids``: one literal, or a finite
+    sub-automaton's paths in any order) returns what the Python loop returns, array for array and
+    in the same order: the inside ids, the crossings (rest, split) and the leftover rest set made
+    from them (its order keys walks over it)."""
     from trellis.constrain.vocab import literal_walk, walks
 
     if walks.walkc is None:
@@ -142,17 +143,22 @@ def test_c_literal_walk_equals_the_python_loop(seed: int, monkeypatch: pytest.Mo
     vocab_rs = RestSet.vocabulary(tm)
     rng = np.random.default_rng(seed)
     seen = crossed = 0
-    for p in LITERALS + [r"a", r"ab(?:c\xff)?\x00?", r'"(?:a|ab|abc)?"']:
+    multi = 0
+    for p in LITERALS + ENUMS + [r"a", r"ab(?:c\xff)?\x00?", r'"(?:a|ab|abc)?"']:
         dfa = regex_to_byte_dfa(p)
         for q in range(dfa.trans.shape[0]):
             lit = literal_at(dfa, q)
-            if lit is None:
+            paths = (lit,) if lit is not None else words_at(dfa, q)
+            if paths is None:
                 continue
+            multi += len(paths) > 1
+            if len(paths) > 1:  # (any order: the result does not depend on it)
+                paths = tuple(reversed(paths)) if q % 2 else paths
             for follow in (None, rng.random(256) < 0.5, np.zeros(256, dtype=bool)):
-                got_ids, got = words_vocabulary_ids((lit,), vocab_rs, tm, follow)
+                got_ids, got = words_vocabulary_ids(paths, vocab_rs, tm, follow)
                 with monkeypatch.context() as m:
                     m.setattr(literal_walk, "C_LITERAL", False)
-                    want_ids, want = words_vocabulary_ids((lit,), vocab_rs, tm, follow)
+                    want_ids, want = words_vocabulary_ids(paths, vocab_rs, tm, follow)
                 assert got_ids.dtype == want_ids.dtype and got_ids.tolist() == want_ids.tolist(), (p, q)
                 assert got.src.tolist() == want.src.tolist() and got.inv.tolist() == want.inv.tolist(), (p, q)
                 assert (got.cross is None) == (want.cross is None), (p, q)
@@ -161,4 +167,4 @@ def test_c_literal_walk_equals_the_python_loop(seed: int, monkeypatch: pytest.Mo
                     for f in ("tid", "base", "length", "lo"):
                         assert np.array_equal(getattr(got.cross, f), getattr(want.cross, f)), (p, q, f)
                 seen += 1
-    assert seen > 30 and crossed > 10
+    assert seen > 30 and crossed > 10 and multi > 5
