@@ -122,9 +122,7 @@ def words_vocabulary_ids(lits: tuple[Literal, ...], rs: RestSet, tm: TokenMatrix
     is not all of it). A token inside stays only inside (``drop_inside``)."""
     sv = SortedVocab.of(tm)
     if walkc is not None and C_LITERAL:  # the whole loop below in one C call
-        flat = tm.__dict__.get("_flat")
-        if flat is None:
-            flat = tm.__dict__["_flat"] = tm.mat_t.reshape(-1)  # (a view: mat_t is contiguous)
+        flat = tm.mat_t.reshape(-1)  # (a view, ~0.3 us: not kept on tm, whose __dict__ goes to the disk tables)
         if len(lits) > 1:  # (the C call lists a prefix shared with the path before once: sorted paths)
             lits = tuple(sorted(lits, key=lambda x: x.text))
         got = walkc.literal_walk(sv.blob, sv.offs, sv.rest, tuple(x.text for x in lits), tuple(map(_end_flags, lits)),
