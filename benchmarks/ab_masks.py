@@ -80,9 +80,6 @@ median per arm and the median per-schema ratio of compile times.
 * ``removals``: a cut key's patch memoised on its base walk where every special path ends in a
   removed byte (``cut_walk.REMOVAL_MEMO``; without it: each patch computed). The memo lives on
   walks shared across schemas: use ``--carry``;
-* ``clit``: one literal's vocabulary walk (a key, a keyword) in one C call
-  (``_walkc.literal_walk``, ``literal_walk.C_LITERAL``; without it: the Python loop over
-  ``prefix_bounds``' triples, numpy slices, a sort and a membership test);
 * ``all``: every one of the above.
 """
 
@@ -107,7 +104,7 @@ sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
             "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse",
-            "crepeat", "removals", "clit")
+            "crepeat", "removals")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -229,7 +226,6 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
 
     out["crepeat"] = flip([regex_mod], "counted_repeat", lambda pattern: None)
     out["removals"] = flip([cut_walk], "REMOVAL_MEMO", False)
-    out["clit"] = flip([literal_walk], "C_LITERAL", False)
     return out
 
 

@@ -1059,130 +1059,6 @@ done:
     return res;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* literal_walk(blob, offs, rest, texts, ends, follow, flat, stride, base, max_len) -> (ids, ci, cj)
- * as bytes (int64): literal_walk.words_vocabulary_ids over the whole vocabulary, before its
- * crossings become a Walk (rest_walk.with_crossings). blob, offs: the sorted vocabulary
- * (prefix_bounds'); rest int64 [n]: each sorted key's index in the vocabulary rest set, whose
- * bases are base; texts: the paths' bytes, sorted; ends: per path, len(text) + 1 bytes, nonzero at
- * k where the terminal may end after text[:k]; follow: 256 bytes (a crossing's next byte must be
- * one of them) or empty (any); flat, stride: the token matrix column-major (byte k of rest r at
- * flat[k * stride + base[r]]); max_len: the longest token (the pairs' sort key, several paths).
- * ids: the sorted rests equal to a prefix of a path (they stay inside); ci, cj: the rests longer
- * than a path's prefix text[:k] that start with it, for each k in its ends, split after k bytes,
- * less those that stay inside: one path's in the order k ascending, then sorted-key order;
- * several paths' sorted by (rest, split). A prefix two paths share is listed once (the paths are
- * sorted, so the prefixes of earlier paths that a path shares are those it shares with the one
- * before it; a deterministic automaton ends there alike on both).
- * Why: the Python form (prefix_bounds' triples as a list, a numpy slice per prefix, a sort, a
- * membership test) was ~45 us a JSON key of which a few us are the searches; a schema's keys are
- * new walks in every fresh schema (~8 a median maskbench schema); ab_masks.py --switch clit. */
-static PyObject *literal_walk(PyObject *self, PyObject *args) {
-    Py_buffer bb, ob, rb, fb, flb, bsb;
-    PyObject *texts, *ends_o;
-    long long stride, max_len;
-    if (!PyArg_ParseTuple(args, "y*y*y*O!O!y*y*Ly*L", &bb, &ob, &rb, &PyTuple_Type, &texts, &PyTuple_Type, &ends_o,
-                          &fb, &flb, &stride, &bsb, &max_len))
-        return NULL;
-    PyObject *res = NULL;
-    vec ids = {0}, ci = {0}, cj = {0};
-    Py_ssize_t n = ob.len / (Py_ssize_t)sizeof(int64_t) - 1, m = PyTuple_GET_SIZE(texts);
-    const uint8_t *blob = (const uint8_t *)bb.buf;
-    const uint8_t *follow = fb.len ? (const uint8_t *)fb.buf : NULL, *flat = (const uint8_t *)flb.buf;
-    const int64_t *offs = (const int64_t *)ob.buf, *rest = (const int64_t *)rb.buf, *base = (const int64_t *)bsb.buf;
-    Py_ssize_t nbase = bsb.len / (Py_ssize_t)sizeof(int64_t);
-    if (n < 0 || ob.len != (n + 1) * (Py_ssize_t)sizeof(int64_t) || offs[0] < 0 || offs[n] > bb.len
-        || rb.len != n * (Py_ssize_t)sizeof(int64_t) || PyTuple_GET_SIZE(ends_o) != m
-        || (fb.len != 0 && fb.len != 256) || stride <= 0 || max_len < 0) {
-        PyErr_SetString(PyExc_ValueError, "literal_walk: arrays of the wrong size or dtype");
-        goto done;
-    }
-    const uint8_t *prev = NULL;
-    Py_ssize_t prev_len = 0;
-    for (Py_ssize_t w = 0; w < m; w++) {
-        PyObject *t = PyTuple_GET_ITEM(texts, w), *e = PyTuple_GET_ITEM(ends_o, w);
-        if (!PyBytes_Check(t) || !PyBytes_Check(e) || PyBytes_GET_SIZE(e) != PyBytes_GET_SIZE(t) + 1) {
-            PyErr_SetString(PyExc_TypeError, "literal_walk: texts and ends must be bytes, ends one longer");
-            goto done;
-        }
-        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(t), *ends = (const uint8_t *)PyBytes_AS_STRING(e);
-        Py_ssize_t L = PyBytes_GET_SIZE(t), shared = 0;  /* the prefixes listed with the path before */
-        while (prev && shared < L && shared < prev_len && prev[shared] == p[shared]) shared++;
-        int64_t lo = 0, hi = n;
-        for (Py_ssize_t k = 1; k <= L; k++) {
-            lo = key_lower_bound(blob, offs, lo, hi, p, k);
-            if (lo >= hi || !key_starts(blob, offs, lo, p, k)) break;  /* no key starts with text[:k] */
-            int64_t eq = lo;
-            while (eq < hi && offs[eq + 1] - offs[eq] == k && key_starts(blob, offs, eq, p, k)) eq++;
-            hi = key_prefix_end(blob, offs, eq, hi, p, k);
-            if (k <= shared) continue;
-            for (int64_t x = lo; x < eq; x++)
-                if (vec_push(&ids, rest[x]) < 0) goto nomem;
-            if (ends[k] && hi > eq) {
-                for (int64_t x = eq; x < hi; x++) {
-                    int64_t r = rest[x];
-                    if (r < 0 || r >= nbase) goto range;
-                    if (follow) {
-                        int64_t at = (int64_t)k * stride + base[r];
-                        if (at < 0 || at >= flb.len) goto range;
-                        if (!follow[flat[at]]) continue;
-                    }
-                    if (vec_push(&ci, r) < 0 || vec_push(&cj, k) < 0) goto nomem;
-                }
-            }
-        }
-        prev = p;
-        prev_len = L;
-    }
-    if (ids.n > 1) qsort(ids.a, (size_t)ids.n, sizeof(int64_t), cmp_i64);
-    if (m > 1 && ci.n > 1) {  /* by (rest, split): one code per pair */
-        for (Py_ssize_t t = 0; t < ci.n; t++) ci.a[t] = ci.a[t] * (max_len + 1) + cj.a[t];
-        qsort(ci.a, (size_t)ci.n, sizeof(int64_t), cmp_i64);
-        for (Py_ssize_t t = 0; t < ci.n; t++) {
-            cj.a[t] = ci.a[t] % (max_len + 1);
-            ci.a[t] /= max_len + 1;
-        }
-    }
-    if (ids.n && ci.n) {  /* drop_inside: a rest that stays inside is allowed anyway */
-        Py_ssize_t w = 0;
-        for (Py_ssize_t t = 0; t < ci.n; t++) {
-            if (bsearch(&ci.a[t], ids.a, (size_t)ids.n, sizeof(int64_t), cmp_i64)) continue;
-            ci.a[w] = ci.a[t];
-            cj.a[w] = cj.a[t];
-            w++;
-        }
-        ci.n = cj.n = w;
-    }
-    {
-        PyObject *a = as_bytes(ids.a, ids.n), *b = as_bytes(ci.a, ci.n), *c = as_bytes(cj.a, cj.n);
-        if (a && b && c) res = PyTuple_Pack(3, a, b, c);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        Py_XDECREF(c);
-    }
-    goto done;
-nomem:
-    PyErr_NoMemory();
-    goto done;
-range:
-    PyErr_SetString(PyExc_IndexError, "literal_walk: a rest outside the token matrix");
-done:
-    free(ids.a);
-    free(ci.a);
-    free(cj.a);
-    PyBuffer_Release(&bb);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&rb);
-    PyBuffer_Release(&fb);
-    PyBuffer_Release(&flb);
-    PyBuffer_Release(&bsb);
-    return res;
-}
-
 /* prefix_ranges(blob, offs, texts) -> bytes (int64 pairs)
  *   blob, offs: n keys in lexicographic order (prefix_bounds'); texts: a list of m byte strings
  * For each text, (lo, hi): the keys [lo, hi) that start with it ((0, 0): none does). One call for
@@ -1523,7 +1399,6 @@ static PyMethodDef methods[] = {
     {"walk_ends", walk_ends, METH_VARARGS, "Where each rest of a set ends (or dies) from a DFA state (counted_walk)."},
     {"count_rows", count_rows, METH_VARARGS, "Per-count unions of the tokens a counting walk kept (counted_walk)."},
     {"pair_map", pair_map, METH_VARARGS, "The states of one DFA paired with another's alike ones, or None (counted_walk)."},
-    {"literal_walk", literal_walk, METH_VARARGS, "The paths' walk over the sorted vocabulary (words_vocabulary_ids)."},
     {"leftovers", leftovers, METH_VARARGS, "The rest set of the leftovers after crossings (RestSet.of)."},
     {NULL, NULL, 0, NULL},
 };

@@ -10,10 +10,7 @@ Over the whole vocabulary the tokens with a given prefix are one run of the lexi
 sorted token list, found by two binary searches (``SortedVocab.prefix_bounds``: ``memcmp`` over
 the sorted tokens in C, each prefix searched within the previous one's run; ``bisect`` on Python
 ``bytes`` without the kernel), so a literal costs O(len(s) log V) comparisons instead of a numpy
-walk of every token that starts with ``s[0]`` (thousands for ``"``). One literal's whole walk (the
-searches, the runs, the follow filter, the sort and the drop of tokens inside), and a few paths'
-walk alike, is one C call (``_walkc.literal_walk``, ``C_LITERAL``): in Python it was ~45 us a JSON
-key, a few of them the searches (``ab_masks.py --switch clit``: benchmarks/README.md). On maskbench schemas the
+walk of every token that starts with ``s[0]`` (thousands for ``"``). On maskbench schemas the
 numpy walks of literals were 0.55 s of 3.1 s of fresh masks over 39 schemas (one per key,
 enum value and punctuation run; profile in the commit message). Small rest sets (the leftovers
 of tokens split at a terminal's end) are checked with ``bytes.startswith`` in Python.
@@ -41,9 +38,6 @@ from trellis.constrain.vocab.walks import TokenMatrix, walkc
 # A rest set whose bucket for the literal's first byte holds more rests than this is walked by
 # numpy (``rest_walk.walk``): a Python check costs ~1-2 us a rest, a numpy walk ~0.2-0.4 ms.
 MAX_PY_RESTS = 192
-# A literal's (or a few paths') vocabulary walk in one C call (``_walkc.literal_walk``) where the
-# kernel is built; False: the Python loop below (read by ``benchmarks/ab_masks.py --switch clit``).
-C_LITERAL = True
 
 
 @dataclass(eq=False)
@@ -121,14 +115,6 @@ def words_vocabulary_ids(lits: tuple[Literal, ...], rs: RestSet, tm: TokenMatrix
     path, and crosses after ``j`` bytes iff ``j`` ends a path's word that it starts with (and
     is not all of it). A token inside stays only inside (``drop_inside``)."""
     sv = SortedVocab.of(tm)
-    if walkc is not None and C_LITERAL:  # the whole loop below in one C call
-        flat = tm.mat_t.reshape(-1)  # (a view, ~0.3 us: not kept on tm, whose __dict__ goes to the disk tables)
-        if len(lits) > 1:  # (the C call lists a prefix shared with the path before once: sorted paths)
-            lits = tuple(sorted(lits, key=lambda x: x.text))
-        got = walkc.literal_walk(sv.blob, sv.offs, sv.rest, tuple(x.text for x in lits), tuple(map(_end_flags, lits)),
-                                 b"" if follow is None else follow, flat, tm.mat_t.shape[1], rs.base, tm.max_len)
-        ids, i, j = (np.frombuffer(x, np.int64) for x in got)
-        return ids, with_crossings(np.zeros(0, dtype=bool), i, j, rs, tm)
     runs: list[np.ndarray] = []
     ci: list[np.ndarray] = []
     cj: list[np.ndarray] = []
@@ -171,14 +157,6 @@ def words_vocabulary_ids(lits: tuple[Literal, ...], rs: RestSet, tm: TokenMatrix
         keep = ~member(i, ids)  # (ids: sorted)
         i, j = i[keep], j[keep]
     return ids, with_crossings(np.zeros(0, dtype=bool), i, j, rs, tm)
-
-
-def _end_flags(lit: Literal) -> bytes:
-    """``len(lit.text) + 1`` bytes, 1 at each length after which ``lit``'s terminal may end."""
-    flags = bytearray(len(lit.text) + 1)
-    for k in lit.ends:
-        flags[k] = 1
-    return bytes(flags)
 
 
 # A finite sub-automaton (a string enum: '"(?:low|average|high)"' after its quote) with at most
