@@ -104,7 +104,7 @@ sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
             "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse",
-            "crepeat", "removals")
+            "crepeat", "removals", "narrow")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -226,6 +226,9 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
 
     out["crepeat"] = flip([regex_mod], "counted_repeat", lambda pattern: None)
     out["removals"] = flip([cut_walk], "REMOVAL_MEMO", False)
+    narrow_off, narrow_on = flip([scannerless], "NARROW_WALKS", False)
+    pack_off, pack_on = flip([vocab_walk], "_pack_started", lambda dfa, q, rs, tm, w: tm.pack_where(rs.tid, w.inside))
+    out["narrow"] = (lambda: (narrow_off(), pack_off())), (lambda: (narrow_on(), pack_on()))
     return out
 
 

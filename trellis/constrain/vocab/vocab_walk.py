@@ -20,8 +20,9 @@ import numpy as np
 from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.byte_dfa import literal_at
 from trellis.constrain.vocab import alike_patch
+from trellis.constrain.vocab.dfa_shapes import digest_of
 from trellis.constrain.vocab.literal_walk import words_at, words_vocabulary_ids
-from trellis.constrain.vocab.rest_walk import RestSet, Walk, walk as flat_walk
+from trellis.constrain.vocab.rest_walk import RestSet, Walk, concat_ranges, walk as flat_walk
 from trellis.constrain.vocab.slices import cover_for, trie_cut_for, walk_sliced
 from trellis.constrain.vocab.trie_walk import walk_vocabulary
 from trellis.constrain.vocab.walk_cache import key_digest
@@ -68,10 +69,72 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
                 how, w = "trie", walk_vocabulary(dfa.trans, dfa.final, q, rs, tm, follow, trie_cut_for(tm, dfa, q))
             else:
                 how, w = "flat", flat_walk(dfa.trans, dfa.final, q, rs, tm, follow)
-            packed = tm.pack_where(rs.tid, w.inside)
+            packed = _pack_started(dfa, q, rs, tm, w) if not broad else tm.pack_where(rs.tid, w.inside)
             if broad and PATCH:
                 alike_patch.remember(dfa, q, tm, follow, packed, w)
     w.inside = np.zeros(0, dtype=bool)  # only the packed form is used at this level
     if w.cross is not None:
         w.cross.key = key_digest((key, how))
     return packed, w
+
+
+# A state from which at most this share of the vocabulary starts (a digit, a date's next field, a
+# number's exponent, a string's opening quote: 2 to 205 of Gemma's 262k tokens) is walked by
+# ``narrow_walk``, keyed by its DFA's digest, with no canonical shape: the walk itself is ~10-20 us,
+# while the shape (~50 us for a date-time format's 64-state DFA), its cache key and the packing
+# of a [V] flag array took ~150 us a state the first time (o10527's date-time positions: ~270 us
+# a mask). 1/128: 2,048 tokens on Gemma. ``benchmarks/ab_masks.py --switch narrow``.
+NARROW_SHARE = 1 / 128
+
+
+def starting(dfa: ByteDFA, q: int, tm: TokenMatrix) -> int:
+    """How many vocabulary tokens start with a byte ``dfa`` takes from ``q`` (for every state at
+    once on first use, kept on the DFA with the vocabulary it counted: the regex memos share a
+    DFA across grammars, and a lookup is then a read, not ~4 us of numpy a state)."""
+    counts = tm.__dict__.get("_first_counts")
+    if counts is None:
+        counts = tm.__dict__["_first_counts"] = np.diff(RestSet.vocabulary(tm).lo)
+    hit = dfa.__dict__.get("_starting")
+    if hit is None or hit[0] is not counts:  # (the counts, not the matrix: a DFA outlives a vocabulary)
+        hit = dfa.__dict__["_starting"] = (counts, ((dfa.trans >= 0) @ counts).tolist())
+    return hit[1][q]
+
+
+def narrow_key(dfa: ByteDFA, q: int, follow: np.ndarray | None) -> Hashable:
+    """What ``narrow_walk`` from ``q`` depends on: the DFA's tables (by content digest, kept on the
+    DFA, which the regex memos share across grammars; no canonical shape), ``q`` and the
+    followers (None: walked without them, see ``ends_dead``)."""
+    return ("narrow", digest_of(dfa), q, b"" if follow is None else follow.tobytes())
+
+
+def ends_dead(dfa: ByteDFA) -> bool:
+    """Whether no accepting state of ``dfa`` has a way on (a JSON string ends at its closing
+    quote): then a walk crosses at most once per token and may be made without the followers
+    and filtered by them after (``scannerless._by_follow``), shared by every context (kept on
+    the DFA)."""
+    hit = dfa.__dict__.get("_ends_dead")
+    if hit is None:
+        hit = dfa.__dict__["_ends_dead"] = not bool((dfa.final & (dfa.trans >= 0).any(axis=1)).any())
+    return hit
+
+
+def narrow_walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: Hashable
+                ) -> tuple[np.ndarray, Walk]:
+    """``walk``'s (packed, walk) for a state few tokens start from (``NARROW_SHARE``), by the flat
+    walk with the followers applied in it; the leftovers' key is ``key`` (``narrow_key``) with
+    the method, as in ``walk``."""
+    rs = RestSet.vocabulary(tm)
+    w = flat_walk(dfa.trans, dfa.final, q, rs, tm, follow)
+    packed = _pack_started(dfa, q, rs, tm, w)
+    w.inside = np.zeros(0, dtype=bool)
+    if w.cross is not None:
+        w.cross.key = key_digest((key, "flat"))
+    return packed, w
+
+
+def _pack_started(dfa: ByteDFA, q: int, rs: RestSet, tm: TokenMatrix, w: Walk) -> np.ndarray:
+    """The packed ids of the rests that stay inside, read only among those starting with a byte
+    ``dfa`` takes from ``q`` (no other rest can): O(started), not a pass over the [V] flags."""
+    live = dfa.trans[q] >= 0
+    idx = concat_ranges(rs.lo[:-1][live], rs.lo[1:][live])
+    return tm.pack_ids(rs.tid[idx[w.inside[idx]]])
