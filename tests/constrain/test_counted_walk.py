@@ -141,6 +141,32 @@ def test_schema_masks_are_the_same_with_and_without(seed: int, monkeypatch: pyte
     assert sum(taken) >= 10  # positions were read off counting walks
 
 
+def two_constraints(schema: dict, vocab: Vocabulary):  # type: ignore[no-untyped-def]
+    """Two constraint objects of one schema (``compile``'s memo cleared between), no disk cache."""
+    from trellis.constrain import JsonSchema
+    from trellis.constrain.compile import clear_caches, compile
+
+    clear_caches()
+    on = compile(JsonSchema(schema), vocab, cache=False)
+    clear_caches()
+    off = compile(JsonSchema(schema), vocab, cache=False)
+    assert off is not on
+    return on, off
+
+
+def flag_off(monkeypatch, module, name: str, c):  # type: ignore[no-untyped-def]
+    """``c.mask_array`` with ``module.name`` False while it runs (True after): a ``mask_off``
+    for ``masks_agree`` that reads one constraint's masks with a path of the engine turned off."""
+    def read(state):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(module, name, False)
+        try:
+            return c.mask_array(state)
+        finally:
+            monkeypatch.setattr(module, name, True)
+
+    return read
+
+
 def masks_agree(on, off, doc: bytes, rng: random.Random, mask_off=None) -> None:  # type: ignore[no-untyped-def]
     """Both constraints' masks are equal at every prefix of ``doc`` (a document of their language),
     read along a random tokenization of it drawn from the allowed tokens (``mask_off``: how

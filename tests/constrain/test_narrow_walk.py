@@ -17,7 +17,7 @@ from trellis.constrain.vocab import vocab_walk
 from trellis.constrain.vocab.rest_walk import RestSet
 from trellis.constrain.vocab.walks import TokenMatrix
 
-from tests.constrain.test_counted_walk import _vocab, masks_agree
+from tests.constrain.test_counted_walk import _vocab, flag_off, masks_agree, two_constraints
 from tests.constrain.test_trie_walk import _canon
 
 PATTERNS = [r'"[0-9]{4}-[0-9]{2}-[0-9]{2}"', r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?",
@@ -54,9 +54,6 @@ def test_starting_counts_the_tokens_a_state_can_begin() -> None:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_masks_are_the_same_with_the_narrow_path_on_and_off(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trellis.constrain import JsonSchema
-    from trellis.constrain.compile import clear_caches, compile
-
     vocab = _vocab(seed)
     schema = {"type": "object", "properties": {
         "when": {"type": "string", "format": "date"}, "n": {"type": "number"}, "k": {"type": "integer"},
@@ -71,18 +68,7 @@ def test_masks_are_the_same_with_the_narrow_path_on_and_off(seed: int, monkeypat
 
     monkeypatch.setattr(vocab_walk, "narrow_walk", spy)
     monkeypatch.setattr(vocab_walk, "NARROW_SHARE", 0.2)  # (a small vocabulary: more states are narrow)
-    clear_caches()
-    on = compile(JsonSchema(schema), vocab, cache=False)
-    clear_caches()
-    off = compile(JsonSchema(schema), vocab, cache=False)
-    assert off is not on
-
-    def plain(state):  # type: ignore[no-untyped-def]
-        monkeypatch.setattr(scannerless, "NARROW_WALKS", False)
-        try:
-            return off.mask_array(state)
-        finally:
-            monkeypatch.setattr(scannerless, "NARROW_WALKS", True)
+    on, off = two_constraints(schema, vocab)
 
     rng = random.Random(seed)
     for _ in range(6):
@@ -91,5 +77,5 @@ def test_masks_are_the_same_with_the_narrow_path_on_and_off(seed: int, monkeypat
                 "c": rng.choice(['"red"', '"cyan"', "7", "null"]), "s": rng.choice(['"ab"', '""', '"0-1"'])}
         keys = [k for k in vals if rng.random() < 0.8]
         doc = ("{" + ",".join(f'"{k}":{vals[k]}' for k in keys) + "}").encode()
-        masks_agree(on, off, doc, rng, mask_off=plain)
+        masks_agree(on, off, doc, rng, mask_off=flag_off(monkeypatch, scannerless, "NARROW_WALKS", off))
     assert taken  # the narrow path was taken

@@ -13,7 +13,7 @@ import pytest
 import trellis.constrain.earley.scannerless as scannerless
 from trellis.constrain.vocab.walks import sparse_words
 
-from tests.constrain.test_counted_walk import _vocab, masks_agree
+from tests.constrain.test_counted_walk import _vocab, flag_off, masks_agree, two_constraints
 
 KEYS = ["a", "b", "c", "ab", "ba", "cab", "x", "bx"]
 
@@ -34,9 +34,6 @@ def test_sparse_words_are_the_nonzero_words() -> None:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_masks_are_the_same_word_by_word_and_whole(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trellis.constrain import JsonSchema
-    from trellis.constrain.compile import clear_caches, compile
-
     vocab = _vocab(seed)
     schema = {"type": "object", "properties": {k: {"type": ["string", "integer", "boolean"]} for k in KEYS},
               "additionalProperties": False}
@@ -49,18 +46,7 @@ def test_masks_are_the_same_word_by_word_and_whole(seed: int, monkeypatch: pytes
 
     monkeypatch.setattr(scannerless, "sparse_words", spy)
     monkeypatch.setattr(scannerless, "SPARSE_WORDS", 2)  # (a small vocabulary: a few words a row)
-    clear_caches()
-    on = compile(JsonSchema(schema), vocab, cache=False)
-    clear_caches()
-    off = compile(JsonSchema(schema), vocab, cache=False)
-    assert off is not on
-
-    def whole(state):  # type: ignore[no-untyped-def]
-        monkeypatch.setattr(scannerless, "SPARSE_ROWS", False)
-        try:
-            return off.mask_array(state)
-        finally:
-            monkeypatch.setattr(scannerless, "SPARSE_ROWS", True)
+    on, off = two_constraints(schema, vocab)
 
     rng = random.Random(seed)
     for _ in range(6):
@@ -68,5 +54,5 @@ def test_masks_are_the_same_word_by_word_and_whole(seed: int, monkeypatch: pytes
         keys.sort(key=KEYS.index)  # (the declared order: trellis' documented narrowing)
         vals = [rng.choice(['"ab"', '""', "0", "true", '"x\\\\"']) for _ in keys]
         doc = ("{" + ",".join(f'"{k}":{v}' for k, v in zip(keys, vals)) + "}").encode()
-        masks_agree(on, off, doc, rng, mask_off=whole)
+        masks_agree(on, off, doc, rng, mask_off=flag_off(monkeypatch, scannerless, "SPARSE_ROWS", off))
     assert seen["sparse"] and seen["whole"]  # both ways of OR-ing were taken
