@@ -1,5 +1,5 @@
 """``vocab_walk.narrow_walk``: a state few tokens start from is walked directly, keyed by its DFA's
-digest (``scannerless._narrow_inside``). Its packed row and crossings equal the canonical walk's
+digest (``vocab_walk.narrow``, ``scannerless.EarleyConstraint._shape``). Its packed row and crossings equal the canonical walk's
 (``vocab_walk.walk``), with and without followers, and a constraint's masks are the same with the
 narrow path on and off along random documents of a schema whose values are dates, numbers and
 enums (digits and quotes: states few tokens start from)."""
@@ -34,7 +34,8 @@ def test_narrow_walk_equals_the_canonical_walk(seed: int) -> None:
         dfa = regex_to_byte_dfa(p)
         for q in range(dfa.num_states):
             for follow in (None, rng.random(256) < 0.5):
-                pa, wa = vocab_walk.narrow_walk(dfa, q, tm, follow, vocab_walk.narrow_key(dfa, q, follow))
+                key = (vocab_walk.narrow_key(dfa, q), b"" if follow is None else follow.tobytes())
+                pa, wa = vocab_walk.narrow_walk(dfa, q, tm, follow, key)
                 pb, wb = vocab_walk.walk(dfa, q, tm, follow, ("shape", p, q))
                 assert np.array_equal(pa, pb), (p, q)
                 wa.inside = wb.inside = np.zeros(len(rs), dtype=bool)  # (only the packed rows are kept)

@@ -121,7 +121,6 @@ class EarleyConstraint:
         self._sims: dict[int, Simulation | None] = {}  # cut scan -> how it sits in its terminal
         self._cut_entries: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}
         self._counted: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}  # (scan, q) -> walk
-        self._narrow: dict[tuple[int, int], tuple | None] = {}  # (scan, q) -> (entry key, walk key, free)
         self._rows: dict[tuple[int, int], list] = {}  # (scan, q) -> ``_row_of``
         self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
         self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
@@ -240,7 +239,11 @@ class EarleyConstraint:
             # closing quote) crosses at most once per token, so it is walked with no follow set,
             # keyed without one, and filtered here (``_by_follow``): a string's walks are shared
             # by every context it appears in (objects, arrays, each schema's set of followers).
-            canon, free = canonical(self._dfa[d], q, self.tm.mat_t.shape[0])
+            # A state few tokens start from is keyed by its DFA's digest (``vocab_walk.narrow``).
+            dfa = self._dfa[d]
+            narrow = NARROW_WALKS and vocab_walk.narrow(dfa, q, self.tm)
+            canon, free = (vocab_walk.narrow_key(dfa, q), vocab_walk.ends_dead(dfa)) if narrow else \
+                canonical(dfa, q, self.tm.mat_t.shape[0])
             hit = self._shapes[key] = (canon, b"" if free else self._follow(d).tobytes())
         return hit
 
@@ -279,8 +282,6 @@ class EarleyConstraint:
                 return hit
         elif self.share and (hit := self._counted_inside(d, q, t)) is not None:  # (shared, like walks)
             return hit
-        if NARROW_WALKS and (hit := self._narrow_inside(d, q)) is not None:
-            return hit
         key = self._shape(d, q)
         ekey = self._entry_key(d, key)
         hit = self._inside.get(ekey)
@@ -292,45 +293,12 @@ class EarleyConstraint:
                 return vocab_walk.walk(dfa, q, self.tm, follow, key)
 
             shared = self.share
-            # A literal's walk (two bisects per prefix) is never slow enough to be persisted
-            # (walk_cache.PERSIST_MIN_S), so it is not looked up on disk either.
-            hit = SHARED.get(self._vocab_fp, key, build, disk=key[0][0] != "lit") if shared else build()
+            # A literal's walk (two bisects per prefix) and a narrow one are never slow enough to
+            # be persisted (walk_cache.PERSIST_MIN_S), so they are not looked up on disk either.
+            hit = SHARED.get(self._vocab_fp, key, build, disk=key[0][0] not in ("lit", "narrow")) if shared else build()
             if hit[1].cross is not None:
                 self._keep.append(hit[1].cross)
             hit = self._inside[ekey] = (hit[0], self._by_follow(d, key, hit[1]))
-        return hit
-
-    def _narrow_inside(self, d: int, q: int) -> tuple[np.ndarray, Walk] | None:
-        """``_inside_of`` walked directly where few tokens start from ``q`` and ``q`` is not in a
-        literal (``vocab_walk.narrow_walk``: keyed by the DFA's digest, with no canonical shape,
-        whose making cost more than such a walk), else None. Kept per entry like ``_inside_of``'s:
-        scans of one terminal DFA with the same followers share one ``Walk`` (and its indexes)."""
-        how = self._narrow.get((d, q), False)
-        if how is False:
-            dfa = self._dfa[d]
-            how = None
-            if literal_at(dfa, q) is None and vocab_walk.starting(dfa, q, self.tm) <= vocab_walk.NARROW_SHARE * self.tm.size:
-                free = vocab_walk.ends_dead(dfa)  # (then walked without followers, filtered by them)
-                key = vocab_walk.narrow_key(dfa, q, None if free else self._follow(d))
-                how = ((key, self._follow(d).tobytes()) if free else key, key, free)
-            self._narrow[(d, q)] = how
-        if how is None:
-            return None
-        ekey, key, free = how
-        hit = self._inside.get(ekey)
-        if hit is None:
-            dfa = self._dfa[d]
-            follow = None if free else self._follow(d)
-
-            def build() -> tuple[np.ndarray, Walk]:
-                return vocab_walk.narrow_walk(dfa, q, self.tm, follow, key)
-
-            # (shared, so that its leftovers keep one key across grammars and the walks over them
-            # are shared too; never on disk: PERSIST_MIN_S)
-            hit = SHARED.get(self._vocab_fp, key, build, disk=False) if self.share else build()
-            if hit[1].cross is not None:
-                self._keep.append(hit[1].cross)
-            hit = self._inside[ekey] = (hit[0], self._by_follow(d, (None, b""), hit[1]) if free else hit[1])
         return hit
 
     def _counted_inside(self, d: int, q: int, t: int) -> tuple[np.ndarray, Walk] | None:
@@ -593,9 +561,8 @@ _NOTHING = np.zeros(0, dtype=np.int32)  # the packed part of a shared walk over 
 # few tokens. False: every row OR-ed whole and looked up per mask, as before (``benchmarks/
 # ab_masks.py --switch sparse``).
 SPARSE_ROWS = True
-# A scan state few vocabulary tokens start from is walked per constraint, without its canonical
-# shape or the shared cache (``_narrow_inside``, ``vocab_walk.NARROW_SHARE``); False: as every state
-# (``benchmarks/ab_masks.py --switch narrow``).
+# A scan state few tokens start from keyed by its DFA's digest, not its canonical shape
+# (``vocab_walk.narrow``); False: as every state (``benchmarks/ab_masks.py --switch narrow``).
 NARROW_WALKS = True
 SPARSE_WORDS = 256
 

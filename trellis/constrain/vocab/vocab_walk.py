@@ -48,6 +48,8 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
     """(packed bitset of the tokens that stay inside, the walk without its ``inside`` array) of
     ``dfa`` from ``q`` over ``RestSet.vocabulary(tm)``; the leftovers' key is ``key`` (the walk's
     cache key) with the method that ordered them."""
+    if key[0][0] == "narrow":  # (``narrow``; a canonical shape's first item is bytes or a tagged tuple)
+        return narrow_walk(dfa, q, tm, follow, key)
     rs = RestSet.vocabulary(tm)
     lit = literal_at(dfa, q)
     words = (lit,) if lit is not None else words_at(dfa, q)
@@ -89,22 +91,24 @@ NARROW_SHARE = 1 / 128
 
 def starting(dfa: ByteDFA, q: int, tm: TokenMatrix) -> int:
     """How many vocabulary tokens start with a byte ``dfa`` takes from ``q`` (for every state at
-    once on first use, kept on the DFA with the vocabulary it counted: the regex memos share a
-    DFA across grammars, and a lookup is then a read, not ~4 us of numpy a state)."""
-    counts = tm.__dict__.get("_first_counts")
-    if counts is None:
-        counts = tm.__dict__["_first_counts"] = np.diff(RestSet.vocabulary(tm).lo)
+    once on first use, kept on the DFA with the first-byte offsets it counted: the regex memos
+    share a DFA across grammars, and a lookup is then a read, not ~4 us of numpy a state)."""
     hit = dfa.__dict__.get("_starting")
-    if hit is None or hit[0] is not counts:  # (the counts, not the matrix: a DFA outlives a vocabulary)
-        hit = dfa.__dict__["_starting"] = (counts, ((dfa.trans >= 0) @ counts).tolist())
+    if hit is None or hit[0] is not tm.first_lo:  # (not kept on tm: its __dict__ is its disk tables)
+        hit = dfa.__dict__["_starting"] = (tm.first_lo, ((dfa.trans >= 0) @ np.diff(tm.first_lo)).tolist())
     return hit[1][q]
 
 
-def narrow_key(dfa: ByteDFA, q: int, follow: np.ndarray | None) -> Hashable:
-    """What ``narrow_walk`` from ``q`` depends on: the DFA's tables (by content digest, kept on the
-    DFA, which the regex memos share across grammars; no canonical shape), ``q`` and the
-    followers (None: walked without them, see ``ends_dead``)."""
-    return ("narrow", digest_of(dfa), q, b"" if follow is None else follow.tobytes())
+def narrow(dfa: ByteDFA, q: int, tm: TokenMatrix) -> bool:
+    """Whether ``q`` is not in a literal and at most ``NARROW_SHARE`` of the vocabulary starts
+    from it: then its walks are keyed by ``narrow_key``, and ``walk`` makes them by ``narrow_walk``."""
+    return literal_at(dfa, q) is None and starting(dfa, q, tm) <= NARROW_SHARE * tm.size
+
+
+def narrow_key(dfa: ByteDFA, q: int) -> Hashable:
+    """A narrow state's walk key without the followers: its DFA's tables (by content digest, kept
+    on the DFA) and the state; no canonical shape, whose making cost more than the walk."""
+    return ("narrow", digest_of(dfa), q)
 
 
 def ends_dead(dfa: ByteDFA) -> bool:
@@ -120,9 +124,8 @@ def ends_dead(dfa: ByteDFA) -> bool:
 
 def narrow_walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: Hashable
                 ) -> tuple[np.ndarray, Walk]:
-    """``walk``'s (packed, walk) for a state few tokens start from (``NARROW_SHARE``), by the flat
-    walk with the followers applied in it; the leftovers' key is ``key`` (``narrow_key``) with
-    the method, as in ``walk``."""
+    """``walk``'s (packed, walk) for a state few tokens start from (``narrow``), by the flat walk
+    with the followers applied in it; the leftovers' key is ``key`` with the method, as in ``walk``."""
     rs = RestSet.vocabulary(tm)
     w = flat_walk(dfa.trans, dfa.final, q, rs, tm, follow)
     packed = _pack_started(dfa, q, rs, tm, w)
