@@ -1,6 +1,6 @@
-"""``vocab_walk.narrow_walk``: a state few tokens start from is walked directly, keyed by its DFA's
-digest (``vocab_walk.narrow``, ``scannerless.EarleyConstraint._shape``). Its packed row and crossings equal the canonical walk's
-(``vocab_walk.walk``), with and without followers, and a constraint's masks are the same with the
+"""Narrow walks: a state few tokens start from is keyed by its DFA's digest (``vocab_walk.narrow``,
+``narrow_key``, ``scannerless.EarleyConstraint._shape``) and walked flat. Its packed row and crossings
+equal those of the walk under a canonical-shape key (``vocab_walk.walk``), with and without followers, and a constraint's masks are the same with the
 narrow path on and off along random documents of a schema whose values are dates, numbers and
 enums (digits and quotes: states few tokens start from)."""
 
@@ -35,7 +35,7 @@ def test_narrow_walk_equals_the_canonical_walk(seed: int) -> None:
         for q in range(dfa.num_states):
             for follow in (None, rng.random(256) < 0.5):
                 key = (vocab_walk.narrow_key(dfa, q), b"" if follow is None else follow.tobytes())
-                pa, wa = vocab_walk.narrow_walk(dfa, q, tm, follow, key)
+                pa, wa = vocab_walk.walk(dfa, q, tm, follow, key)
                 pb, wb = vocab_walk.walk(dfa, q, tm, follow, ("shape", p, q))
                 assert np.array_equal(pa, pb), (p, q)
                 wa.inside = wb.inside = np.zeros(len(rs), dtype=bool)  # (only the packed rows are kept)
@@ -61,13 +61,14 @@ def test_masks_are_the_same_with_the_narrow_path_on_and_off(seed: int, monkeypat
         "c": {"enum": ["red", "green", "blue", "cyan", 7, None]}, "s": {"type": "string"}},
         "additionalProperties": False}
     taken = []
-    narrow = vocab_walk.narrow_walk
+    narrow = vocab_walk.narrow
 
     def spy(*a, **k):  # type: ignore[no-untyped-def]
-        taken.append(a[1])
-        return narrow(*a, **k)
+        r = narrow(*a, **k)
+        taken.append(r)
+        return r
 
-    monkeypatch.setattr(vocab_walk, "narrow_walk", spy)
+    monkeypatch.setattr(vocab_walk, "narrow", spy)
     monkeypatch.setattr(vocab_walk, "NARROW_SHARE", 0.2)  # (a small vocabulary: more states are narrow)
     on, off = two_constraints(schema, vocab)
 
@@ -79,4 +80,4 @@ def test_masks_are_the_same_with_the_narrow_path_on_and_off(seed: int, monkeypat
         keys = [k for k in vals if rng.random() < 0.8]
         doc = ("{" + ",".join(f'"{k}":{vals[k]}' for k in keys) + "}").encode()
         masks_agree(on, off, doc, rng, mask_off=flag_off(monkeypatch, scannerless, "NARROW_WALKS", off))
-    assert taken  # the narrow path was taken
+    assert any(taken)  # the narrow path was taken

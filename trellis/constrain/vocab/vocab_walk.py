@@ -48,20 +48,22 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
     """(packed bitset of the tokens that stay inside, the walk without its ``inside`` array) of
     ``dfa`` from ``q`` over ``RestSet.vocabulary(tm)``; the leftovers' key is ``key`` (the walk's
     cache key) with the method that ordered them."""
-    if key[0][0] == "narrow":  # (``narrow``; a canonical shape's first item is bytes or a tagged tuple)
-        return narrow_walk(dfa, q, tm, follow, key)
     rs = RestSet.vocabulary(tm)
-    lit = literal_at(dfa, q)
-    words = (lit,) if lit is not None else words_at(dfa, q)
-    sl = None if words is not None else cover_for(tm, dfa, q)
+    # A state keyed by ``narrow_key`` (a canonical shape's first item is bytes or another tagged
+    # tuple) is walked flat: few tokens start there, so no other method is looked for.
+    narrow_state = key[0][0] == "narrow"
+    words = sl = None
+    if not narrow_state:
+        lit = literal_at(dfa, q)
+        words = (lit,) if lit is not None else words_at(dfa, q)
+        sl = None if words is not None else cover_for(tm, dfa, q)
     if words is not None:  # a keyword, key, punctuation or string enum: two bisects per prefix
         ids, w = words_vocabulary_ids(words, rs, tm, follow)
         packed, how = tm.pack_ids(rs.tid[ids]), "literal"
     elif sl is not None:  # most tokens surely stay inside: walk the others
         (packed, w), how = walk_sliced(sl, dfa.trans, dfa.final, q, tm, follow), "slice " + sl.pattern
     else:
-        starting = int(np.diff(rs.lo)[dfa.trans[q] >= 0].sum())
-        broad = starting >= TRIE_MIN_SHARE * len(rs)
+        broad = not narrow_state and starting(dfa, q, tm) >= TRIE_MIN_SHARE * len(rs)
         hit = alike_patch.patched(dfa, q, tm, follow) if broad and PATCH else None
         if hit is not None:  # alike to a state walked before but for a few tokens: those walked only
             (packed, w), how = hit, "patch"
@@ -81,8 +83,8 @@ def walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: 
 
 
 # A state from which at most this share of the vocabulary starts (a digit, a date's next field, a
-# number's exponent, a string's opening quote: 2 to 205 of Gemma's 262k tokens) is walked by
-# ``narrow_walk``, keyed by its DFA's digest, with no canonical shape: the walk itself is ~10-20 us,
+# number's exponent, a string's opening quote: 2 to 205 of Gemma's 262k tokens) is walked flat,
+# keyed by its DFA's digest (``narrow``, ``narrow_key``), with no canonical shape: the walk itself is ~10-20 us,
 # while the shape (~50 us for a date-time format's 64-state DFA), its cache key and the packing
 # of a [V] flag array took ~150 us a state the first time (o10527's date-time positions: ~270 us
 # a mask). 1/128: 2,048 tokens on Gemma. ``benchmarks/ab_masks.py --switch narrow``.
@@ -101,7 +103,7 @@ def starting(dfa: ByteDFA, q: int, tm: TokenMatrix) -> int:
 
 def narrow(dfa: ByteDFA, q: int, tm: TokenMatrix) -> bool:
     """Whether ``q`` is not in a literal and at most ``NARROW_SHARE`` of the vocabulary starts
-    from it: then its walks are keyed by ``narrow_key``, and ``walk`` makes them by ``narrow_walk``."""
+    from it: then its walks are keyed by ``narrow_key``, and ``walk`` makes them flat."""
     return literal_at(dfa, q) is None and starting(dfa, q, tm) <= NARROW_SHARE * tm.size
 
 
@@ -120,19 +122,6 @@ def ends_dead(dfa: ByteDFA) -> bool:
     if hit is None:
         hit = dfa.__dict__["_ends_dead"] = not bool((dfa.final & (dfa.trans >= 0).any(axis=1)).any())
     return hit
-
-
-def narrow_walk(dfa: ByteDFA, q: int, tm: TokenMatrix, follow: np.ndarray | None, key: Hashable
-                ) -> tuple[np.ndarray, Walk]:
-    """``walk``'s (packed, walk) for a state few tokens start from (``narrow``), by the flat walk
-    with the followers applied in it; the leftovers' key is ``key`` with the method, as in ``walk``."""
-    rs = RestSet.vocabulary(tm)
-    w = flat_walk(dfa.trans, dfa.final, q, rs, tm, follow)
-    packed = _pack_started(dfa, q, rs, tm, w)
-    w.inside = np.zeros(0, dtype=bool)
-    if w.cross is not None:
-        w.cross.key = key_digest((key, "flat"))
-    return packed, w
 
 
 def _pack_started(dfa: ByteDFA, q: int, rs: RestSet, tm: TokenMatrix, w: Walk) -> np.ndarray:
