@@ -51,6 +51,10 @@ def test_starting_counts_the_tokens_a_state_can_begin() -> None:
     first = [tm.tokens[i][0] for i in range(tm.size) if tm.tokens[i] and bool(tm.valid[i])]
     assert vocab_walk.starting(dfa, 0, tm) == sum(1 for b in first if b in b"0123456789x")
     assert vocab_walk.starting(dfa, 1, tm) == sum(1 for b in first if b in b"0123456789")  # after a digit
+    for p in PATTERNS:  # every state, in any order (counted per state on first use, then read)
+        dfa = regex_to_byte_dfa(p)
+        for q in [*range(dfa.num_states - 1, -1, -1), *range(dfa.num_states)]:
+            assert vocab_walk.starting(dfa, q, tm) == sum(1 for b in first if dfa.trans[q, b] >= 0), (p, q)
 
 
 @pytest.mark.parametrize("seed", range(3))
