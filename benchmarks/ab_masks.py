@@ -70,6 +70,8 @@ median per arm and the median per-schema ratio of compile times.
   call; without them: the Python methods around the C agenda);
 * ``wordslices``: the word slices (``slices.WORD_SLICES``: ``[0-9A-Za-z]+`` and ``[a-z]+``, for
   identifier and hostname patterns' loops; without them: the three text slices only);
+* ``dotslice``: the slice of a JSON Schema pattern's ``.`` in a JSON string (``slices.DOT_SLICE``:
+  ``[^"\\\x00-\x1f\x7f\u2028\u2029]+``; off, a ``.*`` state contains no slice and is walked whole).
 * ``counted``: a length-bounded terminal's positions read off one counting walk
   (``counted_walk.ENABLED``; without it: each position walked as before, patched or in full);
 * ``sparse``: a scan state's row with few nonzero words OR-ed into a mask word by word
@@ -104,7 +106,7 @@ sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
             "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse",
-            "crepeat", "removals", "narrow")
+            "crepeat", "removals", "narrow", "dotslice")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -203,6 +205,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     out["cshape"] = (lambda: setattr(dfa_shapes, "_bfs_shape", bfs_shape_numpy)), (
         lambda: setattr(dfa_shapes, "_bfs_shape", bfs_shape))
     out["wordslices"] = flip([slices], "WORD_SLICES", False)
+    out["dotslice"] = flip([slices], "DOT_SLICE", False)
     sv = literal_walk.SortedVocab
     out["cprefix"] = flip([sv], "prefix_bounds", sv.prefix_bounds_py)
 

@@ -33,6 +33,7 @@ PATTERNS = [
     r"[a-z_]\w*",
     r"/\*(?:\*(?!/)|[^*])*\*/",
     r'[^"]{2,}',
+    r'"https?://[^"\\\x00-\x1f\u2028\u2029]+"',  # a JSON Schema pattern's ".+" in a JSON string
 ]
 
 
@@ -43,6 +44,7 @@ def _vocab(seed: int) -> Vocabulary:
     rng = random.Random(seed + 100)
     extra = [bytes(rng.choice(b'a "\\\t#\x7f\xe2\x82\xac') for _ in range(rng.randint(1, 6))) for _ in range(150)]
     extra += ["é€ab".encode(), "€".encode()[:2], b"\x82\xac", b"plain words", b" more text"]
+    extra += ["a\u2028b".encode(), "\u2029".encode(), "\u2028".encode()[:2]]  # line terminators ``.`` refuses
     extra += [bytes([b]) for b in range(256)]
     toks = list(dict.fromkeys(list(base.tokens) + extra))
     return Vocabulary(tuple(toks), eos=base.eos, special=base.special)
@@ -105,13 +107,23 @@ def test_contains_only_what_the_state_keeps_alive(seed: int) -> None:
 
 def test_which_states_contain_which_slice() -> None:
     tm = TokenMatrix.of(_vocab(0))
-    printable, json_body, single, words, lower = slices.slices(tm)
+    printable, json_body, dot, single, words, lower = slices.slices(tm)
     string = regex_to_byte_dfa(PATTERNS[0])
     inner = int(string.trans[0, ord('"')])
     assert not contains(printable, string.trans, inner)  # a quote ends it
     assert contains(json_body, string.trans, inner)
     assert not contains(json_body, string.trans, 0)  # before the opening quote
     assert not contains(single, string.trans, inner)  # it keeps '"' alive, which ends a JSON string
+    dotted = regex_to_byte_dfa(PATTERNS[-1])  # a pattern's ``.+``: every JSON character but U+2028/9
+    after = int(dotted.trans[0, ord('"')])
+    for b in b"https://":
+        after = int(dotted.trans[after, b])
+    assert not contains(json_body, dotted.trans, after) and contains(dot, dotted.trans, after)
+    assert slice_for(tm, dotted.trans, after) is dot and slice_for(tm, string.trans, inner) is json_body
+    assert not np.array_equal(dot.inside, json_body.inside)  # this vocabulary has tokens with U+2028/9
+    plain = TokenMatrix.of(trie_vocab(0))  # without them the very members: shared, not copied
+    assert slices.slices(plain)[2].inside is slices.slices(plain)[1].inside
+    assert slices.slices(plain)[2].bounded is slices.slices(plain)[1].bounded
     sql = regex_to_byte_dfa(r"'[^']*'")
     assert slice_for(tm, sql.trans, int(sql.trans[0, ord("'")])) is single
     comment = regex_to_byte_dfa(PATTERNS[2])
@@ -146,6 +158,26 @@ COMMENT: /\/\/[^\n]*/
 '''
     text = b'{"a b": // note\n {"x\\"": -12}, "\xc3\xa9": 3}'
     _masks_equal_without(monkeypatch, "cover_for", grammar, vocab, text)
+
+
+def test_masks_of_a_dotted_pattern_are_unchanged_by_its_slice(monkeypatch) -> None:
+    """Whole masks of a schema string with a ``.+`` pattern, with the ``.`` slice and without it."""
+    vocab = _vocab(2)
+    schema = {"type": "object", "properties": {"u": {"type": "string", "pattern": "^https?://.+$"}}}
+    text = '{"u":"http://a b\u00e9/x?q=1"}'.encode()
+    masks = {}
+    for on in (True, False):
+        monkeypatch.setattr(slices, "DOT_SLICE", on)
+        COMPILED.clear()
+        c = compile(JsonSchema(schema), vocab, cache=False)
+        assert not c.share
+        st, out = c.start(), []
+        for b in text:
+            out.append(c.mask_array(st).copy())
+            st = c.advance(st, vocab.tokens.index(bytes([b])))
+            assert st is not None, (on, b)
+        masks[on] = out
+    assert all((a == b).all() for a, b in zip(masks[True], masks[False]))
 
 
 def _masks_equal_without(monkeypatch, name: str, grammar, vocab: Vocabulary, text: bytes) -> None:  # type: ignore[no-untyped-def]

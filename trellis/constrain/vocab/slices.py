@@ -52,6 +52,13 @@ from trellis.constrain.vocab.walks import TokenMatrix, walkc
 SLICES = (
     r"[^\x00-\x1f\x7f]+",  # printable text: a line comment's or a free-text terminal's interior
     r'[^"\\\x00-\x1f\x7f]+',  # a JSON string's body (llguidance's JSON slice, unbounded)
+    # A JSON Schema pattern's ``.`` (ECMA-262: any character but a line terminator) inside a JSON
+    # string: the body without U+2028/U+2029, which the JSON slice keeps alive, so a ``.*`` or
+    # ``.+`` state (``^https?://.+$`` after its prefix) contained no slice and was walked whole,
+    # ~3.7 ms a first mask (bench_fresh's o11684). Its members are the JSON slice's on Gemma's
+    # vocabulary (no token holds those characters), and a slice with the very members of an
+    # earlier one shares its arrays and covers (``slices``): no second copy in memory or on disk.
+    r'[^"\\\x00-\x1f\x7f\u2028\u2029]+',
     r"[^'\\\x00-\x1f\x7f]+",  # a single-quoted string's body (SQL, Python, Lark literals)
     # Words: an identifier, hostname or key pattern's loop (``[\-0-9A-Z_a-z]+``, ``\w+``,
     # ``[a-z0-9-]+``) keeps every letters-and-digits token alive (53,100 of Gemma's, 33,189 all
@@ -61,6 +68,9 @@ SLICES = (
     r"[a-z]+",
 )
 WORDS = SLICES[-2:]  # held whole only: no bounded covers (``cover_for``)
+DOT = SLICES[2]
+# False: the ``.`` slice is built but not used (``benchmarks/ab_masks.py --switch dotslice``).
+DOT_SLICE = True
 # False: the two word slices are built but not used (``benchmarks/ab_masks.py --switch wordslices``).
 WORD_SLICES = True
 
@@ -102,23 +112,31 @@ def slices(tm: TokenMatrix) -> tuple[Slice, ...]:
     vocabulary, with the token matrix's other per-vocabulary tables)."""
     hit = tm.__dict__.get("_slices")
     if hit is None:
-        hit = tm.__dict__["_slices"] = tuple(_build(tm, p) for p in SLICES)
+        built: list[Slice] = []
+        for p in SLICES:
+            built.append(_build(tm, p, built))
+        hit = tm.__dict__["_slices"] = tuple(built)
     return hit
 
 
 def _in_use(tm: TokenMatrix) -> tuple[Slice, ...]:
-    return slices(tm) if WORD_SLICES else slices(tm)[: -len(WORDS)]
+    return tuple(sl for sl in slices(tm)
+                 if (WORD_SLICES or sl.pattern not in WORDS) and (DOT_SLICE or sl.pattern != DOT))
 
 
-def _build(tm: TokenMatrix, pattern: str) -> Slice:
+def _build(tm: TokenMatrix, pattern: str, earlier: list[Slice]) -> Slice:
     dfa = regex_to_byte_dfa(pattern, name="slice")
     vocab = RestSet.vocabulary(tm)
     inside = walk_vocabulary(dfa.trans, dfa.final, 0, vocab, tm).inside
-    rest, index = _others(tm, inside)
     moves = []
     for s in range(dfa.num_states):
         b = np.flatnonzero(dfa.trans[s] >= 0)
         moves.append((b, dfa.trans[s, b].astype(np.int64)))
+    for e in earlier:  # the very members of an earlier slice: its arrays, bounded covers and cuts
+        if np.array_equal(e.inside, inside):
+            return Slice(pattern, e.inside, e.packed, e.rest, e.index, dfa, moves, _loop_byte(dfa), e.longest,
+                         e.members_upto, e.bounded, e.cuts)
+    rest, index = _others(tm, inside)
     inside.setflags(write=False)
     member_len = vocab.length[inside]
     longest = int(member_len.max(initial=0))
@@ -353,6 +371,8 @@ def trie_cut_for(tm: TokenMatrix, dfa: ByteDFA, q: int) -> TrieCut | None:
         return None
     best: tuple[int, Slice, int] | None = None
     for sl in slices(tm):
+        if sl.pattern == DOT and not DOT_SLICE:
+            continue
         if (dfa.trans[q, sl.moves[0][0]] < 0).any():  # a byte the slice starts with dies: reach 0
             continue
         d = reach_at(sl, dfa, q)
