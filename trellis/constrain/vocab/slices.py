@@ -120,6 +120,8 @@ def slices(tm: TokenMatrix) -> tuple[Slice, ...]:
 
 
 def _in_use(tm: TokenMatrix) -> tuple[Slice, ...]:
+    if WORD_SLICES and DOT_SLICE:
+        return slices(tm)
     return tuple(sl for sl in slices(tm)
                  if (WORD_SLICES or sl.pattern not in WORDS) and (DOT_SLICE or sl.pattern != DOT))
 

@@ -94,8 +94,8 @@ NARROW_SHARE = 1 / 128
 def starting(dfa: ByteDFA, q: int, tm: TokenMatrix) -> int:
     """How many vocabulary tokens start with a byte ``dfa`` takes from ``q`` (counted per state on
     first use, kept on the DFA with the first-byte offsets it counted: the regex memos share a DFA
-    across grammars, and a lookup is then a read, not ~4 us of numpy). Per state, not for every
-    state at once: a length-bounded string's DFA (sp_120's ``maxLength: 256``, ~3,000 states) took
+    across grammars: a state's count is ~4 us of numpy once, then a read). Per state, not for
+    every state at once: a length-bounded string's DFA (sp_120's ``maxLength: 256``) took
     1.7 ms to count whole at its first mask, of which one or two states were asked."""
     memo = dfa.__dict__.get("_starting")
     if memo is None or memo[0] is not tm.first_lo:  # (not kept on tm: its __dict__ is its disk tables)
