@@ -69,7 +69,7 @@ median per arm and the median per-schema ratio of compile times.
   ``close_kernel``: a new item set's kernel, agenda, static lookup, interning and scans in one
   call; without them: the Python methods around the C agenda);
 * ``wordslices``: the word slices (``slices.WORD_SLICES``: ``[0-9A-Za-z]+`` and ``[a-z]+``, for
-  identifier and hostname patterns' loops; without them: the three text slices only);
+  identifier and hostname patterns' loops; without them: the text slices only);
 * ``dotslice``: the slice of a JSON Schema pattern's ``.`` in a JSON string (``slices.DOT_SLICE``:
   ``[^"\\\x00-\x1f\x7f\u2028\u2029]+``; off, a ``.*`` state contains no slice and is walked whole).
 * ``counted``: a length-bounded terminal's positions read off one counting walk

@@ -157,36 +157,28 @@ COMMENT: /\/\/[^\n]*/
 %ignore /[ \t\n]+/
 '''
     text = b'{"a b": // note\n {"x\\"": -12}, "\xc3\xa9": 3}'
-    _masks_equal_without(monkeypatch, "cover_for", grammar, vocab, text)
+    _masks_equal_without(monkeypatch, _answering_none(monkeypatch, "cover_for"), grammar, vocab, text)
 
 
 def test_masks_of_a_dotted_pattern_are_unchanged_by_its_slice(monkeypatch) -> None:
     """Whole masks of a schema string with a ``.+`` pattern, with the ``.`` slice and without it."""
-    vocab = _vocab(2)
-    schema = {"type": "object", "properties": {"u": {"type": "string", "pattern": "^https?://.+$"}}}
+    schema = JsonSchema({"type": "object", "properties": {"u": {"type": "string", "pattern": "^https?://.+$"}}})
     text = '{"u":"http://a b\u00e9/x?q=1"}'.encode()
-    masks = {}
-    for on in (True, False):
-        monkeypatch.setattr(slices, "DOT_SLICE", on)
-        COMPILED.clear()
-        c = compile(JsonSchema(schema), vocab, cache=False)
-        assert not c.share
-        st, out = c.start(), []
-        for b in text:
-            out.append(c.mask_array(st).copy())
-            st = c.advance(st, vocab.tokens.index(bytes([b])))
-            assert st is not None, (on, b)
-        masks[on] = out
-    assert all((a == b).all() for a, b in zip(masks[True], masks[False]))
+    _masks_equal_without(monkeypatch, lambda: monkeypatch.setattr(slices, "DOT_SLICE", False), schema, _vocab(2), text)
 
 
-def _masks_equal_without(monkeypatch, name: str, grammar, vocab: Vocabulary, text: bytes) -> None:  # type: ignore[no-untyped-def]
-    """Every mask along ``text`` (one byte a token), with ``vocab_walk``'s ``name`` and with it
-    answering None, equal; the text is a sentence."""
+def _answering_none(monkeypatch, name: str):  # type: ignore[no-untyped-def]
+    """What turns ``vocab_walk``'s ``name`` off: it answers None."""
+    return lambda: monkeypatch.setattr(f"trellis.constrain.vocab.vocab_walk.{name}", lambda *a: None)
+
+
+def _masks_equal_without(monkeypatch, turn_off, grammar, vocab: Vocabulary, text: bytes) -> None:  # type: ignore[no-untyped-def]
+    """Every mask along ``text`` (one byte a token), as it is and after ``turn_off()``, equal;
+    the text is a sentence."""
     masks = {}
     for on in (True, False):
         if not on:
-            monkeypatch.setattr(f"trellis.constrain.vocab.vocab_walk.{name}", lambda *a: None)
+            turn_off()
         COMPILED.clear()  # a new constraint: no mask from the other run (compile memoises them)
         c = compile(grammar, vocab, cache=False)
         assert not c.share  # no walk from the other run
@@ -334,4 +326,4 @@ def test_masks_along_a_bounded_string_are_unchanged_by_trie_cuts(monkeypatch) ->
     schema = JsonSchema({"type": "object", "properties": {"a": {"type": "string", "maxLength": 6},
                                                           "b": {"type": "string", "minLength": 2, "maxLength": 9}}})
     text = '{"a":"x y\\"z","b":"\u00e9t\u00e9 ok"}'.encode()
-    _masks_equal_without(monkeypatch, "trie_cut_for", schema, vocab, text)
+    _masks_equal_without(monkeypatch, _answering_none(monkeypatch, "trie_cut_for"), schema, vocab, text)
