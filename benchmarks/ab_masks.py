@@ -72,6 +72,9 @@ median per arm and the median per-schema ratio of compile times.
   identifier and hostname patterns' loops; without them: the text slices only);
 * ``dotslice``: the slice of a JSON Schema pattern's ``.`` in a JSON string (``slices.DOT_SLICE``:
   ``[^"\\\x00-\x1f\x7f\u2028\u2029]+``; off, a ``.*`` state contains no slice and is walked whole).
+* ``trieleft``: a trie walk's crossings made into their leftovers in one C pass over its runs
+  (``trie_walk.TRIE_LEFTOVERS``, ``_walkc.trie_leftovers``; off: the runs spread out in numpy,
+  the inside tokens dropped, then the generic ``rest_walk.leftovers``: the same arrays).
 * ``counted``: a length-bounded terminal's positions read off one counting walk
   (``counted_walk.ENABLED``; without it: each position walked as before, patched or in full);
 * ``sparse``: a scan state's row with few nonzero words OR-ed into a mask word by word
@@ -106,7 +109,7 @@ sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
             "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse",
-            "crepeat", "removals", "narrow", "dotslice")
+            "crepeat", "removals", "narrow", "dotslice", "trieleft")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -119,6 +122,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     import trellis.constrain.vocab.dfa_shapes as dfa_shapes
     import trellis.constrain.vocab.literal_walk as literal_walk
     import trellis.constrain.vocab.slices as slices
+    import trellis.constrain.vocab.trie_walk as trie_walk
     import trellis.constrain.vocab.vocab_walk as vocab_walk
     import trellis.constrain.vocab.walk_cache as walk_cache
 
@@ -206,6 +210,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
         lambda: setattr(dfa_shapes, "_bfs_shape", bfs_shape))
     out["wordslices"] = flip([slices], "WORD_SLICES", False)
     out["dotslice"] = flip([slices], "DOT_SLICE", False)
+    out["trieleft"] = flip([trie_walk], "TRIE_LEFTOVERS", False)
     sv = literal_walk.SortedVocab
     out["cprefix"] = flip([sv], "prefix_bounds", sv.prefix_bounds_py)
 

@@ -76,6 +76,59 @@ def test_the_kernel_refuses_arrays_of_the_wrong_dtype() -> None:
                                     tm.mat_t.shape[1], rs.base, rs.length, rs.lo, None, inside)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_trie_leftovers_equal_the_spread_runs_and_generic_leftovers(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``walk_vocabulary``'s one-pass leftovers (``_walkc.trie_leftovers``) are what spreading the
+    trie walk's runs out, dropping the tokens inside and ``rest_walk.leftovers`` make, element for
+    element (the leftovers' order is part of their cache key), with and without a follow set and
+    with a trie cut (whose known tokens join ``inside`` before the crossings are dropped)."""
+    from trellis.constrain.vocab import slices, trie_walk
+
+    monkeypatch.setattr(slices, "CUT_LEVELS", (1, 2, 3, 4))
+    tm = TokenMatrix.of(_vocab(300 + seed))
+    rng = np.random.default_rng(seed)
+    vocab = RestSet.vocabulary(tm)
+    crossed = cuts = 0
+    for p in PATTERNS + MORE:
+        dfa = regex_to_byte_dfa(p)
+        for q in range(dfa.trans.shape[0]):
+            cut = slices.trie_cut_for(tm, dfa, q)
+            cuts += cut is not None
+            for follow in (None, rng.random(256) < 0.5):
+                for c in (None, cut) if cut is not None else (None,):
+                    got = walk_vocabulary(dfa.trans, dfa.final, q, vocab, tm, follow, c)
+                    with monkeypatch.context() as m:
+                        m.setattr(trie_walk, "TRIE_LEFTOVERS", False)
+                        want = walk_vocabulary(dfa.trans, dfa.final, q, vocab, tm, follow, c)
+                    _same(got, want)
+                    crossed += got.cross is not None
+    assert crossed > 20 and cuts > 0
+
+
+def test_trie_leftovers_refuses_runs_out_of_range() -> None:
+    tm = TokenMatrix.of(_vocab(7))
+    rs = RestSet.vocabulary(tm)
+    from trellis.constrain.vocab.trie_walk import TokenTrie
+
+    lex = TokenTrie.of(tm).lex
+    inside = np.zeros(len(rs), dtype=bool)
+    flat = tm.mat_t.reshape(-1)
+    args = (lex, inside, rs.tid, rs.base, rs.length, flat, tm.mat_t.shape[1])
+
+    def run(lo: int, hi: int, j: int) -> object:
+        a = [np.array([x], dtype=np.int64) for x in (lo, hi, j)]
+        return rest_walk.walkc.trie_leftovers(*a, *args)
+
+    with pytest.raises(IndexError, match="run out of range"):
+        run(0, len(lex) + 1, 1)
+    with pytest.raises(IndexError, match="run out of range"):
+        run(0, 1, 0)  # a crossing after no byte is none
+    with pytest.raises(IndexError, match="outside the token matrix"):
+        run(0, len(lex), int(tm.mat_t.shape[0]))  # past every token's end
+    with pytest.raises(ValueError, match="wrong size or dtype"):
+        rest_walk.walkc.trie_leftovers(*[np.array([0], dtype=np.int64)] * 3, lex, inside[:-1], *args[2:])
+
+
 def _rest_sets_equal(a: RestSet, b: RestSet) -> None:
     for f in ("tid", "base", "length", "lo"):
         x, y = getattr(a, f), getattr(b, f)
