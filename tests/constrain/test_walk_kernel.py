@@ -77,11 +77,13 @@ def test_the_kernel_refuses_arrays_of_the_wrong_dtype() -> None:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_trie_leftovers_equal_the_spread_runs_and_generic_leftovers(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``walk_vocabulary``'s one-pass leftovers (``_walkc.trie_leftovers``) are what spreading the
-    trie walk's runs out, dropping the tokens inside and ``rest_walk.leftovers`` make, element for
+def test_walk_trie_leftovers_equal_the_spread_runs_and_generic_leftovers(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``walk_vocabulary`` in one C call (``_walkc.walk_trie_leftovers``) is what ``walk_trie``,
+    spreading its runs out, dropping the tokens inside and ``rest_walk.leftovers`` make, element for
     element (the leftovers' order is part of their cache key), with and without a follow set and
-    with a trie cut (whose known tokens join ``inside`` before the crossings are dropped)."""
+    with a trie cut (whose known tokens join ``inside`` before the crossings are dropped); the
+    patterns include ones that can end after any byte (runs at most nodes, their tokens mostly
+    inside: the prefix count drops those runs whole)."""
     from trellis.constrain.vocab import slices, trie_walk
 
     monkeypatch.setattr(slices, "CUT_LEVELS", (1, 2, 3, 4))
@@ -89,7 +91,7 @@ def test_trie_leftovers_equal_the_spread_runs_and_generic_leftovers(seed: int, m
     rng = np.random.default_rng(seed)
     vocab = RestSet.vocabulary(tm)
     crossed = cuts = 0
-    for p in PATTERNS + MORE:
+    for p in PATTERNS + MORE + [r"[^\n]+", r"[^\x00]+", r"(?:ab|[^a])+"]:
         dfa = regex_to_byte_dfa(p)
         for q in range(dfa.trans.shape[0]):
             cut = slices.trie_cut_for(tm, dfa, q)
@@ -105,28 +107,30 @@ def test_trie_leftovers_equal_the_spread_runs_and_generic_leftovers(seed: int, m
     assert crossed > 20 and cuts > 0
 
 
-def test_trie_leftovers_refuses_runs_out_of_range() -> None:
-    tm = TokenMatrix.of(_vocab(7))
-    rs = RestSet.vocabulary(tm)
+def test_walk_trie_leftovers_refuses_arrays_out_of_range() -> None:
     from trellis.constrain.vocab.trie_walk import TokenTrie
 
-    lex = TokenTrie.of(tm).lex
-    inside = np.zeros(len(rs), dtype=bool)
-    flat = tm.mat_t.reshape(-1)
-    args = (lex, inside, rs.tid, rs.base, rs.length, flat, tm.mat_t.shape[1])
+    tm = TokenMatrix.of(_vocab(7))
+    rs = RestSet.vocabulary(tm)
+    trie = TokenTrie.of(tm)
+    byte, depth, skip, tlo, thi, end_lo, end_tok, levels = trie.preorder()
+    dfa = regex_to_byte_dfa(r"[a-z]+")
 
-    def run(lo: int, hi: int, j: int) -> object:
-        a = [np.array([x], dtype=np.int64) for x in (lo, hi, j)]
-        return rest_walk.walkc.trie_leftovers(*a, *args)
+    def run(lex: np.ndarray, thi: np.ndarray = thi, length: np.ndarray = rs.length) -> object:
+        inside = np.zeros(len(rs), dtype=bool)
+        return rest_walk.walkc.walk_trie_leftovers(dfa.trans, dfa.final, 0, byte, depth, skip, tlo, thi, end_lo,
+                                                   end_tok, None, inside, levels, None, None, lex, rs.tid, rs.base,
+                                                   length, tm.mat_t.reshape(-1), tm.mat_t.shape[1])
 
-    with pytest.raises(IndexError, match="run out of range"):
-        run(0, len(lex) + 1, 1)
-    with pytest.raises(IndexError, match="run out of range"):
-        run(0, 1, 0)  # a crossing after no byte is none
-    with pytest.raises(IndexError, match="outside the token matrix"):
-        run(0, len(lex), int(tm.mat_t.shape[0]))  # past every token's end
+    run(trie.lex)  # (as it is: fine)
     with pytest.raises(ValueError, match="wrong size or dtype"):
-        rest_walk.walkc.trie_leftovers(*[np.array([0], dtype=np.int64)] * 3, lex, inside[:-1], *args[2:])
+        run(trie.lex[:-1])
+    with pytest.raises(IndexError, match="token out of range"):
+        run(np.full_like(trie.lex, len(rs) + 5))  # (read where a run holds it)
+    with pytest.raises(IndexError, match="run out of range"):
+        run(trie.lex, thi + len(rs))
+    with pytest.raises(IndexError, match="outside the token matrix"):
+        run(trie.lex, length=np.ones_like(rs.length))  # every token one byte long: no byte is left over
 
 
 def _rest_sets_equal(a: RestSet, b: RestSet) -> None:

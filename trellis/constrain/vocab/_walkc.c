@@ -217,6 +217,41 @@ done:
     return result;
 }
 
+/* The depth-first walk of walk_trie (below): marks inside[t] for the tokens the DFA survives from
+ * q and pushes each crossing run as (its node, j) onto node / jv (the greatest j into *dmax). A dead
+ * node's subtree, and one cut marks, is jumped over. -1 with MemoryError set on failure. */
+static int trie_descend(const int32_t *trans, const uint8_t *final, int32_t q, const uint8_t *byte, const int32_t *depth,
+                        const int32_t *skip, const int64_t *end_lo, const int64_t *end_tok, Py_ssize_t nodes,
+                        const uint8_t *follow, const uint8_t *cut, uint8_t *inside, int32_t *stack, vec *node, vec *jv,
+                        int32_t *dmax) {
+    stack[0] = q;
+    for (Py_ssize_t i = 0; i < nodes;) {
+        if (cut && cut[i]) {
+            i = skip[i];
+            continue;
+        }
+        int32_t d = depth[i];
+        int32_t ps = stack[d - 1];
+        uint8_t b = byte[i];
+        if (d >= 2 && final[ps] && (!follow || follow[b])) {
+            if (vec_push(node, i) < 0 || vec_push(jv, d - 1) < 0) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            if (d - 1 > *dmax) *dmax = d - 1;
+        }
+        int32_t s = trans[ps * 256 + b];
+        if (s < 0) {
+            i = skip[i];
+            continue;
+        }
+        stack[d] = s;
+        for (int64_t e = end_lo[i]; e < end_lo[i + 1]; e++) inside[end_tok[e]] = 1;
+        i++;
+    }
+    return 0;
+}
+
 /* walk_trie(trans, final, q, byte, depth, skip, tlo, thi, end_lo, end_tok, follow, inside, levels)
  *   the token trie in preorder: per node its edge byte (uint8), depth (int32, 1 = a first byte),
  *   skip (int32: the node after its subtree), lexicographic token run [tlo, thi) (int64), and the
@@ -276,31 +311,9 @@ static PyObject *walk_trie(PyObject *self, PyObject *args) {
             PyErr_NoMemory();
             goto done;
         }
-        stack[0] = (int32_t)q;
-        for (Py_ssize_t i = 0; i < nodes;) {
-            if (cut && cut[i]) {
-                i = skip[i];
-                continue;
-            }
-            int32_t d = depth[i];
-            int32_t ps = stack[d - 1];
-            uint8_t b = byte[i];
-            if (d >= 2 && final[ps] && (!follow || follow[b])) {
-                if (vec_push(&node, i) < 0 || vec_push(&jv, d - 1) < 0) {
-                    PyErr_NoMemory();
-                    goto done;
-                }
-                if (d - 1 > dmax) dmax = d - 1;
-            }
-            int32_t s = trans[ps * 256 + b];
-            if (s < 0) {
-                i = skip[i];
-                continue;
-            }
-            stack[d] = s;
-            for (int64_t e = end_lo[i]; e < end_lo[i + 1]; e++) inside[end_tok[e]] = 1;
-            i++;
-        }
+        if (trie_descend(trans, final, (int32_t)q, byte, depth, skip, end_lo, end_tok, nodes, follow, cut, inside, stack,
+                         &node, &jv, &dmax) < 0)
+            goto done;
         jorder = counting_order(jv.a, jv.n, (int64_t)dmax + 1, 0);
         out = (int64_t *)malloc((size_t)(3 * jv.n + 1) * sizeof(int64_t));
         if (!jorder || !out) {
@@ -711,120 +724,210 @@ done:
     return result;
 }
 
-/* trie_leftovers(lo, hi, j, lex, inside, tid, base, length, flat, stride)
+/* walk_trie_leftovers(trans, final, q, byte, depth, skip, tlo, thi, end_lo, end_tok, follow, inside,
+ *                     levels, cut, known, lex, tid, base, length, flat, stride)
  *   -> (ci, tid, base, length, lo, pos) as bytes
- * A trie walk's crossings made into their leftovers in one pass: walk_trie's runs (tokens
- * lex[lo[r]:hi[r]] can end the terminal after j[r] bytes) less the tokens that stay inside
- * (inside: uint8 per rest of the vocabulary's rest set), as (ci, cj) (rest_walk.drop_inside over
- * the runs spread out; cj is each run's j), and then leftovers(..., distinct=1) of them, element for element: the
- * leftovers' tid, base, length (int32) and lo (257), and each crossing's index pos in them.
- * Why: the generic path reads each leftover's first byte from the token matrix (a cache miss each:
- * the crossings come in lexicographic order, the matrix in another) after ~5 numpy calls that
- * spread the runs out. Every token of a run shares the run's first j + 1 bytes, so the first byte
- * of its leftovers is read once per run. Gemma, AMD EPYC VM: the walk of [ \t\n\r]+ over the
- * vocabulary (137,510 leftovers) 2.3-3.3 -> 0.9-1.1 ms; walk_vocabulary over the corpus grammars'
- * fresh documents 124 -> 99 ms (a wrapper); benchmarks/ab_masks.py --grammars --switch trieleft
- * --reps 4: masks 4,200 -> 4,111 ms, per-document median 0.972. */
-static PyObject *trie_leftovers(PyObject *self, PyObject *args) {
-    Py_buffer lo_b, hi_b, j_b, lex_b, inside_b, tid_b, base_b, len_b, flat_b;
-    long long stride;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*L", &lo_b, &hi_b, &j_b, &lex_b, &inside_b, &tid_b, &base_b,
-                          &len_b, &flat_b, &stride))
+ * walk_trie (the same arguments up to cut), then, in the same call: known (uint8 per rest, or None:
+ * a cut's tokens known to stay inside) joins inside; the crossings are the runs' tokens
+ * (lex[tlo:thi] of each run's node, lex: lexicographic position -> rest) that do not stay inside,
+ * each ending the terminal after its run's j bytes, in walk_trie's order (by j, then preorder;
+ * lexicographic within a run); and the leftovers they leave are made as leftovers(..., distinct=1)
+ * makes them: tid, base (+ j * stride), length (int32, - j), lo (257: by first byte, stably), and
+ * each crossing's index pos in them; ci: each crossing's rest. Element for element what walk_trie,
+ * spreading the runs out, rest_walk.drop_inside and rest_walk.leftovers make (tests/constrain/
+ * test_walk_kernel.py).
+ * Why one call: a terminal that can end after any byte (a line of text, [^\n]+) has a run at
+ * nearly every node of the trie (380,650 on Gemma's 587,920 nodes), whose tokens nearly all stay
+ * inside: the runs went back to Python as 9 MB of bytes, were spread out to every (token, j) pair
+ * (~1.7M) to drop the inside ones, and each leftover's first byte was read from the token matrix
+ * (a cache miss apiece). Here a run whose tokens all stay inside is dropped by a prefix count over
+ * the lexicographic order, and a run's leftovers share their first byte (its tokens share their
+ * first j + 1 bytes), read once. Gemma, AMD EPYC VM, walk_vocabulary from the start state, the
+ * two paths alternating in one process (medians of 8): [^\n]+ 22.1 -> 12.5 ms (with its trie cut
+ * 12.1 -> 7.7), [ \t\n\r]+ (137,510 leftovers) 4.95 -> 3.47 ms, a NAME 5.0 -> 3.6 ms;
+ * benchmarks/ab_masks.py --grammars --switch trieleft --reps 4: masks 4,238 -> 4,063 ms. */
+static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
+    Py_buffer trans_b, final_b, byte_b, depth_b, skip_b, tlo_b, thi_b, elo_b, etok_b, inside_b, lex_b, tid_b, base_b,
+        len_b, flat_b;
+    PyObject *follow_o, *cut_o, *known_o;
+    long long q, dtop, stride;
+    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*LOOy*y*y*y*y*L", &trans_b, &final_b, &q, &byte_b, &depth_b,
+                          &skip_b, &tlo_b, &thi_b, &elo_b, &etok_b, &follow_o, &inside_b, &dtop, &cut_o, &known_o,
+                          &lex_b, &tid_b, &base_b, &len_b, &flat_b, &stride))
         return NULL;
     PyObject *result = NULL;
-    uint8_t *fb = NULL;
-    int64_t *out = NULL;
-    int32_t *olen = NULL;
-    const int64_t *rlo = (const int64_t *)lo_b.buf, *rhi = (const int64_t *)hi_b.buf, *rj = (const int64_t *)j_b.buf;
-    const int64_t *lex = (const int64_t *)lex_b.buf, *tid = (const int64_t *)tid_b.buf, *base = (const int64_t *)base_b.buf;
-    const uint8_t *inside = (const uint8_t *)inside_b.buf, *flat = (const uint8_t *)flat_b.buf;
-    const int32_t *length = (const int32_t *)len_b.buf;
-    Py_ssize_t runs = lo_b.len / 8, nlex = lex_b.len / 8, n = tid_b.len / 8;
-    int64_t cnt[258] = {0}, lo[257];
-    if (hi_b.len != lo_b.len || j_b.len != lo_b.len || base_b.len != tid_b.len || len_b.len != 4 * n ||
-        inside_b.len != n || stride <= 0) {
-        PyErr_SetString(PyExc_ValueError, "trie_leftovers: arrays of the wrong size or dtype");
-        goto done;
+    Py_buffer follow_b, cut_b, known_b;
+    int have_follow = 0, have_cut = 0, have_known = 0;
+    vec node = {0}, jv = {0};
+    int64_t *jorder = NULL, *bad = NULL, *out = NULL;
+    int32_t *stack = NULL, *olen = NULL;
+    int16_t *fb = NULL;
+    if (follow_o != Py_None) {
+        if (PyObject_GetBuffer(follow_o, &follow_b, PyBUF_SIMPLE) < 0) goto done;
+        have_follow = 1;
     }
-    fb = (uint8_t *)malloc((size_t)(runs ? runs : 1));
-    if (!fb) {
-        PyErr_NoMemory();
-        goto done;
+    if (cut_o != Py_None) {
+        if (PyObject_GetBuffer(cut_o, &cut_b, PyBUF_SIMPLE) < 0) goto done;
+        have_cut = 1;
     }
-    Py_ssize_t k = 0;
-    for (Py_ssize_t r = 0; r < runs; r++) {  /* check, count the crossings kept, per first byte */
-        if (rlo[r] < 0 || rlo[r] > rhi[r] || rhi[r] > nlex || rj[r] <= 0) {
-            PyErr_SetString(PyExc_IndexError, "trie_leftovers: a run out of range");
+    if (known_o != Py_None) {
+        if (PyObject_GetBuffer(known_o, &known_b, PyBUF_SIMPLE) < 0) goto done;
+        have_known = 1;
+    }
+    {
+        const int32_t *trans = (const int32_t *)trans_b.buf;
+        const uint8_t *final = (const uint8_t *)final_b.buf;
+        const uint8_t *byte = (const uint8_t *)byte_b.buf;
+        const int32_t *depth = (const int32_t *)depth_b.buf;
+        const int32_t *skip = (const int32_t *)skip_b.buf;
+        const int64_t *tlo = (const int64_t *)tlo_b.buf;
+        const int64_t *thi = (const int64_t *)thi_b.buf;
+        const int64_t *end_lo = (const int64_t *)elo_b.buf;
+        const int64_t *end_tok = (const int64_t *)etok_b.buf;
+        const uint8_t *follow = have_follow ? (const uint8_t *)follow_b.buf : NULL;
+        const uint8_t *cut = have_cut ? (const uint8_t *)cut_b.buf : NULL;
+        const uint8_t *known = have_known ? (const uint8_t *)known_b.buf : NULL;
+        uint8_t *inside = (uint8_t *)inside_b.buf;
+        const int64_t *lex = (const int64_t *)lex_b.buf, *tid = (const int64_t *)tid_b.buf;
+        const int64_t *base = (const int64_t *)base_b.buf;
+        const int32_t *length = (const int32_t *)len_b.buf;
+        const uint8_t *flat = (const uint8_t *)flat_b.buf;
+        Py_ssize_t nodes = byte_b.len, states = final_b.len, n = tid_b.len / 8, nlex = lex_b.len / 8;
+        if (depth_b.len != 4 * nodes || skip_b.len != 4 * nodes || tlo_b.len != 8 * nodes || thi_b.len != 8 * nodes ||
+            elo_b.len != 8 * (nodes + 1) || trans_b.len != 1024 * states || q < 0 || q >= states || dtop < 0 ||
+            (have_follow && follow_b.len != 256) || (have_cut && cut_b.len != nodes) || inside_b.len != n ||
+            (have_known && known_b.len != n) || base_b.len != tid_b.len || len_b.len != 4 * n || nlex != n ||
+            stride <= 0) {
+            PyErr_SetString(PyExc_ValueError, "walk_trie_leftovers: arrays of the wrong size or dtype");
             goto done;
         }
-        fb[r] = 0;
-        int seen = 0;
-        for (int64_t p = rlo[r]; p < rhi[r]; p++) {
-            int64_t i = lex[p];
-            if (i < 0 || i >= n) {
-                PyErr_SetString(PyExc_IndexError, "trie_leftovers: a token out of range");
-                goto done;
-            }
-            if (inside[i]) continue;
-            int64_t nb = base[i] + rj[r] * stride;
-            if (rj[r] >= length[i] || nb < 0 || nb >= flat_b.len) {
-                PyErr_SetString(PyExc_IndexError, "trie_leftovers: leftover outside the token matrix");
-                goto done;
-            }
-            if (!seen) {  /* (the run's tokens share their first j + 1 bytes) */
-                fb[r] = flat[nb];
-                seen = 1;
-            }
-            cnt[fb[r] + 2]++;
-            k++;
+        int32_t dmax = 0;
+        stack = (int32_t *)malloc(((size_t)dtop + 1) * sizeof(int32_t));
+        if (!stack) {
+            PyErr_NoMemory();
+            goto done;
         }
-    }
-    for (int b = 2; b < 258; b++) cnt[b] += cnt[b - 1];
-    for (int b = 0; b < 257; b++) lo[b] = cnt[b + 1];
-    size_t sz = (size_t)(k ? k : 1) * sizeof(int64_t);
-    out = (int64_t *)malloc(4 * sz);
-    olen = (int32_t *)malloc((size_t)(k ? k : 1) * sizeof(int32_t));
-    if (!out || !olen) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    {  /* out: ci, then the leftovers' tid and base, then pos */
-        int64_t *oci = out, *otid = out + k, *obase = out + 2 * k, *opos = out + 3 * k;
-        Py_ssize_t t = 0;
+        if (trie_descend(trans, final, (int32_t)q, byte, depth, skip, end_lo, end_tok, nodes, follow, cut, inside, stack,
+                         &node, &jv, &dmax) < 0)
+            goto done;
+        if (known)
+            for (Py_ssize_t i = 0; i < n; i++) inside[i] |= known[i];
+        Py_ssize_t runs = jv.n;
+        jorder = counting_order(jv.a, runs, (int64_t)dmax + 1, 0);
+        fb = (int16_t *)malloc((size_t)(runs ? runs : 1) * sizeof(int16_t));
+        if (!jorder || !fb) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        /* tokens a run holds, in all: past n, count the ones outside by a prefix sum over the
+         * lexicographic order (one pass) rather than reading each run's tokens */
+        int64_t spread = 0;
         for (Py_ssize_t r = 0; r < runs; r++) {
-            int64_t jj = rj[r];
-            for (int64_t p = rlo[r]; p < rhi[r]; p++) {
-                int64_t i = lex[p];
-                if (inside[i]) continue;
-                int64_t at = cnt[fb[r] + 1]++;
-                oci[t] = i;
-                opos[t] = at;
-                otid[at] = tid[i];
-                obase[at] = base[i] + jj * stride;
-                olen[at] = (int32_t)(length[i] - jj);
-                t++;
+            int64_t i = node.a[r];
+            if (tlo[i] < 0 || tlo[i] > thi[i] || thi[i] > nlex) {
+                PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: a run out of range");
+                goto done;
+            }
+            spread += thi[i] - tlo[i];
+        }
+        if (spread > n) {
+            bad = (int64_t *)malloc((size_t)(nlex + 1) * sizeof(int64_t));
+            if (!bad) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            bad[0] = 0;
+            for (Py_ssize_t p = 0; p < nlex; p++) {
+                if (lex[p] < 0 || lex[p] >= n) {
+                    PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: a token out of range");
+                    goto done;
+                }
+                bad[p + 1] = bad[p] + !inside[lex[p]];
             }
         }
-        PyObject *a = as_bytes(oci, k), *c = as_bytes(otid, k), *d = as_bytes(obase, k);
+        int64_t cnt[258] = {0}, lo[257];
+        Py_ssize_t k = 0;
+        for (Py_ssize_t t = 0; t < runs; t++) {  /* per run: its first byte (-1: no token outside), count */
+            int64_t i = node.a[jorder[t]], jj = jv.a[jorder[t]];
+            fb[t] = -1;
+            if (bad && bad[thi[i]] == bad[tlo[i]]) continue;
+            for (int64_t p = tlo[i]; p < thi[i]; p++) {
+                int64_t x = lex[p];
+                if (x < 0 || x >= n) {
+                    PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: a token out of range");
+                    goto done;
+                }
+                if (inside[x]) continue;
+                int64_t nb = base[x] + jj * stride;
+                if (jj >= length[x] || nb < 0 || nb >= flat_b.len) {
+                    PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: leftover outside the token matrix");
+                    goto done;
+                }
+                if (fb[t] < 0) fb[t] = flat[nb];  /* (the run's tokens share their first j + 1 bytes) */
+                cnt[fb[t] + 2]++;
+                k++;
+            }
+        }
+        for (int c = 2; c < 258; c++) cnt[c] += cnt[c - 1];
+        for (int c = 0; c < 257; c++) lo[c] = cnt[c + 1];
+        size_t sz = (size_t)(k ? k : 1) * sizeof(int64_t);
+        out = (int64_t *)malloc(4 * sz);
+        olen = (int32_t *)malloc((size_t)(k ? k : 1) * sizeof(int32_t));
+        if (!out || !olen) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        int64_t *oci = out, *otid = out + k, *obase = out + 2 * k, *opos = out + 3 * k;
+        Py_ssize_t c = 0;
+        for (Py_ssize_t t = 0; t < runs; t++) {
+            if (fb[t] < 0) continue;
+            int64_t i = node.a[jorder[t]], jj = jv.a[jorder[t]];
+            for (int64_t p = tlo[i]; p < thi[i]; p++) {
+                int64_t x = lex[p];
+                if (inside[x]) continue;
+                int64_t at = cnt[fb[t] + 1]++;
+                oci[c] = x;
+                opos[c] = at;
+                otid[at] = tid[x];
+                obase[at] = base[x] + jj * stride;
+                olen[at] = (int32_t)(length[x] - jj);
+                c++;
+            }
+        }
+        PyObject *a = as_bytes(oci, k), *b = as_bytes(otid, k), *d = as_bytes(obase, k);
         PyObject *e = PyBytes_FromStringAndSize((const char *)olen, k * (Py_ssize_t)sizeof(int32_t));
         PyObject *f = as_bytes(lo, 257), *g = as_bytes(opos, k);
-        if (a && c && d && e && f && g) result = PyTuple_Pack(6, a, c, d, e, f, g);
+        if (a && b && d && e && f && g) result = PyTuple_Pack(6, a, b, d, e, f, g);
         Py_XDECREF(a);
-        Py_XDECREF(c);
+        Py_XDECREF(b);
         Py_XDECREF(d);
         Py_XDECREF(e);
         Py_XDECREF(f);
         Py_XDECREF(g);
     }
 done:
+    free(stack);
+    free(node.a);
+    free(jv.a);
+    free(jorder);
+    free(bad);
     free(fb);
     free(out);
     free(olen);
-    PyBuffer_Release(&lo_b);
-    PyBuffer_Release(&hi_b);
-    PyBuffer_Release(&j_b);
-    PyBuffer_Release(&lex_b);
+    if (have_follow) PyBuffer_Release(&follow_b);
+    if (have_cut) PyBuffer_Release(&cut_b);
+    if (have_known) PyBuffer_Release(&known_b);
+    PyBuffer_Release(&trans_b);
+    PyBuffer_Release(&final_b);
+    PyBuffer_Release(&byte_b);
+    PyBuffer_Release(&depth_b);
+    PyBuffer_Release(&skip_b);
+    PyBuffer_Release(&tlo_b);
+    PyBuffer_Release(&thi_b);
+    PyBuffer_Release(&elo_b);
+    PyBuffer_Release(&etok_b);
     PyBuffer_Release(&inside_b);
+    PyBuffer_Release(&lex_b);
     PyBuffer_Release(&tid_b);
     PyBuffer_Release(&base_b);
     PyBuffer_Release(&len_b);
@@ -1526,7 +1629,7 @@ static PyMethodDef methods[] = {
     {"count_rows", count_rows, METH_VARARGS, "Per-count unions of the tokens a counting walk kept (counted_walk)."},
     {"pair_map", pair_map, METH_VARARGS, "The states of one DFA paired with another's alike ones, or None (counted_walk)."},
     {"leftovers", leftovers, METH_VARARGS, "The rest set of the leftovers after crossings (RestSet.of)."},
-    {"trie_leftovers", trie_leftovers, METH_VARARGS, "A trie walk's runs of crossings, less the tokens inside, and their leftovers."},
+    {"walk_trie_leftovers", walk_trie_leftovers, METH_VARARGS, "walk_trie, its crossings less the tokens inside, and their leftovers."},
     {NULL, NULL, 0, NULL},
 };
 

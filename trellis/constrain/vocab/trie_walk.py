@@ -124,10 +124,10 @@ class TokenTrie:
         return hit
 
 
-# Whether ``walk_vocabulary`` makes its crossings' leftovers in one C pass over the trie walk's runs
-# (``_walkc.trie_leftovers``) rather than spreading the runs out in numpy and calling the generic
-# ``rest_walk.leftovers`` (the same arrays, element for element). False: the generic path
-# (``benchmarks/ab_masks.py --switch trieleft``).
+# Whether ``walk_vocabulary`` walks the trie and makes its crossings' leftovers in one C call
+# (``_walkc.walk_trie_leftovers``) rather than taking the walk's runs back to Python, spreading them
+# out, dropping the tokens inside and calling the generic ``rest_walk.leftovers`` (the same arrays,
+# element for element). False: that path (``benchmarks/ab_masks.py --switch trieleft``).
 TRIE_LEFTOVERS = True
 
 
@@ -158,21 +158,24 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
         none = np.zeros(0, dtype=np.int64)
         return Walk(inside, None, none, none)
     byte, depth, skip, tlo, thi, end_lo, end_tok, levels = trie.preorder()
+    if TRIE_LEFTOVERS:  # the walk, its crossings less the inside tokens, and their leftovers: one C call
+        ci, tid, base, length, lo257, pos = walkc.walk_trie_leftovers(
+            c_table(trans), c_bool(final), int(q), byte, depth, skip, tlo, thi, end_lo, end_tok,
+            None if follow is None else c_bool(follow), inside, levels, None if cut is None else cut.nodes,
+            None if cut is None else c_bool(cut.known), trie.lex, rs.tid, rs.base, rs.length, tm.mat_t.reshape(-1),
+            tm.mat_t.shape[1])
+        i64 = np.int64
+        if not ci:
+            none = np.zeros(0, dtype=i64)
+            return Walk(inside, None, none, none)
+        sub = RestSet(np.frombuffer(tid, i64), np.frombuffer(base, i64), np.frombuffer(length, np.int32),
+                      np.frombuffer(lo257, i64))
+        return Walk(inside, sub, np.frombuffer(ci, i64), np.frombuffer(pos, i64))
     a, b, c = walkc.walk_trie(c_table(trans), c_bool(final), int(q), byte, depth, skip, tlo, thi, end_lo, end_tok,
                               None if follow is None else c_bool(follow), inside, levels,
                               None if cut is None else cut.nodes)
     if cut is not None:  # the tokens under the subtrees it jumped over, and the others it knows
         inside |= cut.known
-    if TRIE_LEFTOVERS:  # the runs spread out, less the inside tokens, and their leftovers: one C pass
-        ci_, tid, base, length, lo257, pos = walkc.trie_leftovers(
-            a, b, c, trie.lex, inside, rs.tid, rs.base, rs.length, tm.mat_t.reshape(-1), tm.mat_t.shape[1])
-        i64 = np.int64
-        if not ci_:
-            none = np.zeros(0, dtype=i64)
-            return Walk(inside, None, none, none)
-        sub = RestSet(np.frombuffer(tid, i64), np.frombuffer(base, i64), np.frombuffer(length, np.int32),
-                      np.frombuffer(lo257, i64))
-        return Walk(inside, sub, np.frombuffer(ci_, i64), np.frombuffer(pos, i64))
     lo, hi = np.frombuffer(a, dtype=np.int64), np.frombuffer(b, dtype=np.int64)
     ci, cj = drop_inside(inside, trie.lex[concat_ranges(lo, hi)], np.repeat(np.frombuffer(c, dtype=np.int64), hi - lo))
     return with_crossings(inside, ci, cj, rs, tm)
