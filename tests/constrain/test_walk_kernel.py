@@ -98,13 +98,39 @@ def test_walk_trie_leftovers_equal_the_spread_runs_and_generic_leftovers(seed: i
             cuts += cut is not None
             for follow in (None, rng.random(256) < 0.5):
                 for c in (None, cut) if cut is not None else (None,):
-                    got = walk_vocabulary(dfa.trans, dfa.final, q, vocab, tm, follow, c)
                     with monkeypatch.context() as m:
                         m.setattr(trie_walk, "TRIE_LEFTOVERS", False)
                         want = walk_vocabulary(dfa.trans, dfa.final, q, vocab, tm, follow, c)
-                    _same(got, want)
-                    crossed += got.cross is not None
+                    _same(walk_vocabulary(dfa.trans, dfa.final, q, vocab, tm, follow, c), want)
+                    # the capped forms: runs past a cap of none, then the tokens walked one by one
+                    # (flat), or the trie walked again recording every run
+                    for cap, flat_max in ((0, 1 << 40), (0, 0), (3, 1 << 40)):
+                        _same(_walk_capped(dfa, q, vocab, tm, follow, c, cap, flat_max), want)
+                    crossed += want.cross is not None
     assert crossed > 20 and cuts > 0
+
+
+def _walk_capped(dfa: ByteDFA, q: int, rs: RestSet, tm: TokenMatrix, follow: np.ndarray | None, cut: object,
+                 cap: int, flat_max: int) -> Walk:
+    """``walk_vocabulary`` through ``_walkc.walk_trie_leftovers`` with its cap on recorded runs and
+    its bound on the tokens walked one by one set (``flat_max`` 0: a capped walk with any candidate
+    token walks the trie again)."""
+    from trellis.constrain.vocab.rest_walk import c_bool, c_table
+    from trellis.constrain.vocab.trie_walk import TokenTrie
+
+    trie = TokenTrie.of(tm)
+    byte, depth, skip, tlo, thi, end_lo, end_tok, levels = trie.preorder()
+    inside = np.zeros(len(rs), dtype=bool)
+    out = rest_walk.walkc.walk_trie_leftovers(
+        c_table(dfa.trans), c_bool(dfa.final), q, byte, depth, skip, tlo, thi, end_lo, end_tok,
+        None if follow is None else c_bool(follow), inside, levels, None if cut is None else cut.nodes,  # type: ignore[attr-defined]
+        None if cut is None else c_bool(cut.known), trie.lex, rs.tid, rs.base, rs.length, rs.lo,  # type: ignore[attr-defined]
+        tm.mat_t.reshape(-1), tm.mat_t.shape[1], cap, flat_max)
+    ci, tid, base, length, lo, pos = (np.frombuffer(x, np.int32 if i == 3 else np.int64) for i, x in enumerate(out))
+    none = np.zeros(0, dtype=np.int64)
+    if not len(ci):
+        return Walk(inside, None, none, none)
+    return Walk(inside, RestSet(tid, base, length, lo), ci, pos)
 
 
 def test_walk_trie_leftovers_refuses_arrays_out_of_range() -> None:
@@ -120,7 +146,7 @@ def test_walk_trie_leftovers_refuses_arrays_out_of_range() -> None:
         inside = np.zeros(len(rs), dtype=bool)
         return rest_walk.walkc.walk_trie_leftovers(dfa.trans, dfa.final, 0, byte, depth, skip, tlo, thi, end_lo,
                                                    end_tok, None, inside, levels, None, None, lex, rs.tid, rs.base,
-                                                   length, tm.mat_t.reshape(-1), tm.mat_t.shape[1])
+                                                   length, rs.lo, tm.mat_t.reshape(-1), tm.mat_t.shape[1])
 
     run(trie.lex)  # (as it is: fine)
     with pytest.raises(ValueError, match="wrong size or dtype"):

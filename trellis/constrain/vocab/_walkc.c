@@ -218,12 +218,13 @@ done:
 }
 
 /* The depth-first walk of walk_trie (below): marks inside[t] for the tokens the DFA survives from
- * q and pushes each crossing run as (its node, j) onto node / jv (the greatest j into *dmax). A dead
- * node's subtree, and one cut marks, is jumped over. -1 with MemoryError set on failure. */
+ * q and pushes each crossing run as (its node, j) onto node / jv (the greatest j into *dmax), at
+ * most cap of them: past it, *capped is set and no more are pushed (the walk goes on marking). A
+ * dead node's subtree, and one cut marks, is jumped over. -1 with MemoryError set on failure. */
 static int trie_descend(const int32_t *trans, const uint8_t *final, int32_t q, const uint8_t *byte, const int32_t *depth,
                         const int32_t *skip, const int64_t *end_lo, const int64_t *end_tok, Py_ssize_t nodes,
                         const uint8_t *follow, const uint8_t *cut, uint8_t *inside, int32_t *stack, vec *node, vec *jv,
-                        int32_t *dmax) {
+                        int32_t *dmax, Py_ssize_t cap, int *capped) {
     stack[0] = q;
     for (Py_ssize_t i = 0; i < nodes;) {
         if (cut && cut[i]) {
@@ -233,8 +234,10 @@ static int trie_descend(const int32_t *trans, const uint8_t *final, int32_t q, c
         int32_t d = depth[i];
         int32_t ps = stack[d - 1];
         uint8_t b = byte[i];
-        if (d >= 2 && final[ps] && (!follow || follow[b])) {
-            if (vec_push(node, i) < 0 || vec_push(jv, d - 1) < 0) {
+        if (d >= 2 && final[ps] && (!follow || follow[b]) && !*capped) {
+            if (node->n >= cap) {
+                *capped = 1;
+            } else if (vec_push(node, i) < 0 || vec_push(jv, d - 1) < 0) {
                 PyErr_NoMemory();
                 return -1;
             }
@@ -311,8 +314,9 @@ static PyObject *walk_trie(PyObject *self, PyObject *args) {
             PyErr_NoMemory();
             goto done;
         }
+        int capped = 0;
         if (trie_descend(trans, final, (int32_t)q, byte, depth, skip, end_lo, end_tok, nodes, follow, cut, inside, stack,
-                         &node, &jv, &dmax) < 0)
+                         &node, &jv, &dmax, PY_SSIZE_T_MAX, &capped) < 0)
             goto done;
         jorder = counting_order(jv.a, jv.n, (int64_t)dmax + 1, 0);
         out = (int64_t *)malloc((size_t)(3 * jv.n + 1) * sizeof(int64_t));
@@ -725,7 +729,7 @@ done:
 }
 
 /* walk_trie_leftovers(trans, final, q, byte, depth, skip, tlo, thi, end_lo, end_tok, follow, inside,
- *                     levels, cut, known, lex, tid, base, length, flat, stride)
+ *                     levels, cut, known, lex, tid, base, length, first, flat, stride)
  *   -> (ci, tid, base, length, lo, pos) as bytes
  * walk_trie (the same arguments up to cut), then, in the same call: known (uint8 per rest, or None:
  * a cut's tokens known to stay inside) joins inside; the crossings are the runs' tokens
@@ -733,7 +737,8 @@ done:
  * each ending the terminal after its run's j bytes, in walk_trie's order (by j, then preorder;
  * lexicographic within a run); and the leftovers they leave are made as leftovers(..., distinct=1)
  * makes them: tid, base (+ j * stride), length (int32, - j), lo (257: by first byte, stably), and
- * each crossing's index pos in them; ci: each crossing's rest. Element for element what walk_trie,
+ * each crossing's index pos in them; ci: each crossing's rest. first (int64 [257]): the rest set's
+ * first-byte offsets (also the lexicographic order's). Element for element what walk_trie,
  * spreading the runs out, rest_walk.drop_inside and rest_walk.leftovers make (tests/constrain/
  * test_walk_kernel.py).
  * Why one call: a terminal that can end after any byte (a line of text, [^\n]+) has a run at
@@ -742,18 +747,22 @@ done:
  * (~1.7M) to drop the inside ones, and each leftover's first byte was read from the token matrix
  * (a cache miss apiece). Here a run whose tokens all stay inside is dropped by a prefix count over
  * the lexicographic order, and a run's leftovers share their first byte (its tokens share their
- * first j + 1 bytes), read once. Gemma, AMD EPYC VM, walk_vocabulary from the start state, the
- * two paths alternating in one process (medians of 8): [^\n]+ 22.1 -> 12.5 ms (with its trie cut
- * 12.1 -> 7.7), [ \t\n\r]+ (137,510 leftovers) 4.95 -> 3.47 ms, a NAME 5.0 -> 3.6 ms;
- * benchmarks/ab_masks.py --grammars --switch trieleft --reps 4: masks 4,238 -> 4,063 ms. */
+ * first j + 1 bytes), read once. Past a cap on recorded runs, the few tokens that do not stay
+ * inside are walked one by one instead (below). Gemma, AMD EPYC VM, walk_vocabulary from the start
+ * state, the two paths alternating in one process (medians of 8): [^\n]+ 19.8 -> 5.0 ms (with its
+ * trie cut 11.2 -> 4.2; the walk that only marks inside is 4.2), [ \t\n\r]+ (137,510 leftovers)
+ * 4.65 -> 2.62 ms, a NAME 4.8 -> 3.3 ms. Over the corpus grammars' fresh documents the effect is
+ * small (most broad states are sliced, slices.py): benchmarks/ab_masks.py --grammars --switch
+ * trieleft --reps 4: masks 4,238 -> 4,063 ms without the cap, 3,352 -> 3,332 ms with it (another
+ * run: per-document noise is +-8%). */
 static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
     Py_buffer trans_b, final_b, byte_b, depth_b, skip_b, tlo_b, thi_b, elo_b, etok_b, inside_b, lex_b, tid_b, base_b,
-        len_b, flat_b;
+        len_b, first_b, flat_b;
     PyObject *follow_o, *cut_o, *known_o;
-    long long q, dtop, stride;
-    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*LOOy*y*y*y*y*L", &trans_b, &final_b, &q, &byte_b, &depth_b,
+    long long q, dtop, stride, cap_arg = -1, flat_max_arg = -1;
+    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*LOOy*y*y*y*y*y*L|LL", &trans_b, &final_b, &q, &byte_b, &depth_b,
                           &skip_b, &tlo_b, &thi_b, &elo_b, &etok_b, &follow_o, &inside_b, &dtop, &cut_o, &known_o,
-                          &lex_b, &tid_b, &base_b, &len_b, &flat_b, &stride))
+                          &lex_b, &tid_b, &base_b, &len_b, &first_b, &flat_b, &stride, &cap_arg, &flat_max_arg))
         return NULL;
     PyObject *result = NULL;
     Py_buffer follow_b, cut_b, known_b;
@@ -792,12 +801,13 @@ static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
         const int64_t *base = (const int64_t *)base_b.buf;
         const int32_t *length = (const int32_t *)len_b.buf;
         const uint8_t *flat = (const uint8_t *)flat_b.buf;
+        const int64_t *first = (const int64_t *)first_b.buf;
         Py_ssize_t nodes = byte_b.len, states = final_b.len, n = tid_b.len / 8, nlex = lex_b.len / 8;
         if (depth_b.len != 4 * nodes || skip_b.len != 4 * nodes || tlo_b.len != 8 * nodes || thi_b.len != 8 * nodes ||
             elo_b.len != 8 * (nodes + 1) || trans_b.len != 1024 * states || q < 0 || q >= states || dtop < 0 ||
             (have_follow && follow_b.len != 256) || (have_cut && cut_b.len != nodes) || inside_b.len != n ||
             (have_known && known_b.len != n) || base_b.len != tid_b.len || len_b.len != 4 * n || nlex != n ||
-            stride <= 0) {
+            first_b.len != 257 * 8 || stride <= 0) {
             PyErr_SetString(PyExc_ValueError, "walk_trie_leftovers: arrays of the wrong size or dtype");
             goto done;
         }
@@ -807,11 +817,75 @@ static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
             PyErr_NoMemory();
             goto done;
         }
+        for (int c = 0; c < 256; c++)
+            if (first[c] < 0 || first[c] > first[c + 1] || first[c + 1] > n) {
+                PyErr_SetString(PyExc_ValueError, "walk_trie_leftovers: first-byte offsets out of order");
+                goto done;
+            }
+        /* Runs are recorded up to cap = n / 2. A walk that would record more (a terminal that can
+         * end after any byte has a run at nearly every node) goes on marking inside only; if at
+         * most flat_max = n / 2 tokens then start with a byte q takes and do not stay inside
+         * (the optional last two arguments set cap and flat_max, for tests), those are walked
+         * one by one for their crossings, each a run of one token (flat), else the trie is walked
+         * again recording every run. Both give the crossings in the same order: by j, then
+         * lexicographic (preorder among the nodes of one depth is the lexicographic order of
+         * their prefixes, and a run is a lexicographic range). */
+        int capped = 0, flat_runs = 0;
+        Py_ssize_t cap = cap_arg >= 0 ? (Py_ssize_t)cap_arg : n / 2;
+        Py_ssize_t flat_max = flat_max_arg >= 0 ? (Py_ssize_t)flat_max_arg : n / 2;
         if (trie_descend(trans, final, (int32_t)q, byte, depth, skip, end_lo, end_tok, nodes, follow, cut, inside, stack,
-                         &node, &jv, &dmax) < 0)
+                         &node, &jv, &dmax, cap, &capped) < 0)
             goto done;
         if (known)
             for (Py_ssize_t i = 0; i < n; i++) inside[i] |= known[i];
+        if (capped) {
+            Py_ssize_t cand = 0;
+            const int32_t *row = trans + q * 256;
+            for (int c = 0; c < 256; c++)
+                if (row[c] >= 0)
+                    for (int64_t p = first[c]; p < first[c + 1]; p++) {
+                        if (lex[p] < 0 || lex[p] >= n) {
+                            PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: a token out of range");
+                            goto done;
+                        }
+                        cand += !inside[lex[p]];
+                    }
+            node.n = jv.n = 0;
+            dmax = 0;
+            if (cand <= flat_max) {
+                flat_runs = 1;
+                for (int c = 0; c < 256; c++) {
+                    if (row[c] < 0) continue;
+                    for (int64_t p = first[c]; p < first[c + 1]; p++) {
+                        int64_t x = lex[p];
+                        if (inside[x]) continue;
+                        int32_t len = length[x];
+                        if (base[x] < 0 || base[x] + (int64_t)(len - 1) * stride >= flat_b.len) {
+                            PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: leftover outside the token matrix");
+                            goto done;
+                        }
+                        int32_t st = (int32_t)q;
+                        for (int32_t j = 0; j < len; j++) {
+                            uint8_t bj = flat[base[x] + (int64_t)j * stride];
+                            if (j && final[st] && (!follow || follow[bj])) {
+                                if (vec_push(&node, p) < 0 || vec_push(&jv, j) < 0) {
+                                    PyErr_NoMemory();
+                                    goto done;
+                                }
+                                if (j > dmax) dmax = j;
+                            }
+                            st = trans[st * 256 + bj];
+                            if (st < 0) break;
+                        }
+                    }
+                }
+            } else {
+                capped = 0;
+                if (trie_descend(trans, final, (int32_t)q, byte, depth, skip, end_lo, end_tok, nodes, follow, cut, inside,
+                                 stack, &node, &jv, &dmax, PY_SSIZE_T_MAX, &capped) < 0)
+                    goto done;
+            }
+        }
         Py_ssize_t runs = jv.n;
         jorder = counting_order(jv.a, runs, (int64_t)dmax + 1, 0);
         fb = (int16_t *)malloc((size_t)(runs ? runs : 1) * sizeof(int16_t));
@@ -822,14 +896,15 @@ static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
         /* tokens a run holds, in all: past n, count the ones outside by a prefix sum over the
          * lexicographic order (one pass) rather than reading each run's tokens */
         int64_t spread = 0;
-        for (Py_ssize_t r = 0; r < runs; r++) {
-            int64_t i = node.a[r];
-            if (tlo[i] < 0 || tlo[i] > thi[i] || thi[i] > nlex) {
-                PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: a run out of range");
-                goto done;
+        if (!flat_runs)
+            for (Py_ssize_t r = 0; r < runs; r++) {
+                int64_t i = node.a[r];
+                if (tlo[i] < 0 || tlo[i] > thi[i] || thi[i] > nlex) {
+                    PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: a run out of range");
+                    goto done;
+                }
+                spread += thi[i] - tlo[i];
             }
-            spread += thi[i] - tlo[i];
-        }
         if (spread > n) {
             bad = (int64_t *)malloc((size_t)(nlex + 1) * sizeof(int64_t));
             if (!bad) {
@@ -849,9 +924,10 @@ static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
         Py_ssize_t k = 0;
         for (Py_ssize_t t = 0; t < runs; t++) {  /* per run: its first byte (-1: no token outside), count */
             int64_t i = node.a[jorder[t]], jj = jv.a[jorder[t]];
+            int64_t rl = flat_runs ? i : tlo[i], rh = flat_runs ? i + 1 : thi[i];
             fb[t] = -1;
-            if (bad && bad[thi[i]] == bad[tlo[i]]) continue;
-            for (int64_t p = tlo[i]; p < thi[i]; p++) {
+            if (bad && bad[rh] == bad[rl]) continue;
+            for (int64_t p = rl; p < rh; p++) {
                 int64_t x = lex[p];
                 if (x < 0 || x >= n) {
                     PyErr_SetString(PyExc_IndexError, "walk_trie_leftovers: a token out of range");
@@ -882,7 +958,8 @@ static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
         for (Py_ssize_t t = 0; t < runs; t++) {
             if (fb[t] < 0) continue;
             int64_t i = node.a[jorder[t]], jj = jv.a[jorder[t]];
-            for (int64_t p = tlo[i]; p < thi[i]; p++) {
+            int64_t rl = flat_runs ? i : tlo[i], rh = flat_runs ? i + 1 : thi[i];
+            for (int64_t p = rl; p < rh; p++) {
                 int64_t x = lex[p];
                 if (inside[x]) continue;
                 int64_t at = cnt[fb[t] + 1]++;
@@ -931,6 +1008,7 @@ done:
     PyBuffer_Release(&tid_b);
     PyBuffer_Release(&base_b);
     PyBuffer_Release(&len_b);
+    PyBuffer_Release(&first_b);
     PyBuffer_Release(&flat_b);
     return result;
 }

@@ -162,8 +162,8 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
         ci, tid, base, length, lo257, pos = walkc.walk_trie_leftovers(
             c_table(trans), c_bool(final), int(q), byte, depth, skip, tlo, thi, end_lo, end_tok,
             None if follow is None else c_bool(follow), inside, levels, None if cut is None else cut.nodes,
-            None if cut is None else c_bool(cut.known), trie.lex, rs.tid, rs.base, rs.length, tm.mat_t.reshape(-1),
-            tm.mat_t.shape[1])
+            None if cut is None else c_bool(cut.known), trie.lex, rs.tid, rs.base, rs.length, rs.lo,
+            tm.mat_t.reshape(-1), tm.mat_t.shape[1])
         i64 = np.int64
         if not ci:
             none = np.zeros(0, dtype=i64)
