@@ -217,16 +217,76 @@ done:
     return result;
 }
 
+/* The trie walk's inputs, shared by walk_trie and walk_trie_leftovers (their first thirteen
+ * arguments, and the cut): the buffers, checked for size, and typed views of them. */
+typedef struct {
+    Py_buffer trans_b, final_b, byte_b, depth_b, skip_b, tlo_b, thi_b, elo_b, etok_b, inside_b, follow_b, cut_b;
+    int have_follow, have_cut, parsed;
+    long long q, dtop;
+    const int32_t *trans, *depth, *skip;
+    const uint8_t *final, *byte, *follow, *cut;
+    const int64_t *tlo, *thi, *end_lo, *end_tok;
+    uint8_t *inside;
+    Py_ssize_t nodes;
+} TrieIn;
+
+/* After PyArg_ParseTuple filled the first ten buffers, q and dtop: take follow and cut (None or a
+ * buffer), check the sizes, set the views. -1 with an exception set. */
+static int trie_in_open(TrieIn *t, PyObject *follow_o, PyObject *cut_o, const char *who) {
+    t->parsed = 1;
+    if (follow_o != Py_None) {
+        if (PyObject_GetBuffer(follow_o, &t->follow_b, PyBUF_SIMPLE) < 0) return -1;
+        t->have_follow = 1;
+    }
+    if (cut_o != Py_None) {
+        if (PyObject_GetBuffer(cut_o, &t->cut_b, PyBUF_SIMPLE) < 0) return -1;
+        t->have_cut = 1;
+    }
+    Py_ssize_t nodes = t->byte_b.len, states = t->final_b.len;
+    if (t->depth_b.len != 4 * nodes || t->skip_b.len != 4 * nodes || t->tlo_b.len != 8 * nodes ||
+        t->thi_b.len != 8 * nodes || t->elo_b.len != 8 * (nodes + 1) || t->trans_b.len != 1024 * states || t->q < 0 ||
+        t->q >= states || t->dtop < 0 || (t->have_follow && t->follow_b.len != 256) ||
+        (t->have_cut && t->cut_b.len != nodes)) {
+        PyErr_Format(PyExc_ValueError, "%s: arrays of the wrong size or dtype", who);
+        return -1;
+    }
+    t->trans = (const int32_t *)t->trans_b.buf;
+    t->final = (const uint8_t *)t->final_b.buf;
+    t->byte = (const uint8_t *)t->byte_b.buf;
+    t->depth = (const int32_t *)t->depth_b.buf;
+    t->skip = (const int32_t *)t->skip_b.buf;
+    t->tlo = (const int64_t *)t->tlo_b.buf;
+    t->thi = (const int64_t *)t->thi_b.buf;
+    t->end_lo = (const int64_t *)t->elo_b.buf;
+    t->end_tok = (const int64_t *)t->etok_b.buf;
+    t->follow = t->have_follow ? (const uint8_t *)t->follow_b.buf : NULL;
+    t->cut = t->have_cut ? (const uint8_t *)t->cut_b.buf : NULL;
+    t->inside = (uint8_t *)t->inside_b.buf;
+    t->nodes = nodes;
+    return 0;
+}
+
+static void trie_in_close(TrieIn *t) {
+    if (!t->parsed) return;
+    if (t->have_follow) PyBuffer_Release(&t->follow_b);
+    if (t->have_cut) PyBuffer_Release(&t->cut_b);
+    Py_buffer *bs[] = {&t->trans_b, &t->final_b, &t->byte_b, &t->depth_b, &t->skip_b, &t->tlo_b, &t->thi_b,
+                       &t->elo_b, &t->etok_b, &t->inside_b};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) PyBuffer_Release(bs[i]);
+}
+
 /* The depth-first walk of walk_trie (below): marks inside[t] for the tokens the DFA survives from
  * q and pushes each crossing run as (its node, j) onto node / jv (the greatest j into *dmax), at
  * most cap of them: past it, *capped is set and no more are pushed (the walk goes on marking). A
  * dead node's subtree, and one cut marks, is jumped over. -1 with MemoryError set on failure. */
-static int trie_descend(const int32_t *trans, const uint8_t *final, int32_t q, const uint8_t *byte, const int32_t *depth,
-                        const int32_t *skip, const int64_t *end_lo, const int64_t *end_tok, Py_ssize_t nodes,
-                        const uint8_t *follow, const uint8_t *cut, uint8_t *inside, int32_t *stack, vec *node, vec *jv,
-                        int32_t *dmax, Py_ssize_t cap, int *capped) {
-    stack[0] = q;
-    for (Py_ssize_t i = 0; i < nodes;) {
+static int trie_descend(const TrieIn *t, int32_t *stack, vec *node, vec *jv, int32_t *dmax, Py_ssize_t cap,
+                        int *capped) {
+    const int32_t *trans = t->trans, *depth = t->depth, *skip = t->skip;
+    const uint8_t *final = t->final, *byte = t->byte, *follow = t->follow, *cut = t->cut;
+    const int64_t *end_lo = t->end_lo, *end_tok = t->end_tok;
+    uint8_t *inside = t->inside;
+    stack[0] = (int32_t)t->q;
+    for (Py_ssize_t i = 0; i < t->nodes;) {
         if (cut && cut[i]) {
             i = skip[i];
             continue;
@@ -268,67 +328,36 @@ static int trie_descend(const int32_t *trans, const uint8_t *final, int32_t q, c
  * subtree is jumped over unwalked and no crossing of its tokens is reported (an inside token's
  * crossings are dropped anyway: rest_walk.drop_inside). */
 static PyObject *walk_trie(PyObject *self, PyObject *args) {
-    Py_buffer trans_b, final_b, byte_b, depth_b, skip_b, tlo_b, thi_b, elo_b, etok_b, inside_b;
+    TrieIn t = {0};
     PyObject *follow_o, *cut_o = Py_None;
-    long long q, dtop;
-    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*L|O", &trans_b, &final_b, &q, &byte_b, &depth_b, &skip_b,
-                          &tlo_b, &thi_b, &elo_b, &etok_b, &follow_o, &inside_b, &dtop, &cut_o))
+    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*L|O", &t.trans_b, &t.final_b, &t.q, &t.byte_b, &t.depth_b,
+                          &t.skip_b, &t.tlo_b, &t.thi_b, &t.elo_b, &t.etok_b, &follow_o, &t.inside_b, &t.dtop, &cut_o))
         return NULL;
     PyObject *result = NULL;
-    Py_buffer follow_b, cut_b;
-    int have_follow = 0, have_cut = 0;
     vec node = {0}, jv = {0};
     int64_t *jorder = NULL, *out = NULL;
     int32_t *stack = NULL;
-    if (follow_o != Py_None) {
-        if (PyObject_GetBuffer(follow_o, &follow_b, PyBUF_SIMPLE) < 0) goto done;
-        have_follow = 1;
-    }
-    if (cut_o != Py_None) {
-        if (PyObject_GetBuffer(cut_o, &cut_b, PyBUF_SIMPLE) < 0) goto done;
-        have_cut = 1;
-    }
+    if (trie_in_open(&t, follow_o, cut_o, "walk_trie") < 0) goto done;
     {
-        const int32_t *trans = (const int32_t *)trans_b.buf;
-        const uint8_t *final = (const uint8_t *)final_b.buf;
-        const uint8_t *byte = (const uint8_t *)byte_b.buf;
-        const int32_t *depth = (const int32_t *)depth_b.buf;
-        const int32_t *skip = (const int32_t *)skip_b.buf;
-        const int64_t *tlo = (const int64_t *)tlo_b.buf;
-        const int64_t *thi = (const int64_t *)thi_b.buf;
-        const int64_t *end_lo = (const int64_t *)elo_b.buf;
-        const int64_t *end_tok = (const int64_t *)etok_b.buf;
-        const uint8_t *follow = have_follow ? (const uint8_t *)follow_b.buf : NULL;
-        const uint8_t *cut = have_cut ? (const uint8_t *)cut_b.buf : NULL;
-        uint8_t *inside = (uint8_t *)inside_b.buf;
-        Py_ssize_t nodes = byte_b.len, states = final_b.len;
-        if (depth_b.len != 4 * nodes || skip_b.len != 4 * nodes || tlo_b.len != 8 * nodes || thi_b.len != 8 * nodes ||
-            elo_b.len != 8 * (nodes + 1) || trans_b.len != 1024 * states || q < 0 || q >= states || dtop < 0 ||
-            (have_follow && follow_b.len != 256) || (have_cut && cut_b.len != nodes)) {
-            PyErr_SetString(PyExc_ValueError, "walk_trie: arrays of the wrong size or dtype");
-            goto done;
-        }
         int32_t dmax = 0;
-        stack = (int32_t *)malloc(((size_t)dtop + 1) * sizeof(int32_t));
+        stack = (int32_t *)malloc(((size_t)t.dtop + 1) * sizeof(int32_t));
         if (!stack) {
             PyErr_NoMemory();
             goto done;
         }
         int capped = 0;
-        if (trie_descend(trans, final, (int32_t)q, byte, depth, skip, end_lo, end_tok, nodes, follow, cut, inside, stack,
-                         &node, &jv, &dmax, PY_SSIZE_T_MAX, &capped) < 0)
-            goto done;
+        if (trie_descend(&t, stack, &node, &jv, &dmax, PY_SSIZE_T_MAX, &capped) < 0) goto done;
         jorder = counting_order(jv.a, jv.n, (int64_t)dmax + 1, 0);
         out = (int64_t *)malloc((size_t)(3 * jv.n + 1) * sizeof(int64_t));
         if (!jorder || !out) {
             PyErr_NoMemory();
             goto done;
         }
-        for (Py_ssize_t t = 0; t < jv.n; t++) {
-            int64_t i = node.a[jorder[t]];
-            out[t] = tlo[i];
-            out[jv.n + t] = thi[i];
-            out[2 * jv.n + t] = jv.a[jorder[t]];
+        for (Py_ssize_t k = 0; k < jv.n; k++) {
+            int64_t i = node.a[jorder[k]];
+            out[k] = t.tlo[i];
+            out[jv.n + k] = t.thi[i];
+            out[2 * jv.n + k] = jv.a[jorder[k]];
         }
         PyObject *a = as_bytes(out, jv.n), *b = as_bytes(out + jv.n, jv.n), *c = as_bytes(out + 2 * jv.n, jv.n);
         if (a && b && c) result = PyTuple_Pack(3, a, b, c);
@@ -342,18 +371,7 @@ done:
     free(jv.a);
     free(jorder);
     free(out);
-    if (have_follow) PyBuffer_Release(&follow_b);
-    if (have_cut) PyBuffer_Release(&cut_b);
-    PyBuffer_Release(&trans_b);
-    PyBuffer_Release(&final_b);
-    PyBuffer_Release(&byte_b);
-    PyBuffer_Release(&depth_b);
-    PyBuffer_Release(&skip_b);
-    PyBuffer_Release(&tlo_b);
-    PyBuffer_Release(&thi_b);
-    PyBuffer_Release(&elo_b);
-    PyBuffer_Release(&etok_b);
-    PyBuffer_Release(&inside_b);
+    trie_in_close(&t);
     return result;
 }
 
@@ -756,63 +774,46 @@ done:
  * trieleft --reps 4: masks 4,238 -> 4,063 ms without the cap, 3,352 -> 3,332 ms with it (another
  * run: per-document noise is +-8%). */
 static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
-    Py_buffer trans_b, final_b, byte_b, depth_b, skip_b, tlo_b, thi_b, elo_b, etok_b, inside_b, lex_b, tid_b, base_b,
-        len_b, first_b, flat_b;
+    TrieIn t = {0};
+    Py_buffer lex_b, tid_b, base_b, len_b, first_b, flat_b, known_b;
     PyObject *follow_o, *cut_o, *known_o;
-    long long q, dtop, stride, cap_arg = -1, flat_max_arg = -1;
-    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*LOOy*y*y*y*y*y*L|LL", &trans_b, &final_b, &q, &byte_b, &depth_b,
-                          &skip_b, &tlo_b, &thi_b, &elo_b, &etok_b, &follow_o, &inside_b, &dtop, &cut_o, &known_o,
-                          &lex_b, &tid_b, &base_b, &len_b, &first_b, &flat_b, &stride, &cap_arg, &flat_max_arg))
+    long long stride, cap_arg = -1, flat_max_arg = -1;
+    if (!PyArg_ParseTuple(args, "y*y*Ly*y*y*y*y*y*y*Ow*LOOy*y*y*y*y*y*L|LL", &t.trans_b, &t.final_b, &t.q, &t.byte_b,
+                          &t.depth_b, &t.skip_b, &t.tlo_b, &t.thi_b, &t.elo_b, &t.etok_b, &follow_o, &t.inside_b,
+                          &t.dtop, &cut_o, &known_o, &lex_b, &tid_b, &base_b, &len_b, &first_b, &flat_b, &stride,
+                          &cap_arg, &flat_max_arg))
         return NULL;
     PyObject *result = NULL;
-    Py_buffer follow_b, cut_b, known_b;
-    int have_follow = 0, have_cut = 0, have_known = 0;
+    int have_known = 0;
     vec node = {0}, jv = {0};
     int64_t *jorder = NULL, *bad = NULL, *out = NULL;
     int32_t *stack = NULL, *olen = NULL;
     int16_t *fb = NULL;
-    if (follow_o != Py_None) {
-        if (PyObject_GetBuffer(follow_o, &follow_b, PyBUF_SIMPLE) < 0) goto done;
-        have_follow = 1;
-    }
-    if (cut_o != Py_None) {
-        if (PyObject_GetBuffer(cut_o, &cut_b, PyBUF_SIMPLE) < 0) goto done;
-        have_cut = 1;
-    }
+    if (trie_in_open(&t, follow_o, cut_o, "walk_trie_leftovers") < 0) goto done;
     if (known_o != Py_None) {
         if (PyObject_GetBuffer(known_o, &known_b, PyBUF_SIMPLE) < 0) goto done;
         have_known = 1;
     }
     {
-        const int32_t *trans = (const int32_t *)trans_b.buf;
-        const uint8_t *final = (const uint8_t *)final_b.buf;
-        const uint8_t *byte = (const uint8_t *)byte_b.buf;
-        const int32_t *depth = (const int32_t *)depth_b.buf;
-        const int32_t *skip = (const int32_t *)skip_b.buf;
-        const int64_t *tlo = (const int64_t *)tlo_b.buf;
-        const int64_t *thi = (const int64_t *)thi_b.buf;
-        const int64_t *end_lo = (const int64_t *)elo_b.buf;
-        const int64_t *end_tok = (const int64_t *)etok_b.buf;
-        const uint8_t *follow = have_follow ? (const uint8_t *)follow_b.buf : NULL;
-        const uint8_t *cut = have_cut ? (const uint8_t *)cut_b.buf : NULL;
+        const int32_t *trans = t.trans;
+        const uint8_t *final = t.final, *follow = t.follow;
+        const int64_t *tlo = t.tlo, *thi = t.thi;
         const uint8_t *known = have_known ? (const uint8_t *)known_b.buf : NULL;
-        uint8_t *inside = (uint8_t *)inside_b.buf;
+        uint8_t *inside = t.inside;
         const int64_t *lex = (const int64_t *)lex_b.buf, *tid = (const int64_t *)tid_b.buf;
         const int64_t *base = (const int64_t *)base_b.buf;
         const int32_t *length = (const int32_t *)len_b.buf;
         const uint8_t *flat = (const uint8_t *)flat_b.buf;
         const int64_t *first = (const int64_t *)first_b.buf;
-        Py_ssize_t nodes = byte_b.len, states = final_b.len, n = tid_b.len / 8, nlex = lex_b.len / 8;
-        if (depth_b.len != 4 * nodes || skip_b.len != 4 * nodes || tlo_b.len != 8 * nodes || thi_b.len != 8 * nodes ||
-            elo_b.len != 8 * (nodes + 1) || trans_b.len != 1024 * states || q < 0 || q >= states || dtop < 0 ||
-            (have_follow && follow_b.len != 256) || (have_cut && cut_b.len != nodes) || inside_b.len != n ||
-            (have_known && known_b.len != n) || base_b.len != tid_b.len || len_b.len != 4 * n || nlex != n ||
-            first_b.len != 257 * 8 || stride <= 0) {
+        long long q = t.q;
+        Py_ssize_t n = tid_b.len / 8, nlex = lex_b.len / 8;
+        if (t.inside_b.len != n || (have_known && known_b.len != n) || base_b.len != tid_b.len || len_b.len != 4 * n ||
+            nlex != n || first_b.len != 257 * 8 || stride <= 0) {
             PyErr_SetString(PyExc_ValueError, "walk_trie_leftovers: arrays of the wrong size or dtype");
             goto done;
         }
         int32_t dmax = 0;
-        stack = (int32_t *)malloc(((size_t)dtop + 1) * sizeof(int32_t));
+        stack = (int32_t *)malloc(((size_t)t.dtop + 1) * sizeof(int32_t));
         if (!stack) {
             PyErr_NoMemory();
             goto done;
@@ -833,9 +834,7 @@ static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
         int capped = 0, flat_runs = 0;
         Py_ssize_t cap = cap_arg >= 0 ? (Py_ssize_t)cap_arg : n / 2;
         Py_ssize_t flat_max = flat_max_arg >= 0 ? (Py_ssize_t)flat_max_arg : n / 2;
-        if (trie_descend(trans, final, (int32_t)q, byte, depth, skip, end_lo, end_tok, nodes, follow, cut, inside, stack,
-                         &node, &jv, &dmax, cap, &capped) < 0)
-            goto done;
+        if (trie_descend(&t, stack, &node, &jv, &dmax, cap, &capped) < 0) goto done;
         if (known)
             for (Py_ssize_t i = 0; i < n; i++) inside[i] |= known[i];
         if (capped) {
@@ -881,9 +880,7 @@ static PyObject *walk_trie_leftovers(PyObject *self, PyObject *args) {
                 }
             } else {
                 capped = 0;
-                if (trie_descend(trans, final, (int32_t)q, byte, depth, skip, end_lo, end_tok, nodes, follow, cut, inside,
-                                 stack, &node, &jv, &dmax, PY_SSIZE_T_MAX, &capped) < 0)
-                    goto done;
+                if (trie_descend(&t, stack, &node, &jv, &dmax, PY_SSIZE_T_MAX, &capped) < 0) goto done;
             }
         }
         Py_ssize_t runs = jv.n;
@@ -991,19 +988,8 @@ done:
     free(fb);
     free(out);
     free(olen);
-    if (have_follow) PyBuffer_Release(&follow_b);
-    if (have_cut) PyBuffer_Release(&cut_b);
     if (have_known) PyBuffer_Release(&known_b);
-    PyBuffer_Release(&trans_b);
-    PyBuffer_Release(&final_b);
-    PyBuffer_Release(&byte_b);
-    PyBuffer_Release(&depth_b);
-    PyBuffer_Release(&skip_b);
-    PyBuffer_Release(&tlo_b);
-    PyBuffer_Release(&thi_b);
-    PyBuffer_Release(&elo_b);
-    PyBuffer_Release(&etok_b);
-    PyBuffer_Release(&inside_b);
+    trie_in_close(&t);
     PyBuffer_Release(&lex_b);
     PyBuffer_Release(&tid_b);
     PyBuffer_Release(&base_b);
