@@ -72,9 +72,9 @@ median per arm and the median per-schema ratio of compile times.
   identifier and hostname patterns' loops; without them: the text slices only);
 * ``dotslice``: the slice of a JSON Schema pattern's ``.`` in a JSON string (``slices.DOT_SLICE``:
   ``[^"\\\x00-\x1f\x7f\u2028\u2029]+``; off, a ``.*`` state contains no slice and is walked whole).
-* ``trieleft``: a trie walk's crossings made into their leftovers in one C pass over its runs
-  (``trie_walk.TRIE_LEFTOVERS``, ``_walkc.trie_leftovers``; off: the runs spread out in numpy,
-  the inside tokens dropped, then the generic ``rest_walk.leftovers``: the same arrays).
+* ``trieleft``: a trie walk and its crossings' leftovers in one C call (``trie_walk.TRIE_LEFTOVERS``,
+  ``_walkc.walk_trie_leftovers``; off: ``_walkc.walk_trie``, its runs spread out in numpy, the
+  inside tokens dropped, then the generic ``rest_walk.leftovers``: the same arrays).
 * ``counted``: a length-bounded terminal's positions read off one counting walk
   (``counted_walk.ENABLED``; without it: each position walked as before, patched or in full);
 * ``sparse``: a scan state's row with few nonzero words OR-ed into a mask word by word

@@ -126,11 +126,12 @@ def _walk_capped(dfa: ByteDFA, q: int, rs: RestSet, tm: TokenMatrix, follow: np.
         None if follow is None else c_bool(follow), inside, levels, None if cut is None else cut.nodes,  # type: ignore[attr-defined]
         None if cut is None else c_bool(cut.known), trie.lex, rs.tid, rs.base, rs.length, rs.lo,  # type: ignore[attr-defined]
         tm.mat_t.reshape(-1), tm.mat_t.shape[1], cap, flat_max)
-    ci, tid, base, length, lo, pos = (np.frombuffer(x, np.int32 if i == 3 else np.int64) for i, x in enumerate(out))
+    ci, tid, base, length, lo, pos = out
     none = np.zeros(0, dtype=np.int64)
-    if not len(ci):
+    if not ci:
         return Walk(inside, None, none, none)
-    return Walk(inside, RestSet(tid, base, length, lo), ci, pos)
+    return Walk(inside, rest_walk.rest_set_of_bytes(tid, base, length, lo), np.frombuffer(ci, np.int64),
+                np.frombuffer(pos, np.int64))
 
 
 def test_walk_trie_leftovers_refuses_arrays_out_of_range() -> None:

@@ -297,11 +297,13 @@ static int trie_descend(const TrieIn *t, int32_t *stack, vec *node, vec *jv, int
         if (d >= 2 && final[ps] && (!follow || follow[b]) && !*capped) {
             if (node->n >= cap) {
                 *capped = 1;
-            } else if (vec_push(node, i) < 0 || vec_push(jv, d - 1) < 0) {
-                PyErr_NoMemory();
-                return -1;
+            } else {
+                if (vec_push(node, i) < 0 || vec_push(jv, d - 1) < 0) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                if (d - 1 > *dmax) *dmax = d - 1;
             }
-            if (d - 1 > *dmax) *dmax = d - 1;
         }
         int32_t s = trans[ps * 256 + b];
         if (s < 0) {

@@ -255,9 +255,15 @@ def leftovers(tm: TokenMatrix, rs: RestSet, ci: np.ndarray, cj: np.ndarray, dist
                           distinct=distinct)
     tid, base, length, lo, pos = walkc.leftovers(rs.tid, rs.base, rs.length, tm.mat_t.reshape(-1),
                                                  tm.mat_t.shape[1], c_int64(ci), c_int64(cj), distinct)
+    return rest_set_of_bytes(tid, base, length, lo), np.frombuffer(pos, np.int64)
+
+
+def rest_set_of_bytes(tid: bytes, base: bytes, length: bytes, lo: bytes) -> RestSet:
+    """The ``RestSet`` a C kernel returned as bytes (int64 tid, base and lo; int32 length):
+    read-only views, no copy."""
     i64 = np.int64
-    return (RestSet(np.frombuffer(tid, i64), np.frombuffer(base, i64), np.frombuffer(length, np.int32),
-                    np.frombuffer(lo, i64)), np.frombuffer(pos, i64))
+    return RestSet(np.frombuffer(tid, i64), np.frombuffer(base, i64), np.frombuffer(length, np.int32),
+                   np.frombuffer(lo, i64))
 
 
 def rows(tm: TokenMatrix) -> np.ndarray:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trellis.constrain.vocab import rest_walk
-from trellis.constrain.vocab.rest_walk import RestSet, Walk, scaled_dfa, with_crossings, c_bool, c_table, concat_ranges, drop_inside
+from trellis.constrain.vocab.rest_walk import (RestSet, Walk, scaled_dfa, with_crossings, c_bool, c_table, concat_ranges,
+                                              drop_inside, rest_set_of_bytes)
 from trellis.constrain.vocab.walks import TokenMatrix
 
 
@@ -164,13 +165,11 @@ def walk_vocabulary(trans: np.ndarray, final: np.ndarray, q: int, rs: RestSet, t
             None if follow is None else c_bool(follow), inside, levels, None if cut is None else cut.nodes,
             None if cut is None else c_bool(cut.known), trie.lex, rs.tid, rs.base, rs.length, rs.lo,
             tm.mat_t.reshape(-1), tm.mat_t.shape[1])
-        i64 = np.int64
         if not ci:
-            none = np.zeros(0, dtype=i64)
+            none = np.zeros(0, dtype=np.int64)
             return Walk(inside, None, none, none)
-        sub = RestSet(np.frombuffer(tid, i64), np.frombuffer(base, i64), np.frombuffer(length, np.int32),
-                      np.frombuffer(lo257, i64))
-        return Walk(inside, sub, np.frombuffer(ci, i64), np.frombuffer(pos, i64))
+        sub = rest_set_of_bytes(tid, base, length, lo257)
+        return Walk(inside, sub, np.frombuffer(ci, np.int64), np.frombuffer(pos, np.int64))
     a, b, c = walkc.walk_trie(c_table(trans), c_bool(final), int(q), byte, depth, skip, tlo, thi, end_lo, end_tok,
                               None if follow is None else c_bool(follow), inside, levels,
                               None if cut is None else cut.nodes)
