@@ -121,6 +121,7 @@ class EarleyConstraint:
         self._sims: dict[int, Simulation | None] = {}  # cut scan -> how it sits in its terminal
         self._cut_entries: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}
         self._counted: dict[tuple[int, int], tuple[np.ndarray, Walk] | None] = {}  # (scan, q) -> walk
+        self._chains: dict[int, counted_walk.Chain | None] = {}  # terminal -> its counting form (counted_walk.chain_of)
         self._rows: dict[tuple[int, int], list] = {}  # (scan, q) -> ``_row_of``
         self._walks: dict[tuple[Hashable, int], Walk] = {}  # (shape, id(rests)) -> walk
         self._keep: list[RestSet] = []  # rest sets whose id() keys ``_walks`` stay alive
@@ -303,11 +304,15 @@ class EarleyConstraint:
 
     def _counted_inside(self, d: int, q: int, t: int) -> tuple[np.ndarray, Walk] | None:
         """``_inside_of`` at a position inside a length-bounded terminal (``counted_walk.py``), else None."""
+        ch = self._chains.get(t, False)
+        if ch is False:  # per terminal, not per (scan, state): most terminals have no chain
+            term = self.ir.terminals[t]
+            ch = self._chains[t] = counted_walk.chain_of(term.dfa, term.pattern) if term.token is None else None
+        if ch is None:
+            return None
         hit = self._counted.get((d, q), False)
         if hit is False:
-            term = self.ir.terminals[t]
-            ch = counted_walk.chain_of(term.dfa, term.pattern) if term.token is None else None
-            hit = self._counted[(d, q)] = counted_walk.walk(ch, q, self.tm) if ch is not None else None
+            hit = self._counted[(d, q)] = counted_walk.walk(ch, q, self.tm)
             if hit is not None:  # a chain ends at its closing quote: crossings filtered by the followers
                 self._keep += [hit[1].cross] if hit[1].cross is not None else []
                 hit = self._counted[(d, q)] = (hit[0], self._by_follow(d, (None, b""), hit[1]))
@@ -383,7 +388,19 @@ class EarleyConstraint:
         owned = False
         tid = self._vocab_rests.tid
         tokens, term = self._token_rows, self.earley.scan_term
-        for t, q, _, es in self._groups(state):
+        # The scans one by one, not ``_groups``: a state masked here is new (the mask cache missed),
+        # so its groups were built for this one pass (their memo entry, live bits, accounting:
+        # ~10% of a fresh document's mask time, line profile of 53 maskbench schemas). A C state's
+        # scans are sorted, so a scan state's row is OR-ed once; the tuple form's frozenset may
+        # repeat it (an OR of a row already in, harmless).
+        last = None
+        for t, q, e in state[0]:  # type: ignore[index]
+            if (t, q) == last:
+                w = row[1]
+                if w is not None and w.cross is not None:
+                    m, owned = self._cross_into(m, owned, w, e, t, tid)
+                continue
+            last = (t, q)
             if tokens and term[t] in tokens:  # a token element: its ids, whole tokens only
                 row = [tokens[term[t]], None, None]
             else:
@@ -402,13 +419,19 @@ class EarleyConstraint:
             else:
                 m, owned = m | packed, True
             if w is not None and w.cross is not None:
-                for e in es:
-                    ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)
-                    if len(ok):
-                        if not owned:
-                            m, owned = m.copy(), True
-                        w.mark_sources(ok, m, tid)
+                m, owned = self._cross_into(m, owned, w, e, t, tid)
         return np.zeros(self.tm.words, dtype=np.int32) if m is None else m
+
+    def _cross_into(self, m: np.ndarray, owned: bool, w: Walk, e: object, t: int,
+                    tid: np.ndarray) -> tuple[np.ndarray, bool]:
+        """``m`` with the tokens of ``w``'s crossings whose leftovers the chart takes after scan
+        ``t`` (started at item set ``e``) completes (copied first unless ``owned``)."""
+        ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)  # type: ignore[arg-type]
+        if len(ok):
+            if not owned:
+                m, owned = m.copy(), True
+            w.mark_sources(ok, m, tid)
+        return m, owned
 
     def _row_of(self, t: int, q: int) -> list:
         """[packed, walk, words]: ``_inside_of(t, q)`` memoised per scan state (its lookups ran per
