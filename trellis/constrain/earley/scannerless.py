@@ -74,8 +74,8 @@ from trellis.constrain.vocab.cut_walk import Simulation, patch
 from trellis.constrain.vocab.dfa_shapes import canonical
 from trellis.constrain.earley.chart_kernel import grouped_walk, take_each
 from trellis.constrain.earley.earley import ChartState, Earley
+from trellis.constrain.earley.token_elements import advance_both, element_ids
 from trellis.constrain.earley.work_bound import ADVANCE_WORK, MASK_WORK, bounded
-from trellis.constrain.errors import GrammarError
 from trellis.constrain.gc_pause import paused
 from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
 from trellis.constrain.vocab import counted_walk, vocab_walk
@@ -133,7 +133,7 @@ class EarleyConstraint:
         self._cache_size = cache_size
         self._eos = self.tm.eos_bits()
         # Token elements (``terminal_kinds.py``), by terminal: the ids each matches, [V] bool and packed
-        self._token_ok, self._token_rows = self._token_elements()
+        self._token_ok, self._token_rows = element_ids(ir, self.tm, self._toks, vocab.special)
         self._group_memo: dict[ChartState, list] = {}
         self._live_memo: dict[ChartState, np.ndarray] = {}
         self._byte_classes: np.ndarray | None = None
@@ -157,47 +157,7 @@ class EarleyConstraint:
         return nxt
 
     def _advance_both(self, state: ChartState, token: int) -> ChartState | None:
-        """``advance`` in a grammar with token elements: the union of the token's two readings,
-        its bytes through the text terminals and its id through the token elements expected here
-        (each completes at its boundary); a chart state is a set of alternatives."""
-        nxt = self.earley.walk(state, self._toks[token]) if self.tm.valid[token] else None
-        scans: set = set()
-        acc = False
-        term, ok = self.earley.scan_term, self._token_ok
-        for d, _, e in state[0]:
-            allowed = ok.get(term[d])
-            if allowed is not None and allowed[token]:
-                starts, a = self.earley.boundary_scans(e, d)
-                scans |= starts
-                acc |= a
-        if not scans and not acc:
-            return nxt
-        if nxt is not None:
-            scans.update(nxt[0])
-            acc |= nxt[1]
-        return self.earley.make_state(scans, acc)
-
-    def _token_elements(self) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
-        """Per token-element terminal, the ids it matches in this vocabulary ([V] bool, and
-        packed for masks); a ``GrammarError`` where an element names no token of it."""
-        ok: dict[int, np.ndarray] = {}
-        rows: dict[int, np.ndarray] = {}
-        terms = self.ir.terminals
-        if not any(t.token is not None for t in terms):
-            return ok, rows
-        guarded = next((t for t in terms if t.guard is not None), None)
-        if guarded is not None:
-            raise GrammarError(f"token elements in a grammar with a lookahead past a terminal (terminal "
-                               f"{guarded.name}) are not supported", source=self.ir.source)
-        eos = frozenset(int(i) for i in self.tm.eos)
-        for t, term in enumerate(terms):
-            if term.token is not None:
-                try:
-                    ok[t] = term.token.allowed(self._toks, self.tm.valid, eos, self.vocab.special)
-                except GrammarError as e:
-                    raise GrammarError(e.message, source=self.ir.source) from None
-                rows[t] = self.tm.pack_ids(np.flatnonzero(ok[t]))
-        return ok, rows
+        return advance_both(self.earley, self._toks, self.tm.valid, self._token_ok, state, token)
 
     def token_ids(self, state: Hashable) -> np.ndarray | None:
         """[V] bool: the ids the token elements expected in ``state`` match (None: none is)."""
@@ -388,50 +348,40 @@ class EarleyConstraint:
         owned = False
         tid = self._vocab_rests.tid
         tokens, term = self._token_rows, self.earley.scan_term
-        # The scans one by one, not ``_groups``: a state masked here is new (the mask cache missed),
-        # so its groups were built for this one pass (their memo entry, live bits, accounting:
-        # ~10% of a fresh document's mask time, line profile of 53 maskbench schemas). A C state's
-        # scans are sorted, so a scan state's row is OR-ed once; the tuple form's frozenset may
-        # repeat it (an OR of a row already in, harmless).
+        # A state masked here is new (the mask cache missed): its scans are read in order, not as
+        # ``_groups`` (a memo entry, live bits, accounting for one pass: mask time x0.93 per schema,
+        # x0.97 per corpus document, in-process A/B in benchmarks/README.md's bench_fresh section).
+        # A C state's scans are sorted, so a DFA state's row is OR-ed once (the tuple form may
+        # repeat one: an OR of bits already set).
         last = None
         for t, q, e in state[0]:  # type: ignore[index]
-            if (t, q) == last:
-                w = row[1]
-                if w is not None and w.cross is not None:
-                    m, owned = self._cross_into(m, owned, w, e, t, tid)
-                continue
-            last = (t, q)
-            if tokens and term[t] in tokens:  # a token element: its ids, whole tokens only
-                row = [tokens[term[t]], None, None]
-            else:
-                row = self._row_of(t, q) if SPARSE_ROWS else [*self._inside_of(t, q), None]
-            packed, w = row[0], row[1]
-            if m is not None and row[2] is False:  # (the row's first OR into a mask)
-                row[2] = sparse_words(packed, SPARSE_WORDS)
-            if m is None:
-                m = packed
-            elif row[2] is not None:  # a few nonzero words (a key literal's tokens): OR-ed word by word
-                if not owned:
-                    m, owned = m.copy(), True
-                m[row[2][0]] |= row[2][1]
-            elif owned:
-                m |= packed
-            else:
-                m, owned = m | packed, True
+            if (t, q) != last:
+                last = (t, q)
+                if tokens and term[t] in tokens:  # a token element: its ids, whole tokens only
+                    row = [tokens[term[t]], None, None]
+                else:
+                    row = self._row_of(t, q) if SPARSE_ROWS else [*self._inside_of(t, q), None]
+                packed = row[0]
+                if m is not None and row[2] is False:  # (the row's first OR into a mask)
+                    row[2] = sparse_words(packed, SPARSE_WORDS)
+                if m is None:
+                    m = packed
+                elif row[2] is not None:  # a few nonzero words (a key literal's tokens): OR-ed word by word
+                    if not owned:
+                        m, owned = m.copy(), True
+                    m[row[2][0]] |= row[2][1]
+                elif owned:
+                    m |= packed
+                else:
+                    m, owned = m | packed, True
+            w = row[1]
             if w is not None and w.cross is not None:
-                m, owned = self._cross_into(m, owned, w, e, t, tid)
+                ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)
+                if len(ok):
+                    if not owned:
+                        m, owned = m.copy(), True
+                    w.mark_sources(ok, m, tid)
         return np.zeros(self.tm.words, dtype=np.int32) if m is None else m
-
-    def _cross_into(self, m: np.ndarray, owned: bool, w: Walk, e: object, t: int,
-                    tid: np.ndarray) -> tuple[np.ndarray, bool]:
-        """``m`` with the tokens of ``w``'s crossings whose leftovers the chart takes after scan
-        ``t`` (started at item set ``e``) completes (copied first unless ``owned``)."""
-        ok = self._rests_allowed(self.earley.boundary(e, t), w.cross)  # type: ignore[arg-type]
-        if len(ok):
-            if not owned:
-                m, owned = m.copy(), True
-            w.mark_sources(ok, m, tid)
-        return m, owned
 
     def _row_of(self, t: int, q: int) -> list:
         """[packed, walk, words]: ``_inside_of(t, q)`` memoised per scan state (its lookups ran per

@@ -200,7 +200,8 @@ class LarkEmitter(Automata):
             labelled = []
             # An edge's label depends on its cell and value only: an object's key cell labels an
             # edge from every state before it (18,746 object edges, 2,345 distinct labels over bench_fresh's
-            # 100 schemas), each a key lookup behind two new frozensets (a quarter of _text).
+            # 100 schemas), each a key lookup behind two new frozensets (translation x0.966 per
+            # schema, in-process A/B: benchmarks/README.md, bench_fresh section).
             syms: dict[tuple, str] = {}
             for s, ci, v, d in edges:
                 if v[0] in ("c", "O", "A"):
