@@ -342,7 +342,7 @@ class EarleyConstraint:
         return hit
 
     def _token_mask(self, state: ChartState) -> np.ndarray:
-        # The first group's packed walk is the mask until something is added to it (copy on
+        # The first row's packed walk is the mask until something is added to it (copy on
         # write: the walk caches share that array, it must never change).
         m: np.ndarray | None = None
         owned = False
@@ -385,7 +385,7 @@ class EarleyConstraint:
 
     def _row_of(self, t: int, q: int) -> list:
         """[packed, walk, words]: ``_inside_of(t, q)`` memoised per scan state (its lookups ran per
-        group per mask); words: ``sparse_words`` of the row once a mask ORs it in (False before)."""
+        DFA state per mask); words: ``sparse_words`` of the row once a mask ORs it in (False before)."""
         hit = self._rows.get((t, q))
         if hit is None:
             hit = self._rows[(t, q)] = [*self._inside_of(t, q), False]
