@@ -19,6 +19,8 @@ setup(
                   extra_compile_args=["-O3"]),
         Extension("trellis.constrain.earley._statec", ["trellis/constrain/earley/_statec.c"], optional=True,
                   extra_compile_args=["-O3"]),
+        Extension("trellis.constrain.grammar._cfgc", ["trellis/constrain/grammar/_cfgc.c"], optional=True,
+                  extra_compile_args=["-O3"]),
         Extension("trellis._qlinear", ["trellis/_qlinear.c"], optional=True,
                   extra_compile_args=["-O3", "-pthread"], extra_link_args=["-pthread"], libraries=["m"]),
     ],

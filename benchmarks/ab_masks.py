@@ -65,6 +65,9 @@ median per arm and the median per-schema ratio of compile times.
   it: ``cut_walk.Simulation.special_paths``' Python search, the same paths);
 * ``scanids``: the scan ids of an item set memoised by its expected terminals
   (``Earley._scan_ids``; without it: derived for every new set, each key tested for overlap);
+* ``cfgc``: a new grammar's analyses in C (``grammar/_cfgc.c``: productivity, nullability, FOLLOW
+  bytes, the Earley item tables; without it: their Python forms in ``grammar/analysis.py``; acts on
+  compiles: see the compile line);
 * ``cafter``: ``Earley.after`` and the several-completions ``_close`` in C (``_statec.after`` /
   ``close_kernel``: a new item set's kernel, agenda, static lookup, interning and scans in one
   call; without them: the Python methods around the C agenda);
@@ -109,7 +112,7 @@ sys.path.insert(0, HERE)
 
 SWITCHES = ("cut", "cstep", "cclose", "ctake", "cmiss", "cminus", "member", "digest", "cmany", "ctrie", "depth", "ceps",
             "cprefix", "nprow", "cpack", "patch", "cshape", "cpaths", "scanids", "wordslices", "cafter", "counted", "sparse",
-            "crepeat", "removals", "narrow", "dotslice", "trieleft")
+            "crepeat", "removals", "narrow", "dotslice", "trieleft", "cfgc")
 
 
 def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
@@ -118,6 +121,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     import trellis.constrain.automata.regex_compile as regex_compile
     import trellis.constrain.earley.earley as earley
     import trellis.constrain.earley.scannerless as scannerless
+    import trellis.constrain.grammar.analysis as analysis
     import trellis.constrain.vocab.cut_walk as cut_walk
     import trellis.constrain.vocab.dfa_shapes as dfa_shapes
     import trellis.constrain.vocab.literal_walk as literal_walk
@@ -147,6 +151,7 @@ def switches() -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
         "cclose": flip([earley], "native_close", None),
         "cminus": flip([byte_dfa], "_dfac", None),
         "ceps": flip([regex_compile], "dfac", None),
+        "cfgc": flip([analysis], "cfgc", None),
         "member": flip([cut_walk, literal_walk], "member", isin),
         "digest": flip([walk_cache, vocab_walk, scannerless], "key_digest", digest),
     }

@@ -52,6 +52,7 @@ def test_no_private_name_is_imported_across_modules():
     each (``kernels.py``, ``constrain/vocab/rest_walk.py``, ``constrain/automata/dfa_minimise.py``)."""
     wrappers = {"trellis/kernels.py": "_qlinear", "trellis/constrain/vocab/walks.py": "_walkc",
                 "trellis/constrain/automata/dfa_minimise.py": "_dfac", "trellis/constrain/earley/chart_kernel.py": "_statec",
+                "trellis/constrain/grammar/analysis.py": "_cfgc",
                 "trellis/constrain/automata/byte_dfa.py": "_dfac",
                 # (imported by dfa_minimise, so it cannot read dfa_minimise.dfac: epsilon_free)
                 "trellis/constrain/automata/regex_compile.py": "_dfac"}

@@ -207,7 +207,8 @@ def test_follow_bytes_are_the_first_bytes_of_the_follow_sets(name: str) -> None:
     import numpy as np
 
     from trellis.constrain.compile import load_grammar_text
-    from trellis.constrain.grammar.grammar_ir import bits_to_bool, follow_bytes, load_bnf, load_lark
+    from trellis.constrain.grammar.analysis import bits_to_bool, follow_bytes
+    from trellis.constrain.grammar.grammar_ir import load_bnf, load_lark
     from trellis.constrain.frontends.json_schema import JsonSchema
 
     if name == "schema":

@@ -49,7 +49,8 @@ import numpy as np
 
 from trellis.constrain.automata.byte_dfa import ByteDFA, difference, intersects, one_byte_ending, restrict_first_char
 from trellis.constrain.automata.charsets import cs_diff
-from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, state_bits
+from trellis.constrain.grammar.analysis import bits_to_bool, item_tables, state_bits
+from trellis.constrain.grammar.grammar_ir import GrammarIR
 from trellis.constrain.automata.lookaround import END_OF_TEXT, FollowGuard
 from trellis.constrain.earley.chart_kernel import (ChartState, NativeState, agenda, chart_state, native_after,
                                                    native_close, native_close_kernel, native_next_kernel, native_step,
@@ -115,21 +116,12 @@ class Earley:
                 (native_step, native_close, native_walk, native_take_rests, native_after, native_close_kernel,
                  native_next_kernel) if native else (None,) * 7)
         m = len(ir.terminals)
-        # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on.
-        self.next_sym: list[int | None] = []
-        self.lhs: list[int] = []
-        self.predict: list[list[int]] = [[] for _ in ir.nonterminals]
-        for lhs, rhs in ir.rules:
-            if lhs == ir.start:  # the augmented rule start -> <start>: complete after one symbol
-                self.accept_item = len(self.next_sym) + 1
-            self.predict[lhs].append(len(self.next_sym))
-            for k in range(len(rhs) + 1):
-                self.next_sym.append(rhs[k] if k < len(rhs) else None)
-                self.lhs.append(lhs)
+        # LR(0) items numbered rule by rule: item i + 1 is item i with the dot one symbol on; the
+        # augmented rule start -> <start> completes after one symbol (accept_item). The same
+        # tables as C arrays for ``_statec.close`` (next_sym's None as INT32_MIN).
+        self.next_sym, self.lhs, self.predict, self.accept_item, self._next_sym_c, self._lhs_c = item_tables(
+            ir.rules, len(ir.nonterminals), ir.start)
         self.nullable = ir.nullable
-        # The same tables as C arrays for ``_statec.close`` (next_sym's None as INT32_MIN).
-        self._next_sym_c = array("i", [-(1 << 31) if s is None else s for s in self.next_sym])
-        self._lhs_c = array("i", self.lhs)
         self._nullable_c = bytes(bool(x) for x in self.nullable)
         # Scans run DFAs by scan id: 0..m-1 the terminals, m.. the %ignore terminals, then the
         # terminals cut by higher-priority ones expected beside them (``lexical_priority``),

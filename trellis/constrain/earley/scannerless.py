@@ -77,7 +77,8 @@ from trellis.constrain.earley.earley import ChartState, Earley
 from trellis.constrain.earley.token_elements import advance_both, element_ids
 from trellis.constrain.earley.work_bound import ADVANCE_WORK, MASK_WORK, bounded
 from trellis.constrain.gc_pause import paused
-from trellis.constrain.grammar.grammar_ir import GrammarIR, bits_to_bool, follow_bytes
+from trellis.constrain.grammar.analysis import bits_to_bool, follow_bytes
+from trellis.constrain.grammar.grammar_ir import GrammarIR
 from trellis.constrain.vocab import counted_walk, vocab_walk
 from trellis.constrain.automata.byte_dfa import literal_at
 from trellis.constrain.vocab.literal_walk import literal_rests_fit, walk_literal_rests

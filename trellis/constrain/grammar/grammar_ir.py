@@ -19,10 +19,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 
 from trellis.constrain.grammar import lark_reader
+from trellis.constrain.grammar.analysis import bnf_parse, nullable, productive, remap
 from trellis.constrain.grammar.lark_reader import TermDef
 from trellis.constrain.grammar.plain_patterns import plain_pattern
 from trellis.constrain.automata.byte_dfa import ByteDFA, literal_dfa
@@ -237,9 +239,11 @@ def _without_empty(dfa: ByteDFA) -> ByteDFA:
     return ByteDFA(t, final[order])
 
 
-def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, source: str) -> GrammarIR:
+def _build(terms: list, rules: list | None, ignore: list[str], start: str, text: str, source: str,
+           flat: tuple | None = None) -> GrammarIR:
     """``rules``: ``(origin name, ((symbol name, is terminal), ...))``; ``terms``: objects with
-    ``name``, ``pattern`` (a Lark pattern) and ``priority``."""
+    ``name``, ``pattern`` (a Lark pattern) and ``priority``. ``flat`` instead of ``rules``:
+    ``analysis.bnf_parse``'s names and tables (``_flat_rules``)."""
     term_defs = {t.name: t for t in terms}
     nts: dict[str, int] = {}
     tids: dict[str, int] = {}
@@ -316,8 +320,11 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
 
     aug = nt("$start")
     nt(start)
-    for origin, expansion in rules:
-        out_rules.append((nt(origin), tuple(term_sym(n) if is_t else nt(n) for n, is_t in expansion)))
+    if flat is None:
+        for origin, expansion in rules:  # type: ignore[union-attr]
+            out_rules.append((nt(origin), tuple(term_sym(n) if is_t else nt(n) for n, is_t in expansion)))
+    else:
+        out_rules = _flat_rules(flat, nt, term_sym, out_rules)
     for name, opt in optional.items():
         t = tids[name]
         if terminals[t].dfa.num_states > 1 or terminals[t].dfa.trans.max() >= 0:
@@ -335,8 +342,30 @@ def _build(terms: list, rules: list, ignore: list[str], start: str, text: str, s
         names[v] = k
     out_rules = _productive(out_rules, len(nts), terminals, nts, start, text, source)
     ir = GrammarIR(source, names, terminals, out_rules, tuple(ign), aug)
-    ir.nullable = _nullable(out_rules, len(nts))
+    ir.nullable = nullable(out_rules, len(nts))
     return ir
+
+
+def _flat_rules(flat: tuple, nt, term_sym, out_rules: list) -> list:
+    """``_build``'s rules from ``analysis.bnf_parse``'s tables: each name numbered once, in order of
+    first appearance, which is the order in which the loop over rules numbers them, so the IR is
+    the same (a terminal's part rules, which ``term_sym`` adds, go before the rule where its name
+    first appears, as there); the rule tuples are made in C (``analysis.remap``). ~0.3 ms of a
+    median schema's ~5 ms request was that loop and the line parse before it (in-process A/B:
+    benchmarks/README.md, bench_fresh section, fifty-fifth session)."""
+    names, is_term, first_rule, origin, off, sym = flat
+    table: list[int] = []
+    extra: list[tuple[int, list]] = []
+    for i, name in enumerate(names):
+        k = len(out_rules)
+        table.append(term_sym(name) if is_term[i] else nt(name))
+        if len(out_rules) > k:
+            extra.append((memoryview(first_rule).cast("i")[i], out_rules[k:]))
+            del out_rules[k:]
+    mapped = remap(origin, off, sym, table)
+    for r, rs in reversed(extra):  # (first appearances in rule order: later ones first keeps indices)
+        mapped[r:r] = rs
+    return out_rules + mapped
 
 
 def _productive(rules: list[tuple[int, tuple[int, ...]]], n: int, terminals: list[Terminal],
@@ -344,181 +373,22 @@ def _productive(rules: list[tuple[int, tuple[int, ...]]], n: int, terminals: lis
     """Rules whose every symbol derives some string (least fixpoint); error if the start rule has none."""
     # (a literal chain is a non-empty word: no numpy test, a schema grammar has a key per terminal)
     # (a token element matches a token: whether one of this vocabulary is checked with it, later)
-    ok_t = [bool(t.dfa.literal) or t.token is not None or bool(t.dfa.final.any() and (t.dfa.trans >= 0).any())
-            for t in terminals]
-    prod = _derives(rules, n, lambda s: ok_t[-1 - s])
+    ok_t = bytes(bool(t.dfa.literal) or t.token is not None or _has_words(t.dfa) for t in terminals)
+    prod, kept = productive(rules, n, ok_t)
     if not prod[nts[start]]:
         line, col = _locate(text, start)
         raise GrammarError(f"rule {start} derives no string (every expansion needs a rule or terminal that "
                            f"matches nothing)", source=source, text=text, line=line, column=col)
-    return [(lhs, rhs) for lhs, rhs in rules if prod[lhs] and all(prod[s] if s >= 0 else ok_t[-1 - s] for s in rhs)]
+    return kept
 
 
-def _nullable(rules: list[tuple[int, tuple[int, ...]]], n: int) -> list[bool]:
-    return _derives(rules, n, lambda s: False)
-
-
-def _derives(rules: list[tuple[int, tuple[int, ...]]], n: int, term_ok) -> list[bool]:
-    """Per nonterminal, whether some rule for it has every symbol true (a nonterminal: true
-    itself; a terminal: ``term_ok``): productivity, or nullability with ``term_ok`` false.
-    A worklist over rule occurrences, linear in the grammar: a round-robin sweep needs one round
-    per link of a chain written in the wrong order, and the Earley form of a schema's objects
-    (``LarkEmitter._edge_rules``) chains unions of thousands of states."""
-    ok = [False] * n
-    need: list[int] = []
-    uses: list[list[int]] = [[] for _ in range(n)]
-    todo: list[int] = []
-    for i, (lhs, rhs) in enumerate(rules):
-        k = 0
-        for s in rhs:
-            if s >= 0:
-                uses[s].append(i)
-                k += 1
-            elif not term_ok(s):
-                k = -1
-                break
-        need.append(k)
-        if k == 0:
-            todo.append(lhs)
-    while todo:
-        x = todo.pop()
-        if ok[x]:
-            continue
-        ok[x] = True
-        for i in uses[x]:
-            need[i] -= 1
-            if need[i] == 0:
-                todo.append(rules[i][0])
-    return ok
-
-
-def start_bytes(ir: GrammarIR) -> list[int]:
-    """Per terminal, the bytes its DFA can start with, as a 256-bit int (bit b: byte b). A
-    literal's is its first byte; another DFA's is kept on the DFA object (shared across grammars
-    by the regex memos): stacking every terminal's first row was ~half of ``follow_bytes`` on the
-    50 median maskbench schemas."""
-    out = []
-    for t in ir.terminals:
-        d = t.dfa
-        bits = d.__dict__.get("_start_bits")
-        if bits is None:
-            bits = d.__dict__["_start_bits"] = state_bits(d, 0)
-        out.append(bits)
-    return out
-
-
-def state_bits(dfa: ByteDFA, q: int) -> int:
-    """The bytes ``dfa`` takes from state ``q``, as a 256-bit int; a literal chain's from its text
-    (one byte, none at its end) without reading a table row (~3 us of numpy)."""
-    lit = dfa.literal
-    if lit is not None:
-        return 1 << lit[q] if q < len(lit) else 0
-    return bool_to_bits(dfa.trans[q] >= 0)
-
-
-def follow_bytes(ir: GrammarIR) -> list[int]:
-    """For each terminal, the bytes that can start what comes right after it in some sentence (the
-    classic FOLLOW sets at the level of terminals, then their first bytes), as 256-bit ints;
-    ``%ignore`` terminals can follow anything and anything can follow them. Used to drop, ahead
-    of any parse, token splits whose next byte no follower can start.
-
-    Sets are ints (FIRST and FOLLOW as byte bitsets): the per-suffix frozensets they replaced
-    took 0.5 s over 135 maskbench schema grammars (cProfile of their compiles; bench_fresh.py's
-    compile column is the user-facing figure, commit cd894bb). Each rule is read once; the sets
-    then flow along their inclusions by a worklist (``_flow``): the sweeps over all rules until
-    nothing changed needed one round per link of a union chain written in rule order (a schema's
-    Earley form, ``LarkEmitter._edge_rules``: o18637's FOLLOW sets 20 -> 85 ms)."""
-    n, m = len(ir.nonterminals), len(ir.terminals)
-    starts = start_bytes(ir)
-    null = ir.nullable
-    # FIRST of each nonterminal, as bytes: the first bytes of the terminals that can begin it,
-    # and FIRST of each nonterminal that can (``into[x]``: the nonterminals x's FIRST flows into)
-    first = [0] * n
-    into: list[list[int]] = [[] for _ in range(n)]
-    for lhs, rhs in ir.rules:
-        for x in rhs:
-            if x < 0:
-                first[lhs] |= starts[-1 - x]
-                break
-            into[x].append(lhs)
-            if not null[x]:
-                break
-    _flow(first, into)
-    # FOLLOW: what starts after each symbol of a rule is FIRST of the rest of the rule, and, where
-    # the rest is nullable, FOLLOW of the rule's left side (``down``: lhs -> those nonterminals;
-    # ``ends``: lhs -> those terminals, applied once the nonterminals' sets are final)
-    follow_nt = [0] * n
-    follow_t = [0] * m
-    down: list[list[int]] = [[] for _ in range(n)]
-    ends: list[tuple[int, int]] = []
-    for lhs, rhs in ir.rules:
-        after, open_end = 0, True  # the rest's FIRST; whether the rest is nullable
-        for x in reversed(rhs):
-            if x < 0:
-                t = -1 - x
-                follow_t[t] |= after
-                if open_end:
-                    ends.append((lhs, t))
-                after, open_end = starts[t], False
-            else:
-                follow_nt[x] |= after
-                if open_end:
-                    down[lhs].append(x)
-                after = first[x] | after if null[x] else first[x]
-                open_end = open_end and null[x]
-    _flow(follow_nt, down)
-    for lhs, t in ends:
-        follow_t[t] |= follow_nt[lhs]
-    ign = 0
-    for t in ir.ignore:
-        ign |= starts[t]
-    everything = 0
-    for b in starts:
-        everything |= b
-    ignored = set(ir.ignore)
-    return [everything if t in ignored else follow_t[t] | ign for t in range(m)]
-
-
-def _flow(sets: list[int], edges: list[list[int]]) -> None:
-    """Close ``sets`` (bitsets as ints) under ``sets[v] |= sets[u]`` for every edge u -> v of
-    ``edges`` (adjacency lists), by a worklist: each node is revisited only when its set grows."""
-    todo = [u for u in range(len(sets)) if sets[u] and edges[u]]
-    queued = [False] * len(sets)
-    for u in todo:
-        queued[u] = True
-    while todo:
-        u = todo.pop()
-        queued[u] = False
-        su = sets[u]
-        for v in edges[u]:
-            sv = sets[v]
-            if su | sv != sv:
-                sets[v] = sv | su
-                if not queued[v] and edges[v]:
-                    queued[v] = True
-                    todo.append(v)
-
-
-def bool_to_bits(row: np.ndarray) -> int:
-    """The 256-bit int of a [256] bool row (bit b: row[b])."""
-    return int.from_bytes(np.packbits(row, bitorder="little").tobytes(), "little")
-
-
-def bits_to_bool(bits: int) -> np.ndarray:
-    """[256] bool of a 256-bit int (read-only: memoised by value, ``BOOL_ROWS``)."""
-    hit = BOOL_ROWS.get(bits)
+def _has_words(dfa: ByteDFA) -> bool:
+    """Whether a (trimmed) DFA matches a non-empty string; kept on the DFA object (the regex memos
+    share DFAs across grammars: two numpy reductions per terminal per compile otherwise)."""
+    hit = dfa.__dict__.get("_has_words")
     if hit is None:
-        hit = np.unpackbits(np.frombuffer(bits.to_bytes(32, "little"), dtype=np.uint8), bitorder="little").astype(bool)
-        hit.setflags(write=False)
-        if len(BOOL_ROWS) >= 1 << 12:
-            BOOL_ROWS.clear()
-        BOOL_ROWS[bits] = hit
+        hit = dfa.__dict__["_has_words"] = bool(dfa.final.any() and (dfa.trans >= 0).any())
     return hit
-
-
-# Byte sets as [256] bool rows by their 256-bit int: follow sets and the live bytes of chart states
-# recur across grammars (a JSON string's, a number's followers); each conversion is ~3 us of numpy.
-BOOL_ROWS: dict[int, np.ndarray] = {}
 
 
 _BNF_RULE = re.compile(r"([a-z_][a-z0-9_]*): ([A-Za-z0-9_ |]*)")
@@ -533,8 +403,42 @@ def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
 
     Lark's grammar parser is itself an LALR parser in Python: on a 186 KB schema grammar
     (Kubernetes kb_1007) it took 3.7 s of a 6.6 s compile, this reader ~0.05 s."""
-    rules: list = []
+    parsed = bnf_parse(text)
+    if parsed is None:
+        return _load_bnf_py(text, source=source, start=start, lexical_priority=lexical_priority)
+    names, is_term, is_origin, first_rule, origin, off, sym, term_lines = parsed
+    terms = _bnf_terms(term_lines)
+    if terms is None or start not in names or not is_origin[names.index(start)]:
+        return None
+    used = {n for n, t in zip(names, is_term) if t}
+    if not used <= set(terms):
+        return None
+    ir = _build([terms[n] for n in sorted(used)], None, [], start, text, source,
+                flat=(names, is_term, first_rule, origin, off, sym))
+    ir.lexical_priority = lexical_priority
+    return ir
+
+
+def _bnf_terms(lines: Iterable[str]) -> dict[str, TermDef] | None:
+    """``load_bnf``'s terminal lines (``NAME.prio: "lit"`` / ``NAME: /regex/``) as definitions;
+    None when one is not such a line or its pattern does not read."""
     terms: dict[str, TermDef] = {}
+    for line in lines:
+        m = _BNF_TERM.fullmatch(line)
+        if m is None:
+            return None
+        try:
+            pat = plain_pattern(m.group(3))  # (no Lark import on this path: plain_patterns.py)
+        except Exception:
+            return None
+        terms[m.group(1)] = TermDef(m.group(1), pat, int(m.group(2) or 0))
+    return terms
+
+
+def _load_bnf_py(text: str, *, source: str, start: str, lexical_priority: bool) -> GrammarIR | None:
+    """``load_bnf`` without ``_cfgc`` (or for a text its reader leaves to this one), line by line."""
+    rules: list = []
+    term_lines: list[str] = []
     for line in text.splitlines():
         if not line:
             continue
@@ -544,16 +448,10 @@ def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
             for alt in m.group(2).split("|"):
                 rules.append((origin, tuple((x, x[0].isupper() or x[0] == "_" and x[1:2].isupper())
                                             for x in alt.split())))
-            continue
-        m = _BNF_TERM.fullmatch(line)
-        if m is None:
-            return None
-        try:
-            pat = plain_pattern(m.group(3))  # (no Lark import on this path: plain_patterns.py)
-        except Exception:
-            return None
-        terms[m.group(1)] = TermDef(m.group(1), pat, int(m.group(2) or 0))
-    if not any(origin == start for origin, _ in rules):
+        else:
+            term_lines.append(line)
+    terms = _bnf_terms(term_lines)
+    if terms is None or not any(origin == start for origin, _ in rules):
         return None
     used = {n for _, exp in rules for n, is_t in exp if is_t}
     if not used <= set(terms):
