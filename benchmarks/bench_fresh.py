@@ -160,7 +160,7 @@ SHARED_MEMOS = [("trellis.constrain.automata.regex", "DFA_MEMO"), ("trellis.cons
                 ("trellis.constrain.grammar.grammar_ir", "IMPORTS_MEMO"), ("trellis.constrain.vocab.dfa_shapes", "_SHAPES"),
                 ("trellis.constrain.automata.regex_ir", "_ENC_MEMO"), ("trellis.constrain.frontends.pattern", "_IR_MEMO"),
                 ("trellis.constrain.automata.fsm_product", "_UNIONS"), ("trellis.constrain.automata.byte_dfa", "LITERAL_MEMO"),
-                ("trellis.constrain.grammar.plain_patterns", "PLAIN_MEMO"), ("trellis.constrain.grammar.grammar_ir", "BOOL_ROWS"),
+                ("trellis.constrain.grammar.plain_patterns", "PLAIN_MEMO"), ("trellis.constrain.grammar.analysis", "BOOL_ROWS"),
                 ("trellis.constrain.vocab.walk_cache", "_DIGESTS"), ("trellis.constrain.vocab.counted_walk", "MEMO")]
 SHARED_DISK = ("walks",)  # cache-dir entries that are not keyed by a grammar (walk_cache.py)
 
