@@ -1,11 +1,11 @@
 /* A new grammar's analyses over its integer rules, in C: productivity and nullability, FOLLOW
  * sets as bytes, and the Earley recogniser's LR(0) item tables.
  *
- * Why: every compile runs them over every rule, and in Python each was a loop of tuple reads,
- * list appends and dict-free worklists at ~50-100 ns a step: together ~5% of a fresh median
- * maskbench schema's request and more of a large one's (benchmarks/README.md, bench_fresh
- * section, fifty-fifth session). Here they read the rule list in place (the tuples the IR keeps)
- * and return Python objects of the very shape the Python forms return, so callers take either.
+ * Why: every compile runs them over every rule, and in Python each was a loop of tuple reads and
+ * list appends at ~50-100 ns a step. Here they read the rule list in place (the tuples the IR
+ * keeps) and return Python objects of the very shape the Python forms return, so callers take
+ * either: a fresh schema's compile x0.97 per schema, x0.91 with load_bnf's rule lines read here
+ * too (benchmarks/ab_masks.py --switch cfgc, 100 maskbench schemas; benchmarks/README.md).
  *
  * Rules are ``[(lhs, (s, ...)), ...]``: a symbol s >= 0 is nonterminal s, s < 0 is terminal -1 - s
  * (grammar_ir.GrammarIR). The Python twins are in analysis.py; tests/constrain/test_analysis.py
