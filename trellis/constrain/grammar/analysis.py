@@ -30,7 +30,7 @@ KERNEL = "c" if cfgc is not None else "python"
 Rules = list[tuple[int, tuple[int, ...]]]
 
 
-class GrammarIR(Protocol):
+class AnalysedIR(Protocol):
     """What these analyses read of ``grammar_ir.GrammarIR`` (which imports this module)."""
 
     nonterminals: list[str]
@@ -105,7 +105,7 @@ def remap(origin: bytes, off: bytes, sym: bytes, table: list[int]) -> Rules:
     return cfgc.remap(origin, off, sym, table)
 
 
-def follow_bytes(ir: GrammarIR) -> list[int]:
+def follow_bytes(ir: AnalysedIR) -> list[int]:
     """``follow_bytes_py`` (in C where built: the sets as 32 bytes each)."""
     if cfgc is None:
         return follow_bytes_py(ir)
@@ -153,7 +153,7 @@ def derives_py(rules: Rules, n: int, ok_t: bytes | None) -> list[bool]:
     return ok
 
 
-def start_bytes(ir: GrammarIR) -> list[int]:
+def start_bytes(ir: AnalysedIR) -> list[int]:
     """Per terminal, the bytes its DFA can start with, as a 256-bit int (bit b: byte b). A
     literal's is its first byte; another DFA's is kept on the DFA object (shared across grammars
     by the regex memos): stacking every terminal's first row was ~half of ``follow_bytes`` on the
@@ -177,7 +177,7 @@ def state_bits(dfa: ByteDFA, q: int) -> int:
     return bool_to_bits(dfa.trans[q] >= 0)
 
 
-def follow_bytes_py(ir: GrammarIR) -> list[int]:
+def follow_bytes_py(ir: AnalysedIR) -> list[int]:
     """For each terminal, the bytes that can start what comes right after it in some sentence (the
     classic FOLLOW sets at the level of terminals, then their first bytes), as 256-bit ints;
     ``%ignore`` terminals can follow anything and anything can follow them. Used to drop, ahead
