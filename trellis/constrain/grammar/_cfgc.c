@@ -302,7 +302,6 @@ static PyObject *py_follow(PyObject *self, PyObject *args) {
         return PyErr_Format(PyExc_ValueError, "follow: inconsistent table sizes");
     Flat f;
     if (flatten(rules, n, m, &f) < 0) return NULL;
-    const Bits *starts = (const Bits *)NULL;
     Bits *st = malloc(sizeof(Bits) * (m ? m : 1));
     Bits *first = calloc(n ? n : 1, sizeof(Bits));
     Bits *fnt = calloc(n ? n : 1, sizeof(Bits));
@@ -320,7 +319,7 @@ static PyObject *py_follow(PyObject *self, PyObject *args) {
             st[t].w[i] = v;
         }
     }
-    starts = st;
+    const Bits *starts = st;
     /* FIRST: the first bytes of the terminals that can begin a nonterminal, and FIRST of each
      * nonterminal that can (edges x -> lhs) */
     Py_ssize_t k = 0;

@@ -403,18 +403,31 @@ def load_bnf(text: str, *, source: str = "<grammar>", start: str = "start",
 
     Lark's grammar parser is itself an LALR parser in Python: on a 186 KB schema grammar
     (Kubernetes kb_1007) it took 3.7 s of a 6.6 s compile, this reader ~0.05 s."""
-    parsed = bnf_parse(text)
+    return _load_bnf(text, source, start, lexical_priority, bnf_parse(text))
+
+
+def _load_bnf_py(text: str, *, source: str, start: str, lexical_priority: bool) -> GrammarIR | None:
+    """``load_bnf`` with the rule lines read in Python (what runs without ``_cfgc``)."""
+    return _load_bnf(text, source, start, lexical_priority, None)
+
+
+def _load_bnf(text: str, source: str, start: str, lexical_priority: bool, parsed: tuple | None) -> GrammarIR | None:
+    """``load_bnf`` from ``analysis.bnf_parse``'s tables, or, where they are None (no ``_cfgc``, or
+    a line break other than "\\n", which ``str.splitlines`` also splits at), line by line here."""
     if parsed is None:
-        return _load_bnf_py(text, source=source, start=start, lexical_priority=lexical_priority)
-    names, is_term, is_origin, first_rule, origin, off, sym, term_lines = parsed
+        rules, term_lines = _bnf_lines(text)
+        flat = None
+        has_start = any(origin == start for origin, _ in rules)
+        used = {n for _, exp in rules for n, is_t in exp if is_t}
+    else:
+        names, is_term, is_origin, first_rule, origin, off, sym, term_lines = parsed
+        rules, flat = None, (names, is_term, first_rule, origin, off, sym)
+        has_start = start in names and bool(is_origin[names.index(start)])
+        used = {n for n, t in zip(names, is_term) if t}
     terms = _bnf_terms(term_lines)
-    if terms is None or start not in names or not is_origin[names.index(start)]:
+    if terms is None or not has_start or not used <= set(terms):
         return None
-    used = {n for n, t in zip(names, is_term) if t}
-    if not used <= set(terms):
-        return None
-    ir = _build([terms[n] for n in sorted(used)], None, [], start, text, source,
-                flat=(names, is_term, first_rule, origin, off, sym))
+    ir = _build([terms[n] for n in sorted(used)], rules, [], start, text, source, flat=flat)
     ir.lexical_priority = lexical_priority
     return ir
 
@@ -435,8 +448,9 @@ def _bnf_terms(lines: Iterable[str]) -> dict[str, TermDef] | None:
     return terms
 
 
-def _load_bnf_py(text: str, *, source: str, start: str, lexical_priority: bool) -> GrammarIR | None:
-    """``load_bnf`` without ``_cfgc`` (or for a text its reader leaves to this one), line by line."""
+def _bnf_lines(text: str) -> tuple[list, list[str]]:
+    """The rule lines of ``text`` as ``(origin, ((symbol, is terminal), ...))`` per alternative, and
+    its other non-empty lines (``_bnf_terms`` reads them)."""
     rules: list = []
     term_lines: list[str] = []
     for line in text.splitlines():
@@ -450,12 +464,4 @@ def _load_bnf_py(text: str, *, source: str, start: str, lexical_priority: bool) 
                                             for x in alt.split())))
         else:
             term_lines.append(line)
-    terms = _bnf_terms(term_lines)
-    if terms is None or not any(origin == start for origin, _ in rules):
-        return None
-    used = {n for _, exp in rules for n, is_t in exp if is_t}
-    if not used <= set(terms):
-        return None
-    ir = _build([terms[n] for n in sorted(used)], rules, [], start, text, source)
-    ir.lexical_priority = lexical_priority
-    return ir
+    return rules, term_lines
