@@ -85,3 +85,30 @@ def test_write_row_matches_torch_copy_on_every_layout():
     wide = torch.zeros(40, dtype=torch.int64)  # another dtype: torch's copy (it casts)
     write_row(wide, row)
     assert torch.equal(wide, torch.from_numpy(row).long())
+
+
+def test_write_row_reuses_a_view_only_for_the_same_memory_and_layout():
+    """``write_row`` keeps the numpy view of the last CPU row (mask.py): rows of one bitmask, a new
+    bitmask, a strided alias and a float alias of the same memory each get their own bytes."""
+    from trellis.mask import write_row
+
+    rng = np.random.default_rng(4)
+    rows = rng.integers(-2**31, 2**31 - 1, size=(6, 40), dtype=np.int64).astype(np.int32)
+    batch = allocate_bitmask(3, 40 * 32)
+    for i in (0, 1, 1, 2, 0):  # a new tensor object per call, as callers pass ``bitmask[i]``
+        write_row(batch[i], rows[i])
+        assert torch.equal(batch[i], torch.from_numpy(rows[i]))
+    assert torch.equal(batch, torch.from_numpy(rows[:3]))
+    del batch
+    fresh = allocate_bitmask(3, 40 * 32)  # new memory: written, not the old view
+    write_row(fresh[0], rows[3])
+    write_row(fresh[0], rows[4])
+    assert torch.equal(fresh[0], torch.from_numpy(rows[4])) and (fresh[1:] == -1).all()
+    flat = torch.zeros(80, dtype=torch.int32)
+    write_row(flat[:40], rows[5])
+    write_row(flat[::2], rows[3])  # the same data_ptr, another stride: its own view
+    assert torch.equal(flat[::2], torch.from_numpy(rows[3]))
+    assert torch.equal(flat[1:40:2], torch.from_numpy(rows[5][1::2]))
+    as_float = flat[:40].view(torch.float32)  # the same memory and shape, another dtype: torch's cast
+    write_row(as_float, rows[0])
+    assert torch.equal(as_float, torch.from_numpy(rows[0]).float())

@@ -20,13 +20,29 @@ def allocate_bitmask(rows: int, vocab_size: int) -> Tensor:
     return torch.full((rows, bitmask_width(vocab_size)), -1, dtype=torch.int32)
 
 
+# The numpy view of the CPU row written last, by what identifies its memory: (data_ptr, dtype,
+# shape, strides). Callers pass a new tensor object per call (``bitmask[i]``), so ``out.numpy()``
+# ran for every mask: 6.8 -> 3.7 us a ``write_row`` (bench_fresh's 100 schemas, ~11.5k fills a
+# pass, in-process A/B, arms alternating over 8 passes; ~4% of a fresh document's mask time). The
+# view keeps that tensor's storage alive, so no other allocation can take its address while it is
+# cached: a tensor with the same key is the same memory, laid out the same way.
+_LAST_VIEW: tuple = (None, None)
+
+
 def write_row(out: Tensor, row: np.ndarray) -> None:
     """Copy the packed mask ``row`` ([W] int32) into the bitmask row ``out`` in place. A CPU row is
     written through its numpy view: ``torch.from_numpy`` + ``copy_`` cost ~9.5 us a mask against
     ~7.5 (bench_fresh's 94 schemas, ~11k fills, in-process A/B), ~10% of a fresh document's mask
     time by a sampling profile. Other devices (CUDA) take torch's copy."""
-    if out.is_cpu and out.dtype == torch.int32 and not out.requires_grad:
-        np.copyto(out.numpy(), row)
+    global _LAST_VIEW
+    key = (out.data_ptr(), out.dtype, out.shape, out.stride())
+    last, view = _LAST_VIEW  # (one tuple read: another thread may replace it, never half of it)
+    if last == key:
+        np.copyto(view, row)
+    elif out.is_cpu and out.dtype == torch.int32 and not out.requires_grad:
+        view = out.numpy()
+        np.copyto(view, row)
+        _LAST_VIEW = (key, view)
     else:
         out.copy_(torch.from_numpy(row))
 
