@@ -153,6 +153,7 @@ MIN_WALK_TOKENS = 5
 # kept from 40 earlier schemas vs cleared: compile median 2.74 -> 1.95 ms, (a) per input 0.911.
 GRAMMAR_MEMOS = [("trellis.constrain.compile", "COMPILED")]
 SHARED_MEMOS = [("trellis.constrain.automata.regex", "DFA_MEMO"), ("trellis.constrain.automata.regex", "PARTS_MEMO"),
+                ("trellis.constrain.automata.regex", "PENDING_PARTS"), ("trellis.constrain.automata.encoded_dfa", "_CLASS_NFA"),
                 ("trellis.constrain.automata.regex_compile", "PARSED"), ("trellis.constrain.automata.regex_compile", "_CHAR_SETS"),
                 ("trellis.constrain.vocab.walk_cache", "SHARED"), ("trellis.constrain.automata.regex_ir", "_FSM_CACHE"),
                 ("trellis.constrain.frontends.pattern", "_MATCHERS"), ("trellis.constrain.frontends.ranges", "_FRAC_MEMO"),

@@ -21,7 +21,7 @@ constraint is ``regex_constraint.py``, the automaton type and its algebra are ``
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -225,9 +225,11 @@ def shortest_matches(dfa: ByteDFA) -> ByteDFA:
 
 
 PARTS_MEMO: dict[str, list] = {}
+# a terminal literal as written -> a builder of its one DFA (``seed_parts``), run by the first ``terminal_parts``
+PENDING_PARTS: dict[str, "Callable[[], ByteDFA | None]"] = {}
 
 
-def terminal_parts(pattern: str, *, name: str) -> list[tuple[ByteDFA, "FollowGuard | None"]]:
+def terminal_parts(pattern: str, *, name: str, written: str | None = None) -> list[tuple[ByteDFA, "FollowGuard | None"]]:
     r"""The byte DFAs of a grammar terminal's regex as Lark matches it in a document: one part
     per way its matches may end, ``(dfa, None)`` for matches that end unconditionally and
     ``(dfa, guard)`` for matches that end only where the text after them passes a trailing
@@ -239,14 +241,40 @@ def terminal_parts(pattern: str, *, name: str) -> list[tuple[ByteDFA, "FollowGua
     ``dynamic_complete`` reads (``lookaround.automaton(ordered=True)``): the lazy loop of
     ``/\/\*(.|\n)*?\*\//`` (Lark's C_COMMENT) or ``/".*?"/`` stops at the first closing literal,
     and Lark's own REGEXP ``/\/(?!\/)(\\\/|\\\\|[^\/])*?\/[imslux]*/`` keeps its flags.
-    Memoised per pattern (the DFAs are shared, never mutated)."""
+    Memoised per pattern (the DFAs are shared, never mutated). ``written``: the terminal's literal
+    in the grammar text, whose DFA a translation may have offered (``seed_parts``)."""
     hit = PARTS_MEMO.get(pattern)
     if hit is None:
-        hit = _terminal_parts(pattern, name=name)
+        hit = (written is not None and _seeded_parts(pattern, written)) or _terminal_parts(pattern, name=name)
         if len(PARTS_MEMO) >= _DFA_MEMO_MAX:
             PARTS_MEMO.clear()
         PARTS_MEMO[pattern] = hit
     return hit
+
+
+def seed_parts(written: str, build: "Callable[[], ByteDFA | None]") -> None:
+    """Let ``terminal_parts`` take the DFA of the terminal written ``written`` in a grammar's text
+    (its literal, ``/.../``) from ``build()`` instead of parsing the regex, when a grammar reader
+    first asks for it: the minimal DFA of the literal's language, made from an automaton the
+    caller holds (``encoded_dfa``). Keyed by the literal as written, so the reader's reading of
+    it (escapes) needs no copy here. Called per translation, run per compile: a terminal that no
+    grammar compiles costs nothing. For plain regexes only (no lazy quantifier, no flags)."""
+    if len(PENDING_PARTS) >= _DFA_MEMO_MAX:
+        PENDING_PARTS.clear()
+    PENDING_PARTS[written] = build
+
+
+def _seeded_parts(pattern: str, written: str) -> list | None:
+    if pattern in _REWRITES or strip_lazy(pattern) != pattern:  # (its parts are not its plain language)
+        return None
+    build = PENDING_PARTS.pop(written, None)
+    if build is None:
+        return None
+    try:
+        dfa = build()
+    except (RegexUnsupported, GrammarError):  # (a bound: the regex's own path says so, typed)
+        return None
+    return None if dfa is None else [(_frozen(dfa), None)]
 
 
 def _terminal_parts(pattern: str, *, name: str) -> list:
@@ -282,7 +310,7 @@ def terminal_dfa(pattern: str, *, name: str) -> ByteDFA:
 
 
 # this module's names and the re-exported ones of byte_dfa.py and dfa_minimise.py
-__all__ = ["DFA_MEMO", "MAX_DFA_STATES", "PARTS_MEMO", "ByteDFA", "build_byte_dfa",
+__all__ = ["DFA_MEMO", "MAX_DFA_STATES", "PARTS_MEMO", "PENDING_PARTS", "ByteDFA", "build_byte_dfa",
            "difference", "intersects", "literal_dfa", "minimise", "regex_to_byte_dfa",
-           "restrict_first_char", "shortest_matches", "strip_lazy", "subset_construction", "terminal_dfa",
+           "restrict_first_char", "seed_parts", "shortest_matches", "strip_lazy", "subset_construction", "terminal_dfa",
            "terminal_parts", "trim", "unique_rows"]

@@ -204,7 +204,8 @@ def _terminal_parts(td: object, text: str, source: str) -> list[tuple[ByteDFA, F
             if not pat.value:
                 return [(_EPSILON, None)]
             return [(literal_dfa(pat.value.encode("utf-8")), None)]
-        parts = terminal_parts(pat.to_regexp(), name=f"terminal {td.name}")  # type: ignore[attr-defined]
+        parts = terminal_parts(pat.to_regexp(), name=f"terminal {td.name}",  # type: ignore[attr-defined]
+                               written=None if pat.flags else pat.raw)
         if len(parts) > 1 and any(bool(d.final[0]) for d, _ in parts):
             raise GrammarError(f"terminal {td.name}: regex feature not supported (an empty match beside a "  # type: ignore[attr-defined]
                                f"lookahead past the end of the match) in /{pat.to_regexp()}/")  # type: ignore[attr-defined]

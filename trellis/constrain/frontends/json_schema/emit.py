@@ -9,7 +9,7 @@ import re
 
 from trellis.constrain.errors import SchemaError
 from trellis.constrain.frontends.json_schema.automata import Automata
-from trellis.constrain.frontends.json_schema.emit_base import START, Val
+from trellis.constrain.frontends.json_schema.emit_base import START, Val, lark_regex
 from trellis.constrain.frontends.json_schema.limits import MAX_RULES
 from trellis.constrain.frontends.json_schema.specs import NEVER_ID
 
@@ -302,24 +302,3 @@ class LarkEmitter(Automata):
 
 def _lark_str(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def lark_regex(rx: str) -> str:
-    """A Python regex as the body of a Lark /.../ literal (Lark unescapes \\uXXXX itself):
-    ``/`` escaped, ``"`` spelled ``\\u0022`` (Lark's unescaping turns ``\\"`` into ``\"``, losing
-    the backslash), everything outside printable ASCII as ``\\uXXXX`` / ``\\UXXXXXXXX``. One
-    ``re.sub`` instead of a Python loop per character: that loop was ~0.1 ms of a median maskbench
-    schema's ~0.9 ms translation (50 schemas, line_profiler; a schema's regexes run to kilobytes)."""
-    return rx if _LARK_PLAIN.fullmatch(rx) else _LARK_SPECIAL.sub(_lark_escape, rx)
-
-
-_LARK_PLAIN = re.compile(r'[ !#-.0-~]*')  # printable ASCII but '"' and '/': kept as they are
-_LARK_SPECIAL = re.compile(r'[^ !#-.0-~]')
-
-
-def _lark_escape(m: "re.Match[str]") -> str:
-    c = m.group()
-    if c == "/":
-        return "\\/"
-    o = ord(c)
-    return f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}"

@@ -25,8 +25,12 @@ from typing import Any, Callable
 
 from interegular.fsm import FSM
 
+from trellis.constrain.automata.encoded_dfa import encoded_dfa
 from trellis.constrain.automata.fsm_product import minimal
-from trellis.constrain.automata.regex_ir import ANY, TooComplex, enc_regex, fsm_and, fsm_regex, ir_fsm, live_states, rep
+from trellis.constrain.automata.regex import seed_parts
+from trellis.constrain.frontends.json_schema.emit_base import lark_regex
+from trellis.constrain.automata.regex_ir import (ANY, TooComplex, enc_regex, enc_set, fsm_and, fsm_regex, ir_fsm,
+                                                live_states, rep)
 
 # Rules one pattern-and-length string may expand into (each layer holds the pattern states a
 # boundary can be in): past it the spec is refused as too complex, as the product path refuses.
@@ -120,6 +124,12 @@ def _chunk_regex(g: Any, suffix: str = "") -> str:
     return rx
 
 
+def _written(rx: str) -> str:
+    """The literal ``emit.py`` writes for the regex terminal ``rx`` (``/.../``), which the grammar
+    reader hands ``terminal_parts`` beside the pattern it reads from it."""
+    return f"/{lark_regex(rx)}/"
+
+
 def _layers(f: Any, live: set, lo: int, hi: int | None, k: int) -> tuple[Any, list] | None:
     """(start node, [(node, (regex,) | (regex, node))]) with chunks of k characters; None when
     no string qualifies. The layers are laid out from state sets first (cheap), so a bound past
@@ -146,6 +156,9 @@ def _layers(f: Any, live: set, lo: int, hi: int | None, k: int) -> tuple[Any, li
 
     def remember(key: tuple, g: Any, suffix: str = "") -> str | None:
         rx = None if g.empty() else _chunk_regex(g, suffix)
+        if rx is not None:  # its DFA from g when the grammar reader asks, not from parsing rx again
+            seed_parts(_written(rx), lambda: encoded_dfa(g, enc_set, suffix.encode(),
+                                                            name="pattern chunk", pattern=rx))
         text[0] += len(rx or "")
         if text[0] > MAX_CHUNK_TEXT:
             raise _TooLong(f"chunk regexes of more than {MAX_CHUNK_TEXT} characters")
