@@ -20,6 +20,7 @@ from trellis.constrain.automata.byte_dfa import ByteDFA
 from trellis.constrain.automata.charsets import Ranges, alphabet_ranges
 from trellis.constrain.automata.dfa_minimise import determinised, minimal
 from trellis.constrain.automata.regex_compile import Edges, regex_nfa
+from trellis.constrain.automata.regex_ir import live_states
 
 # encoded class regex -> (its byte NFA's edges, finals), or None where it cannot be spliced
 _CLASS_NFA: dict[str, tuple[Edges, frozenset] | None] = {}
@@ -50,19 +51,7 @@ def encoded_dfa(f: Any, encode: Callable[[Ranges], str], suffix: bytes, *, name:
     where ``f`` accepts nothing or a class's encoding cannot be spliced (the caller parses the
     regex instead)."""
     cls = alphabet_ranges(f.alphabet)
-    # The states that can still accept, by one backward search (``regex_ir.live_states``, a
-    # fixpoint, took longer than this whole construction: 162 of 374 ms profiled on
-    # ``^[A-Za-z0-9][-\.A-Za-z0-9]+_[A-Za-z0-9]{13}$`` with maxLength 255).
-    back: dict[Any, list] = {}
-    for s, out in f.map.items():
-        for d in out.values():
-            back.setdefault(d, []).append(s)
-    live, todo = set(f.finals), list(f.finals)
-    while todo:
-        for p in back.get(todo.pop(), ()):
-            if p not in live:
-                live.add(p)
-                todo.append(p)
+    live = live_states(f)
     if f.initial not in live:
         return None
     ids = {f.initial: 0}
