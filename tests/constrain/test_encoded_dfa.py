@@ -47,7 +47,7 @@ def _seeded_equal_parsed(schema: dict) -> int:
     except SchemaError:  # (a bound no string of the pattern meets)
         return 0
     pending = dict(regex.PENDING_PARTS)
-    for key, build in pending.items():
+    for key, (build, _) in pending.items():
         seeded = build()
         assert seeded is not None, key
         (parsed, guard), = regex._terminal_parts(plain_pattern(key).to_regexp(), name="t")
@@ -86,3 +86,17 @@ def test_a_seeded_terminal_is_taken_once_by_terminal_parts():
         assert w not in regex.PENDING_PARTS  # taken on first use
         (p, _), = regex._terminal_parts(pattern, name="t")
         assert _same(d, p)
+
+
+def test_pending_builders_are_bounded_by_what_they_hold():
+    regex.clear_pending()
+    calls = []
+    regex.seed_parts("/a/", lambda: calls.append("a"), regex.PENDING_MAX_SIZE - 10)
+    regex.seed_parts("/b/", lambda: calls.append("b"), 5)
+    assert set(regex.PENDING_PARTS) == {"/a/", "/b/"}
+    regex.seed_parts("/c/", lambda: calls.append("c"), 20)  # past the bound: the others dropped
+    assert set(regex.PENDING_PARTS) == {"/c/"}
+    regex.seed_parts("/c/", lambda: calls.append("c2"), 20)  # the same literal again: replaced, counted once
+    regex.seed_parts("/d/", lambda: calls.append("d"), regex.PENDING_MAX_SIZE - 40)
+    assert set(regex.PENDING_PARTS) == {"/c/", "/d/"} and not calls
+    regex.clear_pending()

@@ -91,7 +91,7 @@ def clear_caches() -> None:
     from trellis.constrain.automata.byte_dfa import LITERAL_MEMO
     from trellis.constrain.grammar.grammar_ir import IMPORTS_MEMO
     from trellis.constrain.grammar.plain_patterns import PLAIN_MEMO
-    from trellis.constrain.automata.regex import DFA_MEMO, PARTS_MEMO, PENDING_PARTS
+    from trellis.constrain.automata.regex import DFA_MEMO, PARTS_MEMO, clear_pending
     from trellis.constrain.vocab.walk_cache import LISTED, SHARED, clear_digests
 
     wait_for_cache_writes()
@@ -101,7 +101,7 @@ def clear_caches() -> None:
     counted_walk.MEMO.clear()
     DFA_MEMO.clear()
     PARTS_MEMO.clear()
-    PENDING_PARTS.clear()
+    clear_pending()
     SHARED.clear()
     clear_digests()
     IMPORTS_MEMO.clear()

@@ -225,8 +225,12 @@ def shortest_matches(dfa: ByteDFA) -> ByteDFA:
 
 
 PARTS_MEMO: dict[str, list] = {}
-# a terminal literal as written -> a builder of its one DFA (``seed_parts``), run by the first ``terminal_parts``
-PENDING_PARTS: dict[str, "Callable[[], ByteDFA | None]"] = {}
+# a terminal literal as written -> (a builder of its one DFA, its size): ``seed_parts``, run by the
+# first ``terminal_parts``. Bounded by the states the builders hold (~0.3 KB each in interegular's
+# maps): a translation that is never compiled leaves its entries until the bound drops them.
+PENDING_PARTS: dict[str, tuple] = {}
+PENDING_MAX_SIZE = 200_000
+_pending_size = 0
 
 
 def terminal_parts(pattern: str, *, name: str, written: str | None = None) -> list[tuple[ByteDFA, "FollowGuard | None"]]:
@@ -252,24 +256,43 @@ def terminal_parts(pattern: str, *, name: str, written: str | None = None) -> li
     return hit
 
 
-def seed_parts(written: str, build: "Callable[[], ByteDFA | None]") -> None:
+def seed_parts(written: str, build: "Callable[[], ByteDFA | None]", size: int) -> None:
     """Let ``terminal_parts`` take the DFA of the terminal written ``written`` in a grammar's text
     (its literal, ``/.../``) from ``build()`` instead of parsing the regex, when a grammar reader
     first asks for it: the minimal DFA of the literal's language, made from an automaton the
     caller holds (``encoded_dfa``). Keyed by the literal as written, so the reader's reading of
     it (escapes) needs no copy here. Called per translation, run per compile: a terminal that no
-    grammar compiles costs nothing. For plain regexes only (no lazy quantifier, no flags)."""
-    if len(PENDING_PARTS) >= _DFA_MEMO_MAX:
+    grammar compiles costs nothing. ``size``: what ``build`` holds alive (its automaton's states),
+    bounded all together by ``PENDING_MAX_SIZE``. For plain regexes only (no lazy quantifier, no
+    flags: ``terminal_parts`` checks)."""
+    global _pending_size
+    if not PENDING_PARTS:  # (a caller that restores the dict itself, a benchmark, leaves no stale count)
+        _pending_size = 0
+    old = PENDING_PARTS.pop(written, None)
+    if old is not None:
+        _pending_size -= old[1]
+    if _pending_size + size > PENDING_MAX_SIZE:  # (what is dropped is parsed from its regex instead)
         PENDING_PARTS.clear()
-    PENDING_PARTS[written] = build
+        _pending_size = 0
+    PENDING_PARTS[written] = (build, size)
+    _pending_size += size
+
+
+def clear_pending() -> None:
+    global _pending_size
+    PENDING_PARTS.clear()
+    _pending_size = 0
 
 
 def _seeded_parts(pattern: str, written: str) -> list | None:
+    global _pending_size
     if pattern in _REWRITES or strip_lazy(pattern) != pattern:  # (its parts are not its plain language)
         return None
-    build = PENDING_PARTS.pop(written, None)
-    if build is None:
+    hit = PENDING_PARTS.pop(written, None)
+    if hit is None:
         return None
+    build, size = hit
+    _pending_size -= size
     try:
         dfa = build()
     except (RegexUnsupported, GrammarError):  # (a bound: the regex's own path says so, typed)
@@ -310,7 +333,7 @@ def terminal_dfa(pattern: str, *, name: str) -> ByteDFA:
 
 
 # this module's names and the re-exported ones of byte_dfa.py and dfa_minimise.py
-__all__ = ["DFA_MEMO", "MAX_DFA_STATES", "PARTS_MEMO", "PENDING_PARTS", "ByteDFA", "build_byte_dfa",
+__all__ = ["DFA_MEMO", "MAX_DFA_STATES", "PARTS_MEMO", "PENDING_PARTS", "clear_pending", "ByteDFA", "build_byte_dfa",
            "difference", "intersects", "literal_dfa", "minimise", "regex_to_byte_dfa",
            "restrict_first_char", "seed_parts", "shortest_matches", "strip_lazy", "subset_construction", "terminal_dfa",
            "terminal_parts", "trim", "unique_rows"]

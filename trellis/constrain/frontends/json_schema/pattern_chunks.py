@@ -157,8 +157,8 @@ def _layers(f: Any, live: set, lo: int, hi: int | None, k: int) -> tuple[Any, li
     def remember(key: tuple, g: Any, suffix: str = "") -> str | None:
         rx = None if g.empty() else _chunk_regex(g, suffix)
         if rx is not None:  # its DFA from g when the grammar reader asks, not from parsing rx again
-            seed_parts(_written(rx), lambda: encoded_dfa(g, enc_set, suffix.encode(),
-                                                            name="pattern chunk", pattern=rx))
+            seed_parts(_written(rx), lambda: encoded_dfa(g, enc_set, suffix.encode(), name="pattern chunk",
+                                                            pattern=rx), len(g.states))
         text[0] += len(rx or "")
         if text[0] > MAX_CHUNK_TEXT:
             raise _TooLong(f"chunk regexes of more than {MAX_CHUNK_TEXT} characters")
