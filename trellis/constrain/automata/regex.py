@@ -286,13 +286,13 @@ def clear_pending() -> None:
 
 def _seeded_parts(pattern: str, written: str) -> list | None:
     global _pending_size
-    if pattern in _REWRITES or strip_lazy(pattern) != pattern:  # (its parts are not its plain language)
-        return None
-    hit = PENDING_PARTS.pop(written, None)
+    hit = PENDING_PARTS.pop(written, None)  # (first: most terminals were offered nothing)
     if hit is None:
         return None
     build, size = hit
     _pending_size -= size
+    if pattern in _REWRITES or strip_lazy(pattern) != pattern:  # (its parts are not its plain language)
+        return None
     try:
         dfa = build()
     except (RegexUnsupported, GrammarError):  # (a bound: the regex's own path says so, typed)

@@ -28,9 +28,9 @@ from interegular.fsm import FSM
 from trellis.constrain.automata.encoded_dfa import encoded_dfa
 from trellis.constrain.automata.fsm_product import minimal
 from trellis.constrain.automata.regex import seed_parts
-from trellis.constrain.frontends.json_schema.emit_base import lark_regex
 from trellis.constrain.automata.regex_ir import (ANY, TooComplex, enc_regex, enc_set, fsm_and, fsm_regex, ir_fsm,
                                                 live_states, rep)
+from trellis.constrain.frontends.json_schema.emit_base import lark_regex
 
 # Rules one pattern-and-length string may expand into (each layer holds the pattern states a
 # boundary can be in): past it the spec is refused as too complex, as the product path refuses.
@@ -157,6 +157,7 @@ def _layers(f: Any, live: set, lo: int, hi: int | None, k: int) -> tuple[Any, li
     def remember(key: tuple, g: Any, suffix: str = "") -> str | None:
         rx = None if g.empty() else _chunk_regex(g, suffix)
         if rx is not None:  # its DFA from g when the grammar reader asks, not from parsing rx again
+            # (enc_set: the leaf _chunk_regex's enc_regex writes each character set with)
             seed_parts(_written(rx), lambda: encoded_dfa(g, enc_set, suffix.encode(), name="pattern chunk",
                                                             pattern=rx), len(g.states))
         text[0] += len(rx or "")
